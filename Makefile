@@ -1,0 +1,31 @@
+# The two entry points of the README: `make run` and `make test`. Everything they need is set up here.
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint setup etcd
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The etcd tests need Debian's etcd-server; install it when it is missing.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server) >/dev/null \
+	  || echo "warning: could not install etcd-server; etcd tests will be skipped" >&2; }
+
+run: setup
+	$(VENV)/bin/herder demo
+
+lint: setup
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/mypy
+
+test: setup etcd lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider

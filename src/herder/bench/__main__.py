@@ -1,0 +1,24 @@
+"""``python -m herder.bench NAME [OPTIONS]``: run one benchmark by name."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "store": "herder.bench.store",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in BENCHMARKS:
+        print(f"usage: python -m herder.bench {{{'|'.join(sorted(BENCHMARKS))}}} [OPTIONS]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(BENCHMARKS[args[0]])
+    result: int = module.main(args[1:])
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

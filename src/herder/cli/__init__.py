@@ -1,0 +1,1 @@
+"""The ``herder`` command line: the composition root that wires every layer together."""

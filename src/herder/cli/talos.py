@@ -1,0 +1,7 @@
+"""``herder talos``: a small talosctl — config generation, validation, patching, machine API calls."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="Talos configs and the Talos machine API.", no_args_is_help=True)

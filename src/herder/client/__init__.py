@@ -1,0 +1,1 @@
+"""The async Python client of herder's API."""

@@ -1,0 +1,1 @@
+"""herder's domain controllers (clusters, machine sets, provisioning, managed control planes)."""

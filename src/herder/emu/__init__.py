@@ -1,0 +1,1 @@
+"""The Talos emulator: many emulated Talos machines in one process."""

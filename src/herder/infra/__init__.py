@@ -1,0 +1,1 @@
+"""The infra provider SDK."""

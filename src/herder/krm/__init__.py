@@ -1,0 +1,1 @@
+"""Generic Kubernetes-style HTTP machinery over any kind registry and store."""

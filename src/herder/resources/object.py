@@ -1,0 +1,61 @@
+"""The shape every object has: apiVersion, kind, metadata, and its kind's body (spec, status, data…)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from herder.resources.meta import ObjectMeta
+
+# Top-level fields that are not part of an object's body.
+ENVELOPE_FIELDS = frozenset({"apiVersion", "kind", "metadata"})
+
+
+class Resource(BaseModel):
+    """One object of the resource model.
+
+    ``spec`` and ``status`` are kept as plain JSON data here: the kind registry validates them against
+    the kind's typed models and ``KindInfo.spec_of`` gives typed access. Kinds with other top-level
+    fields (a ConfigMap's ``data``) keep them as extra fields.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""
+
+    @property
+    def namespace(self) -> str | None:
+        return self.metadata.namespace
+
+    @property
+    def resource_version(self) -> int:
+        return int(self.metadata.resource_version or 0)
+
+    def body(self) -> dict[str, Any]:
+        """Every top-level field except apiVersion, kind, metadata and status: what ``generation`` tracks."""
+        out: dict[str, Any] = {}
+        if self.spec is not None:
+            out["spec"] = self.spec
+        if self.model_extra:
+            out.update(self.model_extra)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object as JSON data, in the wire form Kubernetes clients expect."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Resource:
+        return cls.model_validate(data)
+
+    def copy_deep(self) -> Resource:
+        return self.model_copy(deep=True)

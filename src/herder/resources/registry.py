@@ -1,0 +1,221 @@
+"""The kind registry: for each kind its API coordinates, typed models, printer columns and sensitivity.
+
+A registry is an instance, not a global, so that one process can serve several APIs (herder's, and
+the emulator's per-cluster Kubernetes API) with different kinds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from herder.resources.errors import FieldError, InvalidObject, UnknownKind
+from herder.resources.object import Resource
+
+S = TypeVar("S", bound=BaseModel)
+# Dots inside a key (a label such as herder.dev/cluster) are escaped with a backslash.
+_PATH_SPLIT = re.compile(r"(?<!\\)\.")
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-.")
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    """A column of ``kubectl get`` output; ``json_path`` is a dotted path such as ``.spec.version``."""
+
+    name: str
+    json_path: str
+    type: str = "string"
+    description: str = ""
+    priority: int = 0
+
+    def value(self, obj: dict[str, Any]) -> Any:
+        cur: Any = obj
+        for part in _PATH_SPLIT.split(self.json_path.lstrip(".")):
+            part = part.replace("\\.", ".")
+            if not isinstance(cur, dict):
+                return None
+            cur = cur.get(part)
+        return cur
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """Everything the system knows about one kind."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+    spec_model: type[BaseModel] | None = None
+    status_model: type[BaseModel] | None = None
+    # Other top-level fields of the body (a ConfigMap's ``data``), validated by type.
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    printer_columns: tuple[PrinterColumn, ...] = ()
+    # Sensitive kinds are encrypted at rest and readable only by the roles allowed to.
+    sensitive: bool = False
+    description: str = ""
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def has_status(self) -> bool:
+        return self.status_model is not None
+
+    def spec_of(self, obj: Resource, model: type[S]) -> S:
+        """The object's spec as its typed model."""
+        return model.model_validate(obj.spec or {})
+
+    def validate(self, obj: Resource) -> Resource:
+        """Check the object against this kind and return it with spec and status normalized.
+
+        Raises ``InvalidObject`` naming every offending field.
+        """
+        causes: list[FieldError] = []
+        name = obj.metadata.name or obj.metadata.generate_name or ""
+        if obj.api_version != self.api_version:
+            causes.append(FieldError("apiVersion", f"must be {self.api_version!r} for kind {self.kind}"))
+        causes.extend(_check_name(obj))
+        if self.namespaced and not obj.metadata.namespace:
+            causes.append(FieldError("metadata.namespace", "is required", "FieldValueRequired"))
+        if not self.namespaced and obj.metadata.namespace:
+            causes.append(FieldError("metadata.namespace", f"kind {self.kind} is not namespaced"))
+        updates: dict[str, Any] = {}
+        for path, model, value in (("spec", self.spec_model, obj.spec), ("status", self.status_model, obj.status)):
+            if model is None:
+                if value:
+                    causes.append(FieldError(path, f"kind {self.kind} has no {path}", "FieldValueNotSupported"))
+                continue
+            if value is None and path == "status":
+                continue
+            try:
+                updates[path] = model.model_validate(value or {}).model_dump(
+                    mode="json", by_alias=True, exclude_none=True
+                )
+            except ValidationError as err:
+                causes.extend(_field_errors(path, err))
+        extra = dict(obj.model_extra or {})
+        for key, value in extra.items():
+            adapter = self.extra_fields.get(key)
+            if adapter is None:
+                causes.append(FieldError(key, "unknown field", "FieldValueNotSupported"))
+                continue
+            try:
+                extra[key] = TypeAdapter(adapter).validate_python(value)
+            except ValidationError as err:
+                causes.extend(_field_errors(key, err))
+        if causes:
+            raise InvalidObject(self.kind, name, causes)
+        if not updates and not extra:
+            return obj
+        data = obj.to_dict()
+        data.update(updates)
+        data.update(extra)
+        return Resource.from_dict(data)
+
+
+def _check_name(obj: Resource) -> list[FieldError]:
+    name = obj.metadata.name
+    if not name:
+        if obj.metadata.generate_name:
+            return []
+        return [FieldError("metadata.name", "is required", "FieldValueRequired")]
+    if len(name) > 253:
+        return [FieldError("metadata.name", "must be no more than 253 characters")]
+    if not set(name) <= _NAME_CHARS or not name[0].isalnum() or not name[-1].isalnum():
+        return [
+            FieldError(
+                "metadata.name",
+                f"{name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                "characters, '-' or '.', and must start and end with an alphanumeric character",
+            )
+        ]
+    return []
+
+
+def _field_errors(prefix: str, err: ValidationError) -> list[FieldError]:
+    out = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        field_path = f"{prefix}.{loc}" if loc else prefix
+        reason = {
+            "missing": "FieldValueRequired",
+            "extra_forbidden": "FieldValueNotSupported",
+        }.get(e["type"], "FieldValueInvalid")
+        message = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+        out.append(FieldError(field_path, message, reason))
+    return out
+
+
+class KindRegistry:
+    """The kinds one API serves, looked up by kind, plural, short name or apiVersion."""
+
+    def __init__(self, kinds: Iterable[KindInfo] = ()) -> None:
+        self._by_kind: dict[tuple[str, str], KindInfo] = {}
+        for info in kinds:
+            self.register(info)
+
+    def register(self, info: KindInfo) -> KindInfo:
+        key = (info.group, info.kind)
+        if key in self._by_kind:
+            raise ValueError(f"kind {info.kind} of group {info.group!r} is already registered")
+        self._by_kind[key] = info
+        return info
+
+    def __iter__(self) -> Iterator[KindInfo]:
+        return iter(self._by_kind.values())
+
+    def __contains__(self, kind: str) -> bool:
+        try:
+            self.get(kind)
+        except UnknownKind:
+            return False
+        return True
+
+    def get(self, kind: str, group: str | None = None) -> KindInfo:
+        """Find a kind by its name, plural, singular or short name (case-insensitive)."""
+        want = kind.lower()
+        if "." in want and group is None:
+            want, _, group = want.partition(".")
+        for info in self._by_kind.values():
+            if group is not None and info.group != group:
+                continue
+            names = {info.kind.lower(), info.plural, info.singular, *info.short_names}
+            if want in names:
+                return info
+        raise UnknownKind(kind if group is None else f"{kind}.{group}")
+
+    def for_object(self, obj: Resource) -> KindInfo:
+        group = obj.api_version.rpartition("/")[0] if "/" in obj.api_version else ""
+        info = self._by_kind.get((group, obj.kind))
+        if info is None or info.api_version != obj.api_version:
+            raise UnknownKind(f"{obj.api_version}/{obj.kind}")
+        return info
+
+    def by_plural(self, group: str, version: str, plural: str) -> KindInfo:
+        for info in self._by_kind.values():
+            if info.group == group and info.version == version and info.plural == plural:
+                return info
+        raise UnknownKind(f"{plural}.{version}.{group}" if group else f"{plural}.{version}")
+
+    def groups(self) -> dict[str, list[str]]:
+        """Each API group with its versions (the core group is ``""``)."""
+        out: dict[str, list[str]] = {}
+        for info in self._by_kind.values():
+            versions = out.setdefault(info.group, [])
+            if info.version not in versions:
+                versions.append(info.version)
+        return out

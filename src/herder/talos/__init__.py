@@ -1,0 +1,5 @@
+"""The Talos domain, usable on its own: secrets bundle, config generation per version contract,
+config patches, validation, version policy, talosconfig and kubeconfig, and the machine API client.
+
+This layer imports nothing of herder.
+"""
