@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 _CAMEL = ConfigDict(populate_by_name=True, extra="forbid")
 
@@ -44,6 +44,12 @@ class ObjectMeta(BaseModel):
     owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
     # Kubernetes clients send managedFields (server-side apply bookkeeping); herder keeps none.
     managed_fields: list[dict[str, Any]] | None = Field(default=None, alias="managedFields", exclude=True)
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Kubernetes omits empty labels, annotations, finalizers and owner references.
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v != {} and v != []}
 
     def controller_ref(self) -> OwnerReference | None:
         """The owner reference marked ``controller: true``, if any."""

@@ -1,0 +1,64 @@
+"""Encryption at rest of sensitive kinds: AES-256-GCM with the object's key as associated data.
+
+The key comes from a file in the data directory, created with mode 0600 on first use, or is given
+explicitly. Binding the ciphertext to its storage key stops a sealed value from being replayed under
+another object's name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from herder.state.errors import StateError
+
+_MAGIC = b"\x00hgcm1"
+_NONCE = 12
+
+
+class DecryptionFailed(StateError):
+    """A sealed value that this key cannot open: the wrong key file, or a damaged value."""
+
+
+class Cipher:
+    def __init__(self, key: bytes) -> None:
+        if len(key) != 32:
+            raise ValueError("the encryption key must be 32 bytes (AES-256)")
+        self._aead = AESGCM(key)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Cipher:
+        """Load the key file, creating it (mode 0600) with a new random key if it does not exist."""
+        path = Path(path)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            key = path.read_bytes()
+            if len(key) != 32:
+                raise ValueError(f"{path}: an encryption key file holds exactly 32 bytes") from None
+            return cls(key)
+        key = AESGCM.generate_key(bit_length=256)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+            f.flush()
+            os.fsync(f.fileno())
+        return cls(key)
+
+    def seal(self, storage_key: str, plaintext: bytes) -> bytes:
+        nonce = os.urandom(_NONCE)
+        return _MAGIC + nonce + self._aead.encrypt(nonce, plaintext, storage_key.encode())
+
+    def open(self, storage_key: str, value: bytes) -> bytes:
+        if not is_sealed(value):
+            return value
+        body = value[len(_MAGIC) :]
+        try:
+            return self._aead.decrypt(body[:_NONCE], body[_NONCE:], storage_key.encode())
+        except Exception as err:  # cryptography raises InvalidTag without a message
+            raise DecryptionFailed(f"cannot decrypt {storage_key}: wrong encryption key or damaged value") from err
+
+
+def is_sealed(value: bytes) -> bool:
+    return value.startswith(_MAGIC)

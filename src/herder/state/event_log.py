@@ -1,0 +1,77 @@
+"""The change log of the in-process backends (memory, SQLite): recent events in memory, a wake-up
+for watchers on every commit, and a watch that reads older history from the backend's own store."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from herder.state.backend import Compacted, RawEvent
+
+History = Callable[[int, int], Awaitable[list[RawEvent]]]
+
+
+class EventLog:
+    """Holds the newest events and wakes watchers; commits may come from a writer thread."""
+
+    def __init__(self, history: History | None, *, tail: int = 4096, first_rev: int = 1) -> None:
+        # ``history(from_rev, limit)`` reads events older than the tail; without one the tail is all.
+        self._history = history
+        self._tail: deque[RawEvent] = deque(maxlen=tail)
+        self._lock = threading.Lock()
+        self._changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The oldest revision a watch may still start from.
+        self.oldest = first_rev
+
+    def bind(self) -> None:
+        """Attach to the running event loop, where watchers wait (once; later calls do nothing)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+
+    def append(self, event: RawEvent) -> None:
+        """Record a committed event. Safe to call from the writer thread."""
+        with self._lock:
+            self._tail.append(event)
+            if self._history is None and len(self._tail) == self._tail.maxlen:
+                self.oldest = self._tail[0].rev
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def compact(self, oldest: int) -> None:
+        with self._lock:
+            self.oldest = max(self.oldest, oldest)
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _from_tail(self, from_rev: int) -> list[RawEvent] | None:
+        with self._lock:
+            if self._tail and from_rev >= self._tail[0].rev:
+                return [e for e in self._tail if e.rev >= from_rev]
+            if not self._tail or self._history is None:
+                return [] if from_rev >= self.oldest else None
+            return None
+
+    async def watch(self, prefix: str, from_rev: int) -> AsyncIterator[RawEvent]:
+        next_rev = from_rev
+        while True:
+            # Take the wake-up before reading, so a commit during the read is never missed.
+            changed = self._changed
+            if next_rev < self.oldest:
+                raise Compacted(self.oldest)
+            events = self._from_tail(next_rev)
+            if events is None:
+                assert self._history is not None
+                events = await self._history(next_rev, 1000)
+                if not events and next_rev < self.oldest:
+                    raise Compacted(self.oldest)
+            for event in events:
+                next_rev = event.rev + 1
+                if event.key.startswith(prefix):
+                    yield event
+            if not events:
+                await changed.wait()

@@ -1,0 +1,204 @@
+"""The embedded default backend: one SQLite file in WAL mode.
+
+Every acknowledged write is committed with ``synchronous=FULL`` by default, so it survives a process
+crash and a power loss; ``synchronous=normal`` trades the latter for speed. One writer thread owns the
+revision counter; readers use their own connections, which WAL lets run beside the writer. An event
+table keeps recent changes so that watches resume across reconnects; older rows are pruned.
+A file lock stops a second process from opening the same database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
+from herder.state.errors import Unavailable
+from herder.state.event_log import EventLog
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (
+    key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB
+);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+class SQLiteBackend(Backend):
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "FULL", history: int = 100_000, prune_every: int = 1000
+    ) -> None:
+        self.path = Path(path)
+        self._synchronous = synchronous.upper()
+        if self._synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
+        self._history_size = history
+        self._prune_every = prune_every
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._readers = ThreadPoolExecutor(2, thread_name_prefix="sqlite-reader")
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._conn_lock = threading.Lock()
+        self._rev = 0
+        self._since_prune = 0
+        self._log = EventLog(self._read_history)
+        self._lock_fd: int | None = None
+
+    async def open(self) -> SQLiteBackend:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise Unavailable(f"{self.path} is in use by another process") from None
+        self._log.bind()
+        self._rev, oldest = await self._write(self._init)
+        self._log.compact(oldest)
+        return self
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            self._local.conn = conn
+            with self._conn_lock:
+                self._connections.append(conn)
+        return conn
+
+    def _init(self) -> tuple[int, int]:
+        conn = self._conn()
+        conn.executescript(_SCHEMA)
+        rev = conn.execute("SELECT max(rev) FROM events").fetchone()[0]
+        floor = conn.execute("SELECT value FROM meta WHERE name='compacted'").fetchone()
+        compacted = floor[0] if floor else 0
+        rev = max(rev or 0, compacted)
+        return rev, compacted + 1
+
+    async def _write(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._writer, fn)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._readers, lambda: fn(self._conn()))
+
+    def _commit(self, key: str, value: bytes | None, expected: int | None) -> int:
+        """One transaction: check the precondition, write the row and its event. Writer thread only."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT value, mod_rev FROM objects WHERE key=?", (key,)).fetchone()
+            if expected is None and row is not None:
+                raise KeyExists(key)
+            if expected is not None and (row is None or row[1] != expected):
+                raise RevisionMismatch(KV(key, row[0], row[1]) if row else None)
+            rev = self._rev + 1
+            if value is None:
+                conn.execute("DELETE FROM objects WHERE key=?", (key,))
+            else:
+                conn.execute("INSERT OR REPLACE INTO objects VALUES (?,?,?)", (key, value, rev))
+            prev = row[0] if row else None
+            conn.execute("INSERT INTO events VALUES (?,?,?,?)", (rev, key, value, prev))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self._rev = rev
+        self._log.append(RawEvent(rev, key, value, prev))
+        self._since_prune += 1
+        if self._since_prune >= self._prune_every:
+            self._prune(conn)
+        return rev
+
+    def _prune(self, conn: sqlite3.Connection) -> None:
+        self._since_prune = 0
+        floor = self._rev - self._history_size
+        if floor <= 0:
+            return
+        with conn:
+            conn.execute("DELETE FROM events WHERE rev <= ?", (floor,))
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('compacted', ?)", (floor,))
+        self._log.compact(floor + 1)
+
+    async def _read_history(self, from_rev: int, limit: int) -> list[RawEvent]:
+        def read(conn: sqlite3.Connection) -> list[RawEvent]:
+            rows = conn.execute(
+                "SELECT rev, key, value, prev FROM events WHERE rev >= ? ORDER BY rev LIMIT ?", (from_rev, limit)
+            ).fetchall()
+            return [RawEvent(*row) for row in rows]
+
+        return await self._read(read)
+
+    async def get(self, key: str) -> KV | None:
+        def read(conn: sqlite3.Connection) -> KV | None:
+            row = conn.execute("SELECT value, mod_rev FROM objects WHERE key=?", (key,)).fetchone()
+            return KV(key, row[0], row[1]) if row else None
+
+        return await self._read(read)
+
+    async def range(
+        self, prefix: str, *, start_after: str | None = None, limit: int | None = None
+    ) -> tuple[list[KV], int]:
+        # Keys are ASCII paths, so every key under the prefix sorts below prefix + U+FFFF.
+        upper = prefix + "\uffff"
+        lower = start_after if start_after is not None and start_after >= prefix else None
+
+        def read(conn: sqlite3.Connection) -> tuple[list[KV], int]:
+            conn.execute("BEGIN")
+            try:
+                # The revision is read in the same snapshot as the rows: a watch from it misses nothing.
+                rev = conn.execute("SELECT coalesce(max(rev), 0) FROM events").fetchone()[0]
+                floor = conn.execute("SELECT value FROM meta WHERE name='compacted'").fetchone()
+                sql = "SELECT key, value, mod_rev FROM objects WHERE key < ? AND "
+                sql += "key > ?" if lower is not None else "key >= ?"
+                sql += " ORDER BY key"
+                params: tuple[object, ...] = (upper, lower if lower is not None else prefix)
+                if limit is not None:
+                    sql += " LIMIT ?"
+                    params += (limit,)
+                rows = conn.execute(sql, params).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            return [KV(*row) for row in rows], max(rev, floor[0] if floor else 0)
+
+        return await self._read(read)
+
+    async def create(self, key: str, value: bytes) -> int:
+        return await self._write(lambda: self._commit(key, value, None))
+
+    async def replace(self, key: str, value: bytes, expected_rev: int) -> int:
+        return await self._write(lambda: self._commit(key, value, expected_rev))
+
+    async def remove(self, key: str, expected_rev: int) -> int:
+        return await self._write(lambda: self._commit(key, None, expected_rev))
+
+    def watch(self, prefix: str, from_rev: int) -> AsyncIterator[RawEvent]:
+        return self._log.watch(prefix, from_rev)
+
+    async def revision(self) -> int:
+        return self._rev
+
+    async def close(self) -> None:
+        self._writer.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+        with self._conn_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None

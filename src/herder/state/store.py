@@ -1,0 +1,471 @@
+"""The storage contract: typed objects over any backend, with Kubernetes semantics.
+
+``Store`` gives get, list, create, update, update_status, delete and watch for every kind of its
+registry. It validates objects, keeps metadata (uid, generation, timestamps, resourceVersion),
+runs finalizer-aware deletion, protects controller-owned objects, encrypts sensitive kinds, and
+fans one backend watch out to every watcher.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from prometheus_client import Counter
+
+from herder.resources import KindInfo, KindRegistry, Resource, UnknownKind, now_rfc3339
+from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
+from herder.state.encryption import Cipher
+from herder.state.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
+from herder.state.selectors import FieldSelector, LabelSelector
+from herder.state.watch_hub import WatchHub
+
+STORE_WRITES = Counter("herder_store_writes_total", "Writes committed to the store", ["op", "kind"])
+
+# Who may change a controller-owned object: the controller named in this annotation, or SYSTEM.
+CONTROLLER_ANNOTATION = "herder.dev/controller"
+SYSTEM = "system:herder"
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """A change seen by a watcher. Objects are shared between watchers: copy before changing one."""
+
+    type: EventType
+    object: Resource
+
+
+@dataclass
+class ListResult:
+    items: list[Resource]
+    resource_version: int
+    continue_token: str | None = None
+
+
+@dataclass(slots=True)
+class Change:
+    """A backend event decoded once for every watcher: the object after and before the change."""
+
+    rev: int
+    key: str
+    kind: KindInfo | None
+    obj: Resource | None
+    prev: Resource | None
+    # Encodings of this change, computed by the first watcher that needs them (e.g. the API's JSON).
+    cache: dict[str, bytes] = field(default_factory=dict)
+
+
+def _gen_suffix() -> str:
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    return "".join(secrets.choice(alphabet) for _ in range(5))
+
+
+class Store:
+    def __init__(
+        self,
+        backend: Backend,
+        registry: KindRegistry,
+        *,
+        cipher: Cipher | None = None,
+        watch_ring: int = 10_000,
+    ) -> None:
+        self.backend = backend
+        self.registry = registry
+        self._cipher = cipher
+        self._hub: WatchHub[Change] = WatchHub(backend, self._decode_change, ring=watch_ring)
+        self._started = False
+
+    async def start(self) -> Store:
+        if not self._started:
+            await self._hub.start()
+            self._started = True
+        return self
+
+    async def close(self) -> None:
+        await self._hub.stop()
+        await self.backend.close()
+
+    async def __aenter__(self) -> Store:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # keys and encoding
+
+    def kind(self, kind: str | KindInfo) -> KindInfo:
+        return kind if isinstance(kind, KindInfo) else self.registry.get(kind)
+
+    @staticmethod
+    def kind_prefix(info: KindInfo, namespace: str | None = None) -> str:
+        base = f"/{info.group or 'core'}/{info.plural}/"
+        return f"{base}{namespace}/" if info.namespaced and namespace else base
+
+    @classmethod
+    def key(cls, info: KindInfo, name: str, namespace: str | None) -> str:
+        if info.namespaced:
+            if not namespace:
+                raise Invalid(f"{info.kind} is namespaced: a namespace is required")
+            return f"{cls.kind_prefix(info)}{namespace}/{name}"
+        return f"{cls.kind_prefix(info)}{name}"
+
+    def _kind_of_key(self, key: str) -> KindInfo | None:
+        _, group, plural, *_ = key.split("/", 3)
+        for info in self.registry:
+            if info.plural == plural and (info.group or "core") == group:
+                return info
+        return None
+
+    def _encode(self, info: KindInfo, key: str, obj: Resource) -> bytes:
+        data = obj.to_dict()
+        data["metadata"].pop("resourceVersion", None)
+        raw = json.dumps(data, separators=(",", ":")).encode()
+        if info.sensitive:
+            if self._cipher is None:
+                raise Invalid(f"{info.kind} is sensitive and this store has no encryption key")
+            return self._cipher.seal(key, raw)
+        return raw
+
+    def _decode(self, key: str, value: bytes, rev: int) -> Resource:
+        if self._cipher is not None:
+            value = self._cipher.open(key, value)
+        obj = Resource.model_validate_json(value)
+        obj.metadata.resource_version = str(rev)
+        return obj
+
+    def _decode_change(self, raw: RawEvent) -> Change:
+        obj = self._decode(raw.key, raw.value, raw.rev) if raw.value is not None else None
+        # The previous state is stamped with this change's revision: a DELETED event carries it.
+        prev = self._decode(raw.key, raw.prev, raw.rev) if raw.prev is not None else None
+        return Change(raw.rev, raw.key, self._kind_of_key(raw.key), obj, prev)
+
+    async def _current(self, info: KindInfo, name: str, namespace: str | None) -> tuple[str, KV, Resource]:
+        key = self.key(info, name, namespace)
+        kv = await self.backend.get(key)
+        if kv is None:
+            raise NotFound(info.plural, name)
+        return key, kv, self._decode(key, kv.value, kv.mod_rev)
+
+    # reads
+
+    async def revision(self) -> int:
+        return await self.backend.revision()
+
+    async def get(self, kind: str | KindInfo, name: str, namespace: str | None = None) -> Resource:
+        info = self.kind(kind)
+        return (await self._current(info, name, namespace))[2]
+
+    async def list(
+        self,
+        kind: str | KindInfo,
+        namespace: str | None = None,
+        *,
+        label_selector: str | LabelSelector | None = None,
+        field_selector: str | FieldSelector | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> ListResult:
+        info = self.kind(kind)
+        labels = _labels(label_selector)
+        fields = _fields(field_selector)
+        namespace = namespace or (fields.equal("metadata.namespace") if info.namespaced else None)
+        prefix = self.kind_prefix(info, namespace)
+        start_after, first_rev = _parse_continue(continue_token, prefix) if continue_token else (None, None)
+        if limit is not None and limit <= 0:
+            limit = None
+        items: list[Resource] = []
+        page = 500 if limit is None else max(limit, 50)
+        rev = first_rev
+        while True:
+            kvs, read_rev = await self.backend.range(prefix, start_after=start_after, limit=page)
+            rev = rev if rev is not None else read_rev
+            for kv in kvs:
+                start_after = kv.key
+                obj = self._decode(kv.key, kv.value, kv.mod_rev)
+                if labels.matches(obj.metadata.labels) and fields.matches(obj.name, obj.namespace):
+                    items.append(obj)
+                    if limit is not None and len(items) >= limit:
+                        more, _ = await self.backend.range(prefix, start_after=start_after, limit=1)
+                        token = _make_continue(start_after, rev) if more else None
+                        return ListResult(items, rev, token)
+            if len(kvs) < page:
+                return ListResult(items, rev)
+
+    # writes
+
+    async def create(self, obj: Resource, *, actor: str | None = None, dry_run: bool = False) -> Resource:
+        info = self.registry.for_object(obj)
+        obj = obj.model_copy(deep=True)
+        meta = obj.metadata
+        if not meta.name and meta.generate_name:
+            meta.name = meta.generate_name + _gen_suffix()
+        obj = info.validate(obj)
+        meta = obj.metadata
+        if info.namespaced and info.kind != "Namespace":
+            await self._require_namespace(meta.namespace or "")
+        meta.uid = str(uuid.uuid4())
+        meta.creation_timestamp = now_rfc3339()
+        meta.generation = 1
+        meta.deletion_timestamp = None
+        meta.resource_version = None
+        key = self.key(info, obj.name, obj.namespace)
+        value = self._encode(info, key, obj)
+        if dry_run:
+            if await self.backend.get(key) is not None:
+                raise AlreadyExists(info.plural, obj.name)
+            return obj
+        try:
+            rev = await self.backend.create(key, value)
+        except KeyExists:
+            raise AlreadyExists(info.plural, obj.name) from None
+        STORE_WRITES.labels("create", info.kind).inc()
+        meta.resource_version = str(rev)
+        return obj
+
+    async def _require_namespace(self, namespace: str) -> None:
+        ns_info = next((k for k in self.registry if k.kind == "Namespace" and k.group == ""), None)
+        if ns_info is None:
+            return
+        if await self.backend.get(self.key(ns_info, namespace, None)) is None:
+            raise NotFound("namespaces", namespace)
+
+    async def update(self, obj: Resource, *, actor: str | None = None, dry_run: bool = False) -> Resource:
+        """Replace an object's metadata and body; its status is kept (see ``update_status``)."""
+        info = self.registry.for_object(obj)
+        key, kv, current = await self._current(info, obj.name, obj.namespace)
+        _check_preconditions(info, obj, kv, current)
+        new = info.validate(obj.model_copy(deep=True))
+        meta, old = new.metadata, current.metadata
+        meta.uid, meta.creation_timestamp, meta.deletion_timestamp = old.uid, old.creation_timestamp, old.deletion_timestamp
+        meta.generate_name = old.generate_name
+        new.status = current.status
+        meta.generation = (old.generation or 1) + (1 if new.body() != current.body() else 0)
+        if old.deletion_timestamp and not set(meta.finalizers) <= set(old.finalizers):
+            raise Invalid(
+                f'{info.kind} "{obj.name}" is being deleted: metadata.finalizers: no new finalizers can be added'
+            )
+        _check_owner(info, current, actor, finalizers_only=_only_finalizers_differ(current, new))
+        return await self._replace(info, key, kv, current, new, "update", dry_run)
+
+    async def update_status(self, obj: Resource, *, actor: str | None = None, dry_run: bool = False) -> Resource:
+        """Replace an object's status only; metadata, spec and generation are kept."""
+        info = self.registry.for_object(obj)
+        key, kv, current = await self._current(info, obj.name, obj.namespace)
+        _check_preconditions(info, obj, kv, current)
+        new = current.model_copy(deep=True)
+        new.status = obj.status
+        new = info.validate(new)
+        return await self._replace(info, key, kv, current, new, "update_status", dry_run)
+
+    async def _replace(
+        self, info: KindInfo, key: str, kv: KV, current: Resource, new: Resource, op: str, dry_run: bool
+    ) -> Resource:
+        new.metadata.resource_version = current.metadata.resource_version
+        if new == current:
+            return current  # nothing changed: no write, no event, no new resourceVersion
+        if dry_run:
+            return new
+        try:
+            if new.metadata.deletion_timestamp and not new.metadata.finalizers:
+                rev = await self.backend.remove(key, kv.mod_rev)
+                op = "delete"
+            else:
+                rev = await self.backend.replace(key, self._encode(info, key, new), kv.mod_rev)
+        except RevisionMismatch:
+            raise _conflict(info, new.name) from None
+        STORE_WRITES.labels(op, info.kind).inc()
+        new.metadata.resource_version = str(rev)
+        return new
+
+    async def delete(
+        self,
+        kind: str | KindInfo,
+        name: str,
+        namespace: str | None = None,
+        *,
+        actor: str | None = None,
+        resource_version: str | None = None,
+        uid: str | None = None,
+        dry_run: bool = False,
+    ) -> Resource:
+        """Delete an object: with finalizers it is only marked (deletionTimestamp) until they are gone.
+
+        Returns the object as it now is: marked, or its last state (with the deletion's revision).
+        """
+        info = self.kind(kind)
+        key, kv, current = await self._current(info, name, namespace)
+        if resource_version and resource_version != current.metadata.resource_version:
+            raise _conflict(info, name)
+        if uid and uid != current.metadata.uid:
+            raise Conflict(f'{info.kind} "{name}": precondition failed: uid {uid} does not match')
+        _check_owner(info, current, actor, finalizers_only=False)
+        if current.metadata.finalizers:
+            if current.metadata.deletion_timestamp:
+                return current
+            marked = current.model_copy(deep=True)
+            marked.metadata.deletion_timestamp = now_rfc3339()
+            return await self._replace(info, key, kv, current, marked, "delete", dry_run)
+        if dry_run:
+            return current
+        try:
+            rev = await self.backend.remove(key, kv.mod_rev)
+        except RevisionMismatch:
+            raise _conflict(info, name) from None
+        STORE_WRITES.labels("delete", info.kind).inc()
+        current.metadata.resource_version = str(rev)
+        return current
+
+    # watch
+
+    async def watch(
+        self,
+        kind: str | KindInfo | None = None,
+        namespace: str | None = None,
+        *,
+        label_selector: str | LabelSelector | None = None,
+        field_selector: str | FieldSelector | None = None,
+        resource_version: int | str | None = None,
+        send_initial_events: bool = False,
+        bookmark_interval: float | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Changes of one kind (or every kind) from after ``resource_version`` (or from now).
+
+        With ``send_initial_events`` the current objects come first as ADDED. A resource version older
+        than the retained history raises ``Gone``. With ``bookmark_interval``, a BOOKMARK carrying the
+        current revision is sent whenever that many seconds pass without an event.
+        """
+        if not self._started:
+            await self.start()
+        info = self.kind(kind) if kind is not None else None
+        labels, fields = _labels(label_selector), _fields(field_selector)
+        if info is not None:
+            namespace = namespace or (fields.equal("metadata.namespace") if info.namespaced else None)
+            prefix = self.kind_prefix(info, namespace)
+        else:
+            prefix = "/"
+        if send_initial_events:
+            if info is None:
+                raise Invalid("initial events need one kind")
+            listed = await self.list(info, namespace, label_selector=labels, field_selector=fields)
+            for obj in listed.items:
+                yield WatchEvent("ADDED", obj)
+            from_rev = listed.resource_version + 1
+        elif resource_version in (None, "", "0", 0):
+            from_rev = self._hub.last_rev + 1
+        else:
+            try:
+                from_rev = int(resource_version) + 1  # type: ignore[arg-type]
+            except ValueError:
+                raise Invalid(f"invalid resourceVersion {resource_version!r}: must be an integer") from None
+        sub = self._hub.subscribe(from_rev)
+        try:
+            while True:
+                batch = await sub.next_batch(bookmark_interval)
+                if not batch:
+                    if bookmark_interval is not None and info is not None:
+                        yield _bookmark(info, sub.idle_revision)
+                    continue
+                for _, change in batch:
+                    if not change.key.startswith(prefix):
+                        continue
+                    if namespace and change.kind is not None and change.kind.namespaced:
+                        if not change.key.startswith(self.kind_prefix(change.kind, namespace)):
+                            continue
+                    event = _filter(change, labels, fields)
+                    if event is not None:
+                        yield event
+        finally:
+            sub.close()
+
+
+def _filter(change: Change, labels: LabelSelector, fields: FieldSelector) -> WatchEvent | None:
+    def matches(obj: Resource | None) -> bool:
+        return obj is not None and labels.matches(obj.metadata.labels) and fields.matches(obj.name, obj.namespace)
+
+    now, before = matches(change.obj), matches(change.prev)
+    if now and change.obj is not None:
+        return WatchEvent("MODIFIED" if before else "ADDED", change.obj)
+    if before and change.prev is not None:
+        # Deleted, or changed so that it no longer matches: this watcher sees it go.
+        return WatchEvent("DELETED", change.obj if change.obj is not None else change.prev)
+    return None
+
+
+def _bookmark(info: KindInfo, rev: int) -> WatchEvent:
+    obj = Resource.model_validate({"apiVersion": info.api_version, "kind": info.kind, "metadata": {}})
+    obj.metadata.resource_version = str(rev)
+    return WatchEvent("BOOKMARK", obj)
+
+
+def _labels(sel: str | LabelSelector | None) -> LabelSelector:
+    return sel if isinstance(sel, LabelSelector) else LabelSelector.parse(sel)
+
+
+def _fields(sel: str | FieldSelector | None) -> FieldSelector:
+    return sel if isinstance(sel, FieldSelector) else FieldSelector.parse(sel)
+
+
+def _conflict(info: KindInfo, name: str) -> Conflict:
+    return Conflict(
+        f'Operation cannot be fulfilled on {info.plural} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again"
+    )
+
+
+def _check_preconditions(info: KindInfo, obj: Resource, kv: KV, current: Resource) -> None:
+    if obj.metadata.resource_version and obj.metadata.resource_version != str(kv.mod_rev):
+        raise _conflict(info, obj.name)
+    if obj.metadata.uid and obj.metadata.uid != current.metadata.uid:
+        raise Conflict(f'{info.kind} "{obj.name}": precondition failed: uid {obj.metadata.uid} does not match')
+
+
+def _only_finalizers_differ(current: Resource, new: Resource) -> bool:
+    a, b = current.model_copy(deep=True), new.model_copy(deep=True)
+    a.metadata.finalizers = b.metadata.finalizers = []
+    b.metadata.generation = a.metadata.generation
+    return a == b
+
+
+def _check_owner(info: KindInfo, current: Resource, actor: str | None, *, finalizers_only: bool) -> None:
+    owner = current.metadata.annotations.get(CONTROLLER_ANNOTATION)
+    if not owner or actor in (owner, SYSTEM) or finalizers_only:
+        return
+    ref = current.metadata.controller_ref()
+    of = f" on behalf of {ref.kind} {ref.name!r}" if ref else ""
+    where = f"{current.namespace}/{current.name}" if current.namespace else current.name
+    raise Forbidden(f"{info.kind} {where!r} is managed by controller {owner}{of}: only that controller may change it")
+
+
+def _make_continue(last_key: str, rev: int) -> str:
+    raw = json.dumps({"k": last_key, "rv": rev}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _parse_continue(token: str, prefix: str) -> tuple[str, int]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        key, rev = data["k"], int(data["rv"])
+        if not isinstance(key, str) or not key.startswith(prefix):
+            raise ValueError(key)
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise Invalid("invalid continue token: it does not belong to this list; list again without it") from None
+    return key, rev
+
+
+__all__ = [
+    "CONTROLLER_ANNOTATION",
+    "SYSTEM",
+    "Change",
+    "ListResult",
+    "Store",
+    "UnknownKind",
+    "WatchEvent",
+]

@@ -1,0 +1,169 @@
+"""Fan-out of one backend watch to many watchers, with a ring of recent changes.
+
+Each Store opens a single backend watch and shares it: a change is decoded once, however many
+watchers see it. A watcher that starts from a revision still in the ring joins at once; an older one
+first catches up from the backend's history, then joins the live feed without a gap or a duplicate.
+A watcher that falls too far behind is ended with ``Gone`` (its client re-lists) instead of letting
+its backlog grow without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from herder.state.backend import Backend, Compacted, RawEvent
+from herder.state.errors import Gone
+
+log = logging.getLogger(__name__)
+
+C = TypeVar("C")
+
+
+class Subscription(Generic[C]):
+    """The changes one watcher has yet to read, in revision order."""
+
+    def __init__(self, hub: WatchHub[C], next_rev: int) -> None:
+        self._hub = hub
+        self.next_rev = next_rev
+        self._pending: deque[tuple[int, C]] = deque()
+        self._ready = asyncio.Event()
+        self._error: Exception | None = None
+        self._catch_up: asyncio.Task[None] | None = None
+        self.closed = False
+
+    def push(self, rev: int, change: C) -> None:
+        if rev < self.next_rev or self._error is not None:
+            return
+        self.next_rev = rev + 1
+        self._pending.append((rev, change))
+        if len(self._pending) > self._hub.max_pending:
+            self.fail(Gone(rev, rev))
+        self._ready.set()
+
+    def fail(self, error: Exception) -> None:
+        self._error = error
+        self._pending.clear()
+        self._ready.set()
+
+    async def next_batch(self, timeout: float | None = None) -> list[tuple[int, C]]:
+        """Every pending change; an empty list when ``timeout`` passes first. Raises the end error."""
+        if not self._pending and self._error is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), timeout)
+        if self._error is not None:
+            raise self._error
+        batch = list(self._pending)
+        self._pending.clear()
+        self._ready.clear()
+        return batch
+
+    @property
+    def idle_revision(self) -> int:
+        """The revision this watcher has fully seen when nothing is pending (for bookmarks)."""
+        return self._hub.last_rev if not self._pending else self._pending[-1][0]
+
+    def close(self) -> None:
+        self.closed = True
+        self._hub._subs.discard(self)
+        if self._catch_up is not None:
+            self._catch_up.cancel()
+
+
+class WatchHub(Generic[C]):
+    def __init__(
+        self,
+        backend: Backend,
+        decode: Callable[[RawEvent], C],
+        *,
+        ring: int = 10_000,
+        max_pending: int = 100_000,
+        retry_delay: float = 0.5,
+    ) -> None:
+        self._backend = backend
+        self._decode = decode
+        self._ring: deque[tuple[int, C]] = deque(maxlen=ring)
+        self._subs: set[Subscription[C]] = set()
+        self.max_pending = max_pending
+        self._retry_delay = retry_delay
+        self.last_rev = 0
+        # Every change with a revision >= covered_from is in the ring or still to come.
+        self.covered_from = 1
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.last_rev = await self._backend.revision()
+        self.covered_from = self.last_rev + 1
+        self._task = asyncio.create_task(self._run(), name="watch-hub")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for sub in list(self._subs):
+            sub.fail(Gone(self.last_rev, self.last_rev))
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async for raw in self._backend.watch("", self.last_rev + 1):
+                    self._publish(raw)
+            except Compacted:
+                # The hub itself fell behind the history: its watchers cannot be served without a gap.
+                log.warning("watch hub fell behind compaction at revision %d; watchers must re-list", self.last_rev)
+                for sub in list(self._subs):
+                    sub.fail(Gone(self.last_rev, self.last_rev))
+                self._subs.clear()
+                self._ring.clear()
+                self.last_rev = await self._backend.revision()
+                self.covered_from = self.last_rev + 1
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("backend watch failed; resuming from revision %d", self.last_rev + 1)
+                await asyncio.sleep(self._retry_delay)
+
+    def _publish(self, raw: RawEvent) -> None:
+        change = self._decode(raw)
+        if len(self._ring) == self._ring.maxlen:
+            self.covered_from = self._ring[1][0] if len(self._ring) > 1 else raw.rev
+        self._ring.append((raw.rev, change))
+        self.last_rev = raw.rev
+        for sub in self._subs:
+            sub.push(raw.rev, change)
+
+    def subscribe(self, from_rev: int) -> Subscription[C]:
+        sub: Subscription[C] = Subscription(self, from_rev)
+        if from_rev >= self.covered_from:
+            self._join(sub)
+        else:
+            sub._catch_up = asyncio.create_task(self._catch_up(sub), name="watch-catch-up")
+        return sub
+
+    def _join(self, sub: Subscription[C]) -> None:
+        # No await between copying the ring and registering: nothing can slip in between.
+        for rev, change in self._ring:
+            if rev >= sub.next_rev:
+                sub.push(rev, change)
+        self._subs.add(sub)
+
+    async def _catch_up(self, sub: Subscription[C]) -> None:
+        try:
+            async for raw in self._backend.watch("", sub.next_rev):
+                sub.push(raw.rev, self._decode(raw))
+                if sub.closed:
+                    return
+                if sub.next_rev >= self.covered_from:
+                    self._join(sub)
+                    return
+        except Compacted as err:
+            sub.fail(Gone(sub.next_rev, err.oldest))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            sub.fail(err)
