@@ -1,0 +1,88 @@
+"""The hooks through which a server built on ``krm`` decides who may do what.
+
+``krm`` itself knows no users or roles: it asks its ``AccessPolicy`` to authenticate each request,
+to authorize each verb, to hide objects a caller may not know of, and to record what happened.
+``AllowAll`` serves an unauthenticated API (the emulator's tests, local experiments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from starlette.requests import Request
+
+from herder.resources import KindInfo, Resource
+
+# The verbs of the Kubernetes API, as authorization sees them.
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is calling: a name, a role, and for scoped roles what they are scoped to."""
+
+    name: str
+    role: str
+    scope: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Access:
+    """One request as authorization sees it; ``subresource`` is "status" for the status subresource."""
+
+    verb: str
+    kind: KindInfo
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+
+
+class Unauthenticated(Exception):
+    """No valid credentials (401)."""
+
+
+class Denied(Exception):
+    """Authenticated, but not allowed (403); the message says why without naming hidden objects."""
+
+
+class AccessPolicy(Protocol):
+    async def authenticate(self, request: Request) -> Identity:
+        """Who sent this request; raise ``Unauthenticated`` when nobody valid did."""
+
+    def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
+        """Raise ``Denied`` unless ``who`` may do ``access`` (to ``obj`` when it is known)."""
+
+    def visible(self, who: Identity, obj: Resource) -> bool:
+        """Whether ``who`` may know that ``obj`` exists at all (hidden objects: no)."""
+
+    def actor(self, who: Identity) -> str:
+        """The writer name the store checks controller ownership against."""
+
+    async def record(
+        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
+    ) -> None:
+        """Audit one request once its outcome is known."""
+
+
+class AllowAll:
+    """Everyone is an anonymous admin, nothing is hidden, nothing is recorded."""
+
+    ANONYMOUS = Identity("anonymous", "Admin")
+
+    async def authenticate(self, request: Request) -> Identity:
+        return self.ANONYMOUS
+
+    def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
+        return None
+
+    def visible(self, who: Identity, obj: Resource) -> bool:
+        return True
+
+    def actor(self, who: Identity) -> str:
+        return f"user:{who.name}"
+
+    async def record(
+        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
+    ) -> None:
+        return None
