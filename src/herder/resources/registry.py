@@ -94,10 +94,15 @@ class KindInfo:
         if not self.namespaced and obj.metadata.namespace:
             causes.append(FieldError("metadata.namespace", f"kind {self.kind} is not namespaced"))
         updates: dict[str, Any] = {}
-        for path, model, value in (("spec", self.spec_model, obj.spec), ("status", self.status_model, obj.status)):
+        for path, model, value in (
+            ("spec", self.spec_model, obj.spec),
+            ("status", self.status_model, obj.status),
+        ):
             if model is None:
                 if value:
-                    causes.append(FieldError(path, f"kind {self.kind} has no {path}", "FieldValueNotSupported"))
+                    causes.append(
+                        FieldError(path, f"kind {self.kind} has no {path}", "FieldValueNotSupported")
+                    )
                 continue
             if value is None and path == "status":
                 continue

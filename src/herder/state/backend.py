@@ -81,6 +81,10 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def compact(self, revision: int) -> None:
+        """Forget the history before ``revision``: a watch from an older one raises ``Compacted``."""
+
+    @abc.abstractmethod
     async def revision(self) -> int:
         """The revision of the last committed change."""
 

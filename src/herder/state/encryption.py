@@ -57,7 +57,9 @@ class Cipher:
         try:
             return self._aead.decrypt(body[:_NONCE], body[_NONCE:], storage_key.encode())
         except Exception as err:  # cryptography raises InvalidTag without a message
-            raise DecryptionFailed(f"cannot decrypt {storage_key}: wrong encryption key or damaged value") from err
+            raise DecryptionFailed(
+                f"cannot decrypt {storage_key}: wrong encryption key or damaged value"
+            ) from err
 
 
 def is_sealed(value: bytes) -> bool:

@@ -36,7 +36,11 @@ class MemoryBackend(Backend):
     async def range(
         self, prefix: str, *, start_after: str | None = None, limit: int | None = None
     ) -> tuple[list[KV], int]:
-        lo = bisect.bisect_right(self._keys, start_after) if start_after else bisect.bisect_left(self._keys, prefix)
+        lo = (
+            bisect.bisect_right(self._keys, start_after)
+            if start_after
+            else bisect.bisect_left(self._keys, prefix)
+        )
         out: list[KV] = []
         for key in self._keys[lo:]:
             if not key.startswith(prefix) or (limit is not None and len(out) >= limit):
@@ -64,6 +68,9 @@ class MemoryBackend(Backend):
     def watch(self, prefix: str, from_rev: int) -> AsyncIterator[RawEvent]:
         self._log.bind()
         return self._log.watch(prefix, from_rev)
+
+    async def compact(self, revision: int) -> None:
+        self._log.compact(revision)
 
     async def revision(self) -> int:
         return self._rev

@@ -97,9 +97,7 @@ def _parse_term(term: str) -> Requirement:
     for op, name in (("!=", "!="), ("==", "="), ("=", "=")):
         if op in term:
             key, _, value = term.partition(op)
-            return Requirement(
-                _check_key(key.strip(), term), name, _check_values([value.strip()], term)
-            )
+            return Requirement(_check_key(key.strip(), term), name, _check_values([value.strip()], term))
     if term.startswith("!"):
         return Requirement(_check_key(term[1:].strip(), term), "!exists")
     return Requirement(_check_key(term, term), "exists")

@@ -126,18 +126,27 @@ class SQLiteBackend(Backend):
 
     def _prune(self, conn: sqlite3.Connection) -> None:
         self._since_prune = 0
-        floor = self._rev - self._history_size
+        self._compact_to(conn, self._rev - self._history_size + 1)
+
+    def _compact_to(self, conn: sqlite3.Connection, oldest: int) -> None:
+        """Drop the events before ``oldest``. Writer thread only."""
+        floor = min(oldest, self._rev + 1) - 1
         if floor <= 0:
             return
-        with conn:
-            conn.execute("DELETE FROM events WHERE rev <= ?", (floor,))
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('compacted', ?)", (floor,))
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM events WHERE rev <= ?", (floor,))
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('compacted', ?)", (floor,))
+        conn.execute("COMMIT")
         self._log.compact(floor + 1)
+
+    async def compact(self, revision: int) -> None:
+        await self._write(lambda: self._compact_to(self._conn(), revision))
 
     async def _read_history(self, from_rev: int, limit: int) -> list[RawEvent]:
         def read(conn: sqlite3.Connection) -> list[RawEvent]:
             rows = conn.execute(
-                "SELECT rev, key, value, prev FROM events WHERE rev >= ? ORDER BY rev LIMIT ?", (from_rev, limit)
+                "SELECT rev, key, value, prev FROM events WHERE rev >= ? ORDER BY rev LIMIT ?",
+                (from_rev, limit),
             ).fetchall()
             return [RawEvent(*row) for row in rows]
 

@@ -244,7 +244,11 @@ class Store:
         _check_preconditions(info, obj, kv, current)
         new = info.validate(obj.model_copy(deep=True))
         meta, old = new.metadata, current.metadata
-        meta.uid, meta.creation_timestamp, meta.deletion_timestamp = old.uid, old.creation_timestamp, old.deletion_timestamp
+        meta.uid, meta.creation_timestamp, meta.deletion_timestamp = (
+            old.uid,
+            old.creation_timestamp,
+            old.deletion_timestamp,
+        )
         meta.generate_name = old.generate_name
         new.status = current.status
         meta.generation = (old.generation or 1) + (1 if new.body() != current.body() else 0)
@@ -255,7 +259,9 @@ class Store:
         _check_owner(info, current, actor, finalizers_only=_only_finalizers_differ(current, new))
         return await self._replace(info, key, kv, current, new, "update", dry_run)
 
-    async def update_status(self, obj: Resource, *, actor: str | None = None, dry_run: bool = False) -> Resource:
+    async def update_status(
+        self, obj: Resource, *, actor: str | None = None, dry_run: bool = False
+    ) -> Resource:
         """Replace an object's status only; metadata, spec and generation are kept."""
         info = self.registry.for_object(obj)
         key, kv, current = await self._current(info, obj.name, obj.namespace)
@@ -362,7 +368,7 @@ class Store:
             from_rev = self._hub.last_rev + 1
         else:
             try:
-                from_rev = int(resource_version) + 1  # type: ignore[arg-type]
+                from_rev = int(resource_version) + 1
             except ValueError:
                 raise Invalid(f"invalid resourceVersion {resource_version!r}: must be an integer") from None
         sub = self._hub.subscribe(from_rev)
@@ -376,9 +382,13 @@ class Store:
                 for _, change in batch:
                     if not change.key.startswith(prefix):
                         continue
-                    if namespace and change.kind is not None and change.kind.namespaced:
-                        if not change.key.startswith(self.kind_prefix(change.kind, namespace)):
-                            continue
+                    if (
+                        namespace
+                        and change.kind is not None
+                        and change.kind.namespaced
+                        and not change.key.startswith(self.kind_prefix(change.kind, namespace))
+                    ):
+                        continue
                     event = _filter(change, labels, fields)
                     if event is not None:
                         yield event
@@ -388,7 +398,11 @@ class Store:
 
 def _filter(change: Change, labels: LabelSelector, fields: FieldSelector) -> WatchEvent | None:
     def matches(obj: Resource | None) -> bool:
-        return obj is not None and labels.matches(obj.metadata.labels) and fields.matches(obj.name, obj.namespace)
+        return (
+            obj is not None
+            and labels.matches(obj.metadata.labels)
+            and fields.matches(obj.name, obj.namespace)
+        )
 
     now, before = matches(change.obj), matches(change.prev)
     if now and change.obj is not None:
@@ -424,7 +438,9 @@ def _check_preconditions(info: KindInfo, obj: Resource, kv: KV, current: Resourc
     if obj.metadata.resource_version and obj.metadata.resource_version != str(kv.mod_rev):
         raise _conflict(info, obj.name)
     if obj.metadata.uid and obj.metadata.uid != current.metadata.uid:
-        raise Conflict(f'{info.kind} "{obj.name}": precondition failed: uid {obj.metadata.uid} does not match')
+        raise Conflict(
+            f'{info.kind} "{obj.name}": precondition failed: uid {obj.metadata.uid} does not match'
+        )
 
 
 def _only_finalizers_differ(current: Resource, new: Resource) -> bool:
@@ -441,7 +457,9 @@ def _check_owner(info: KindInfo, current: Resource, actor: str | None, *, finali
     ref = current.metadata.controller_ref()
     of = f" on behalf of {ref.kind} {ref.name!r}" if ref else ""
     where = f"{current.namespace}/{current.name}" if current.namespace else current.name
-    raise Forbidden(f"{info.kind} {where!r} is managed by controller {owner}{of}: only that controller may change it")
+    raise Forbidden(
+        f"{info.kind} {where!r} is managed by controller {owner}{of}: only that controller may change it"
+    )
 
 
 def _make_continue(last_key: str, rev: int) -> str:
@@ -456,7 +474,9 @@ def _parse_continue(token: str, prefix: str) -> tuple[str, int]:
         if not isinstance(key, str) or not key.startswith(prefix):
             raise ValueError(key)
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise Invalid("invalid continue token: it does not belong to this list; list again without it") from None
+        raise Invalid(
+            "invalid continue token: it does not belong to this list; list again without it"
+        ) from None
     return key, rev
 
 

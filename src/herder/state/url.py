@@ -26,7 +26,9 @@ async def open_backend(url: str) -> Backend:
 
             path = parts.path if not parts.netloc else parts.netloc + parts.path
             if not path:
-                raise ValueError(f"{url}: a sqlite URL needs a path, as in sqlite:///var/lib/herder/herder.db")
+                raise ValueError(
+                    f"{url}: a sqlite URL needs a path, as in sqlite:///var/lib/herder/herder.db"
+                )
             return await SQLiteBackend(path, synchronous=query.get("synchronous", "FULL")).open()
         case "etcd":
             from herder.state.etcd import EtcdBackend
@@ -36,7 +38,9 @@ async def open_backend(url: str) -> Backend:
                 raise ValueError(f"{url}: an etcd URL needs at least one HOST:PORT")
             return await EtcdBackend(endpoints, prefix=parts.path.rstrip("/") or "/herder").open()
         case _:
-            raise ValueError(f"unsupported state URL {url!r}: use memory://, sqlite:///PATH or etcd://HOST:PORT")
+            raise ValueError(
+                f"unsupported state URL {url!r}: use memory://, sqlite:///PATH or etcd://HOST:PORT"
+            )
 
 
 async def open_store(

@@ -115,7 +115,9 @@ class WatchHub(Generic[C]):
                     self._publish(raw)
             except Compacted:
                 # The hub itself fell behind the history: its watchers cannot be served without a gap.
-                log.warning("watch hub fell behind compaction at revision %d; watchers must re-list", self.last_rev)
+                log.warning(
+                    "watch hub fell behind compaction at revision %d; watchers must re-list", self.last_rev
+                )
                 for sub in list(self._subs):
                     sub.fail(Gone(self.last_rev, self.last_rev))
                 self._subs.clear()
