@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup etcd
+.PHONY: run test lint setup etcd protos
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,3 +29,7 @@ lint: setup
 
 test: setup etcd lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+# Regenerate the committed Talos machine API stubs from src/herder/talos/api/**/*.proto.
+protos: setup
+	PY=$(VENV)/bin/python scripts/gen-protos

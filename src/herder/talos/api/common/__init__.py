@@ -1,0 +1,1 @@
+"""Generated stubs of Talos's ``common`` proto package (the part the machine API uses)."""

@@ -1,0 +1,40 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FATAL: _ClassVar[Code]
+    LOCKED: _ClassVar[Code]
+    CANCELED: _ClassVar[Code]
+FATAL: Code
+LOCKED: Code
+CANCELED: Code
+
+class Error(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: Code
+    message: str
+    def __init__(self, code: _Optional[_Union[Code, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Metadata(_message.Message):
+    __slots__ = ("hostname", "error")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    error: str
+    def __init__(self, hostname: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class Data(_message.Message):
+    __slots__ = ("metadata", "bytes")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    metadata: Metadata
+    bytes: bytes
+    def __init__(self, metadata: _Optional[_Union[Metadata, _Mapping]] = ..., bytes: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""Generated stubs of Talos's ``machine`` proto package (``machine.MachineService``, herder's subset)."""
