@@ -1,0 +1,173 @@
+"""Identity and audit kinds: ServiceAccount, User, Token, TokenDigest and AuditEvent.
+
+A bearer token has two halves in storage. ``Token`` is its public record (whose it is, when it
+expires) that admins may list and delete to revoke it; ``TokenDigest``, of the same name, holds
+only the SHA-256 digest of the secret, is sealed at rest, and no role may read it through the API.
+So listing tokens can never show anything that helps to forge one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from herder.resources.configuration import GROUP, VERSION
+from herder.resources.registry import KindInfo, PrinterColumn
+
+# The roles of DESIGN §7, weakest first; InfraProvider and Support stand outside the ladder.
+Role = Literal["Reader", "Operator", "Admin", "InfraProvider", "Support"]
+ROLES: tuple[Role, ...] = ("Reader", "Operator", "Admin", "InfraProvider", "Support")
+
+# The label that scopes objects to one infra provider, and an InfraProvider identity to its objects.
+INFRA_PROVIDER_LABEL = "herder.dev/infra-provider-id"
+# The label Token objects carry naming their subject, so that one account's tokens list cheaply.
+TOKEN_SUBJECT_LABEL = "herder.dev/token-subject"
+
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class IdentitySpec(BaseModel):
+    """What a ServiceAccount or a User may do: one role, and the provider id an InfraProvider acts for."""
+
+    model_config = _STRICT
+
+    role: Role = Field(description="Reader, Operator, Admin, InfraProvider or Support")
+    provider_id: str | None = Field(
+        default=None, alias="providerId", description="the infra provider id; required for role InfraProvider"
+    )
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _provider_id_iff_infra_provider(self) -> IdentitySpec:
+        if self.role == "InfraProvider" and not self.provider_id:
+            raise ValueError("providerId is required for role InfraProvider")
+        if self.role != "InfraProvider" and self.provider_id:
+            raise ValueError("providerId is only meaningful for role InfraProvider")
+        return self
+
+
+class UserSpec(IdentitySpec):
+    email: str = ""
+    display_name: str = Field(default="", alias="displayName")
+
+
+class TokenSpec(BaseModel):
+    model_config = _STRICT
+
+    subject_kind: Literal["ServiceAccount", "User"] = Field(alias="subjectKind")
+    subject: str = Field(min_length=1, description="the name of the ServiceAccount or User")
+    expires_at: str | None = Field(default=None, alias="expiresAt", description="RFC 3339; none: never")
+    description: str = ""
+
+
+class TokenDigestSpec(BaseModel):
+    model_config = _STRICT
+
+    sha256: str = Field(pattern="^[0-9a-f]{64}$", description="hex SHA-256 of the token's secret")
+
+
+class AuditEventSpec(BaseModel):
+    """One request as it was answered; written by the server only."""
+
+    model_config = _STRICT
+
+    time: str = Field(description="RFC 3339 with microseconds, UTC")
+    user: str = Field(description="the identity, as Kind/name; empty when the caller was not authenticated")
+    role: str = ""
+    verb: str
+    api_version: str = Field(default="", alias="apiVersion")
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    subresource: str = ""
+    code: int = Field(description="the HTTP status code of the answer")
+    result: Literal["Success", "Failure"]
+    message: str = ""
+    source_address: str = Field(default="", alias="sourceAddress")
+    user_agent: str = Field(default="", alias="userAgent")
+
+
+_IDENTITY_COLUMNS = (
+    PrinterColumn("Role", ".spec.role"),
+    PrinterColumn("Provider", ".spec.providerId"),
+    PrinterColumn("Description", ".spec.description", priority=1),
+)
+
+SERVICE_ACCOUNT = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="ServiceAccount",
+    plural="serviceaccounts",
+    namespaced=False,
+    spec_model=IdentitySpec,
+    short_names=("sa",),
+    categories=("herder",),
+    printer_columns=_IDENTITY_COLUMNS,
+    description="A non-human identity with a role; it authenticates with bearer tokens.",
+)
+
+USER = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="User",
+    plural="users",
+    namespaced=False,
+    spec_model=UserSpec,
+    categories=("herder",),
+    printer_columns=(*_IDENTITY_COLUMNS, PrinterColumn("Email", ".spec.email")),
+    description="A person with a role; until single sign-on exists, a user authenticates with bearer tokens.",
+)
+
+TOKEN = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="Token",
+    plural="tokens",
+    namespaced=False,
+    spec_model=TokenSpec,
+    categories=("herder",),
+    printer_columns=(
+        PrinterColumn("Subject-Kind", ".spec.subjectKind"),
+        PrinterColumn("Subject", ".spec.subject"),
+        PrinterColumn("Expires", ".spec.expiresAt"),
+    ),
+    description="The public record of one bearer token; delete it to revoke the token.",
+)
+
+TOKEN_DIGEST = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="TokenDigest",
+    plural="tokendigests",
+    namespaced=False,
+    spec_model=TokenDigestSpec,
+    sensitive=True,
+    description="The digest of a bearer token's secret; never readable through the API.",
+)
+
+AUDIT_EVENT = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="AuditEvent",
+    plural="auditevents",
+    namespaced=False,
+    spec_model=AuditEventSpec,
+    short_names=("audit",),
+    categories=("herder",),
+    printer_columns=(
+        PrinterColumn("Time", ".spec.time"),
+        PrinterColumn("User", ".spec.user"),
+        PrinterColumn("Role", ".spec.role"),
+        PrinterColumn("Verb", ".spec.verb"),
+        PrinterColumn("Kind", ".spec.kind"),
+        PrinterColumn("Namespace", ".spec.namespace"),
+        PrinterColumn("Object", ".spec.name"),
+        PrinterColumn("Code", ".spec.code", type="integer"),
+        PrinterColumn("Source", ".spec.sourceAddress", priority=1),
+        PrinterColumn("Message", ".spec.message", priority=1),
+    ),
+    description="Who did what, when and from where; append-only, written by the server.",
+)
+
+ACCESS_KINDS = (SERVICE_ACCOUNT, USER, TOKEN, TOKEN_DIGEST, AUDIT_EVENT)
