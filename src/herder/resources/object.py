@@ -57,5 +57,6 @@ class Resource(BaseModel):
     def from_dict(cls, data: dict[str, Any]) -> Resource:
         return cls.model_validate(data)
 
-    def copy_deep(self) -> Resource:
-        return self.model_copy(deep=True)
+    def clone(self) -> Resource:
+        """An independent copy; a JSON round trip through pydantic-core is far cheaper than deepcopy."""
+        return Resource.model_validate(self.model_dump(by_alias=True, exclude_none=True))

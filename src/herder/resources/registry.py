@@ -80,7 +80,7 @@ class KindInfo:
         return model.model_validate(obj.spec or {})
 
     def validate(self, obj: Resource) -> Resource:
-        """Check the object against this kind and return it with spec and status normalized.
+        """Check the object against this kind; return a new copy with spec and status normalized.
 
         Raises ``InvalidObject`` naming every offending field.
         """
@@ -124,9 +124,7 @@ class KindInfo:
                 causes.extend(_field_errors(key, err))
         if causes:
             raise InvalidObject(self.kind, name, causes)
-        if not updates and not extra:
-            return obj
-        data = obj.to_dict()
+        data = obj.model_dump(by_alias=True, exclude_none=True)
         data.update(updates)
         data.update(extra)
         return Resource.from_dict(data)

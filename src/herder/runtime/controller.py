@@ -108,7 +108,7 @@ class Context:
         its owner) and the controller annotation (so nobody else may change it). Its status is kept.
         """
         info: KindInfo = self.store.registry.for_object(owner)
-        out = desired.model_copy(deep=True)
+        out = desired.clone()
         out.metadata.owner_references = [
             OwnerReference(
                 apiVersion=info.api_version,
@@ -123,7 +123,7 @@ class Context:
         current = await self.get(ObjectKey.of(out))
         if current is None:
             return await self.create(out)
-        merged = current.model_copy(deep=True)
+        merged = current.clone()
         merged.spec = out.spec
         merged.metadata.labels = out.metadata.labels
         merged.metadata.annotations = {**current.metadata.annotations, **out.metadata.annotations}
@@ -135,7 +135,7 @@ class Context:
     async def ensure_finalizer(self, obj: Resource, finalizer: str) -> Resource:
         if finalizer in obj.metadata.finalizers:
             return obj
-        changed = obj.model_copy(deep=True)
+        changed = obj.clone()
         changed.metadata.finalizers.append(finalizer)
         return await self.update(changed)
 
@@ -143,6 +143,6 @@ class Context:
         """Drop a finalizer; the store removes the object if it was the last one of a deleted object."""
         if finalizer not in obj.metadata.finalizers:
             return obj
-        changed = obj.model_copy(deep=True)
+        changed = obj.clone()
         changed.metadata.finalizers = [f for f in obj.metadata.finalizers if f != finalizer]
         return await self.update(changed)

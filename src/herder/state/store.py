@@ -13,8 +13,8 @@ import binascii
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import Counter
@@ -50,17 +50,40 @@ class ListResult:
     continue_token: str | None = None
 
 
-@dataclass(slots=True)
 class Change:
-    """A backend event decoded once for every watcher: the object after and before the change."""
+    """A backend event as watchers see it: the object after and before the change.
 
-    rev: int
-    key: str
-    kind: KindInfo | None
-    obj: Resource | None
-    prev: Resource | None
-    # Encodings of this change, computed by the first watcher that needs them (e.g. the API's JSON).
-    cache: dict[str, bytes] = field(default_factory=dict)
+    Objects are decoded on first use and then shared, so a change nobody watches costs nothing and
+    one watched by many is decoded once.
+    """
+
+    __slots__ = ("_obj", "_prev", "_raw", "_store", "cache", "key", "kind", "rev")
+
+    def __init__(self, store: Store, raw: RawEvent) -> None:
+        self._store = store
+        self._raw = raw
+        self.rev = raw.rev
+        self.key = raw.key
+        self.kind = store._kind_of_key(raw.key)
+        self._obj: Resource | bool | None = False
+        self._prev: Resource | bool | None = False
+        # Encodings of this change, computed by the first watcher that needs them (e.g. the API's JSON).
+        self.cache: dict[str, bytes] = {}
+
+    @property
+    def obj(self) -> Resource | None:
+        if self._obj is False:
+            value = self._raw.value
+            self._obj = self._store._decode(self.key, value, self.rev) if value is not None else None
+        return self._obj  # type: ignore[return-value]
+
+    @property
+    def prev(self) -> Resource | None:
+        # The previous state is stamped with this change's revision: a DELETED event carries it.
+        if self._prev is False:
+            value = self._raw.prev
+            self._prev = self._store._decode(self.key, value, self.rev) if value is not None else None
+        return self._prev  # type: ignore[return-value]
 
 
 def _gen_suffix() -> str:
@@ -142,10 +165,7 @@ class Store:
         return obj
 
     def _decode_change(self, raw: RawEvent) -> Change:
-        obj = self._decode(raw.key, raw.value, raw.rev) if raw.value is not None else None
-        # The previous state is stamped with this change's revision: a DELETED event carries it.
-        prev = self._decode(raw.key, raw.prev, raw.rev) if raw.prev is not None else None
-        return Change(raw.rev, raw.key, self._kind_of_key(raw.key), obj, prev)
+        return Change(self, raw)
 
     async def _current(self, info: KindInfo, name: str, namespace: str | None) -> tuple[str, KV, Resource]:
         key = self.key(info, name, namespace)
@@ -203,12 +223,10 @@ class Store:
 
     async def create(self, obj: Resource, *, actor: str | None = None, dry_run: bool = False) -> Resource:
         info = self.registry.for_object(obj)
-        obj = obj.model_copy(deep=True)
+        obj = info.validate(obj)
         meta = obj.metadata
         if not meta.name and meta.generate_name:
             meta.name = meta.generate_name + _gen_suffix()
-        obj = info.validate(obj)
-        meta = obj.metadata
         if info.namespaced and info.kind != "Namespace":
             await self._require_namespace(meta.namespace or "")
         meta.uid = str(uuid.uuid4())
@@ -242,7 +260,7 @@ class Store:
         info = self.registry.for_object(obj)
         key, kv, current = await self._current(info, obj.name, obj.namespace)
         _check_preconditions(info, obj, kv, current)
-        new = info.validate(obj.model_copy(deep=True))
+        new = info.validate(obj)
         meta, old = new.metadata, current.metadata
         meta.uid, meta.creation_timestamp, meta.deletion_timestamp = (
             old.uid,
@@ -266,7 +284,7 @@ class Store:
         info = self.registry.for_object(obj)
         key, kv, current = await self._current(info, obj.name, obj.namespace)
         _check_preconditions(info, obj, kv, current)
-        new = current.model_copy(deep=True)
+        new = current.model_copy()
         new.status = obj.status
         new = info.validate(new)
         return await self._replace(info, key, kv, current, new, "update_status", dry_run)
@@ -316,7 +334,7 @@ class Store:
         if current.metadata.finalizers:
             if current.metadata.deletion_timestamp:
                 return current
-            marked = current.model_copy(deep=True)
+            marked = current.clone()
             marked.metadata.deletion_timestamp = now_rfc3339()
             return await self._replace(info, key, kv, current, marked, "delete", dry_run)
         if dry_run:
@@ -341,7 +359,7 @@ class Store:
         resource_version: int | str | None = None,
         send_initial_events: bool = False,
         bookmark_interval: float | None = None,
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Changes of one kind (or every kind) from after ``resource_version`` (or from now).
 
         With ``send_initial_events`` the current objects come first as ADDED. A resource version older
@@ -444,9 +462,10 @@ def _check_preconditions(info: KindInfo, obj: Resource, kv: KV, current: Resourc
 
 
 def _only_finalizers_differ(current: Resource, new: Resource) -> bool:
-    a, b = current.model_copy(deep=True), new.model_copy(deep=True)
-    a.metadata.finalizers = b.metadata.finalizers = []
-    b.metadata.generation = a.metadata.generation
+    a, b = current.to_dict(), new.to_dict()
+    for data in (a, b):
+        for field in ("finalizers", "generation", "resourceVersion"):
+            data["metadata"].pop(field, None)
     return a == b
 
 
