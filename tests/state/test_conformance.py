@@ -332,3 +332,17 @@ async def test_sensitive_kinds_are_encrypted_at_rest(harness: Harness) -> None:
     raw = b"".join(await harness.raw_values())
     assert b"visible-marker" in raw  # the check below looks where the data is
     assert b"very-secret-material" not in raw
+
+
+async def test_concurrent_unconditional_updates_all_succeed(store: Store) -> None:
+    await store.create(patch("shared"))
+
+    async def write(i: int) -> Resource:
+        obj = patch("shared", data=f"writer: {i}")  # no resourceVersion: unconditional
+        return await store.update(obj)
+
+    results = await asyncio.gather(*(write(i) for i in range(8)))
+    revs = {r.metadata.resource_version for r in results}
+    assert len(revs) == 8
+    final = await store.get("cp", "shared", "default")
+    assert final.spec is not None and final.spec["data"].startswith("writer: ")

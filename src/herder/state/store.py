@@ -13,7 +13,7 @@ import binascii
 import json
 import secrets
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +31,9 @@ STORE_WRITES = Counter("herder_store_writes_total", "Writes committed to the sto
 # Who may change a controller-owned object: the controller named in this annotation, or SYSTEM.
 CONTROLLER_ANNOTATION = "herder.dev/controller"
 SYSTEM = "system:herder"
+
+# How often an update without a resourceVersion is retried when another writer got in first.
+_UNCONDITIONAL_ATTEMPTS = 5
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 
@@ -256,7 +259,24 @@ class Store:
             raise NotFound("namespaces", namespace)
 
     async def update(self, obj: Resource, *, actor: str | None = None, dry_run: bool = False) -> Resource:
-        """Replace an object's metadata and body; its status is kept (see ``update_status``)."""
+        """Replace an object's metadata and body; its status is kept (see ``update_status``).
+
+        Without a resourceVersion the update is unconditional: a concurrent write is retried over.
+        """
+        return await self._unconditional_retry(obj, lambda: self._update(obj, actor, dry_run))
+
+    async def _unconditional_retry(
+        self, obj: Resource, attempt: Callable[[], Awaitable[Resource]]
+    ) -> Resource:
+        for _ in range(_UNCONDITIONAL_ATTEMPTS - 1):
+            try:
+                return await attempt()
+            except Conflict:
+                if obj.metadata.resource_version:
+                    raise
+        return await attempt()
+
+    async def _update(self, obj: Resource, actor: str | None, dry_run: bool) -> Resource:
         info = self.registry.for_object(obj)
         key, kv, current = await self._current(info, obj.name, obj.namespace)
         _check_preconditions(info, obj, kv, current)
@@ -281,6 +301,9 @@ class Store:
         self, obj: Resource, *, actor: str | None = None, dry_run: bool = False
     ) -> Resource:
         """Replace an object's status only; metadata, spec and generation are kept."""
+        return await self._unconditional_retry(obj, lambda: self._update_status(obj, dry_run))
+
+    async def _update_status(self, obj: Resource, dry_run: bool) -> Resource:
         info = self.registry.for_object(obj)
         key, kv, current = await self._current(info, obj.name, obj.namespace)
         _check_preconditions(info, obj, kv, current)
