@@ -33,7 +33,7 @@ CONTROLLER_ANNOTATION = "herder.dev/controller"
 SYSTEM = "system:herder"
 
 # How often an update without a resourceVersion is retried when another writer got in first.
-_UNCONDITIONAL_ATTEMPTS = 5
+_UNCONDITIONAL_ATTEMPTS = 50
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 
