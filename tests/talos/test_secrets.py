@@ -152,6 +152,9 @@ def test_generated_cas_match_talos(
         assert pair.key.startswith(b"-----BEGIN EC PRIVATE KEY-----")
     assert _organizations(cert) == organizations
     assert cert.subject == cert.issuer
+    # Encoded as Go encodes it (PrintableString), byte for byte like the CAs talosctl made.
+    talos_made = getattr(load_secrets_file(SHARED / "golden" / "secrets.yaml"), attr).certificate()
+    assert cert.subject.public_bytes() == talos_made.subject.public_bytes()
     assert len(cert.subject) == len(
         organizations
     )  # no CN, even for the aggregator ("front-proxy" is dropped)

@@ -4,4 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from herder.cli import talos_gen
+
 app = typer.Typer(help="Talos configs and the Talos machine API.", no_args_is_help=True)
+
+talos_gen.register(app)

@@ -13,6 +13,7 @@ import base64
 import binascii
 import enum
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_LIFETIME = timedelta(hours=87600)
@@ -31,6 +33,8 @@ PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPri
 # standard one, so keys are relabelled on the way in and out.
 _ED25519_LABEL = b"ED25519 PRIVATE KEY"
 _PKCS8_LABEL = b"PRIVATE KEY"
+
+_PRINTABLE = re.compile(r"[A-Za-z0-9 '()+,\-./:=?]*")
 
 
 class PKIError(ValueError):
@@ -138,10 +142,16 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _attribute(oid: x509.ObjectIdentifier, value: str) -> x509.NameAttribute[str]:
+    # Go encodes a name as PrintableString when it can, so Talos's certificates compare byte for byte.
+    printable = _PRINTABLE.fullmatch(value) is not None
+    return x509.NameAttribute(oid, value, _ASN1Type.PrintableString if printable else _ASN1Type.UTF8String)
+
+
 def _name(common_name: str | None, organizations: Sequence[str]) -> x509.Name:
-    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    attributes = [_attribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     if common_name:
-        attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+        attributes.append(_attribute(NameOID.COMMON_NAME, common_name))
     return x509.Name(attributes)
 
 

@@ -246,7 +246,10 @@ def load_secrets_file(path: str | Path) -> SecretsBundle:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidSecrets(f"cannot read secrets bundle {str(path)!r}: {pki.first_line(e)}") from None
-    return load_secrets(text)
+    try:
+        return load_secrets(text)
+    except InvalidSecrets as e:
+        raise InvalidSecrets(f"{path}: {e}") from None
 
 
 def save_secrets(bundle: SecretsBundle, path: str | Path) -> None:
