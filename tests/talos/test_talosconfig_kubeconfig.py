@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
+import ssl
 import subprocess
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -221,3 +225,75 @@ def test_accepted_cas_are_trusted_too(tmp_path: Path) -> None:
 def test_kubeconfig_needs_an_ecdsa_ca() -> None:
     with pytest.raises(pki.PKIError, match="ECDSA"):
         generate_admin_kubeconfig(SECRETS.os, cluster_name="c", endpoint="https://c:6443")
+
+
+def _pem_files(tmp_path: Path, name: str, pair: pki.CertificateAndKey) -> tuple[str, str]:
+    # OpenSSL reads Ed25519 keys only under the standard PKCS#8 label.
+    crt, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    crt.write_bytes(pair.crt)
+    key.write_bytes(
+        pair.private_key().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(crt), str(key)
+
+
+def _handshake(tmp_path: Path, client: pki.CertificateAndKey) -> tuple[list[str], BaseException | None]:
+    """An mTLS handshake against a server whose certificate (for 127.0.0.1) comes from the Talos CA."""
+    server_pair = pki.issue_certificate(
+        SECRETS.os,
+        not_before=NOW,
+        not_after=datetime.now(UTC) + timedelta(days=1),
+        ext_usage=pki.ExtUsage.SERVER_AUTH,
+        sans=["127.0.0.1", "localhost"],
+    )
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(SECRETS.os.crt)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(*_pem_files(tmp_path, "server", server_pair))
+    server_ctx.load_verify_locations(str(ca_file))
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_cert_chain(*_pem_files(tmp_path, "client", client))
+    client_ctx.load_verify_locations(str(ca_file))
+
+    left, right = socket.socketpair()
+    seen: list[str] = []
+    failure: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            with server_ctx.wrap_socket(right, server_side=True) as tls:
+                peer = tls.getpeercert() or {}
+                seen.extend(v for rdn in peer.get("subject", ()) for k, v in rdn if k == "organizationName")
+                tls.sendall(b"ok")
+        except (ssl.SSLError, OSError) as e:
+            failure.append(e)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        with client_ctx.wrap_socket(left, server_hostname="127.0.0.1") as tls:
+            tls.recv(2)
+    except (ssl.SSLError, OSError) as e:
+        failure.append(e)
+    thread.join(timeout=30)
+    right.close()
+    return seen, (failure[0] if failure else None)
+
+
+def test_talosconfig_credentials_pass_mutual_tls_with_a_talos_ca_server(tmp_path: Path) -> None:
+    ctx = generate_talosconfig(SECRETS, "base", roles=["os:reader", "os:etcd:backup"]).current()
+    seen, failure = _handshake(tmp_path, pki.CertificateAndKey(crt=ctx.crt, key=ctx.key))
+    assert failure is None
+    assert seen == ["os:etcd:backup", "os:reader"]
+
+
+def test_a_client_from_another_ca_is_refused(tmp_path: Path) -> None:
+    stranger = pki.new_ca(pki.KeyType.ED25519, organization="talos")
+    client = pki.issue_certificate(
+        stranger, organizations=["os:admin"], not_before=NOW, not_after=datetime.now(UTC) + timedelta(days=1)
+    )
+    _, failure = _handshake(tmp_path, client)
+    assert isinstance(failure, (ssl.SSLError, OSError))

@@ -10,13 +10,7 @@ from typing import Any
 
 from herder.talos.documents import dump_documents
 from herder.talos.generate_documents import typed_documents
-from herder.talos.generate_input import (
-    ConfigInput,
-    GenerateError,
-    MachineType,
-    parse_kubernetes_version,
-    validate_endpoint,
-)
+from herder.talos.generate_input import ConfigInput, GenerateError, MachineType
 from herder.talos.generate_v1alpha1 import v1alpha1_document
 from herder.talos.patches import load_patches, patch_documents
 from herder.talos.talosconfig import Talosconfig, generate_talosconfig
@@ -29,8 +23,6 @@ __all__ = [
     "generate_bundle",
     "generate_config",
     "generate_documents",
-    "parse_kubernetes_version",
-    "validate_endpoint",
 ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import ipaddress
 import os
 import re
 from collections.abc import Sequence
@@ -62,7 +63,7 @@ class ExtUsage(enum.Flag):
 
 @dataclass(frozen=True)
 class CertificateAndKey:
-    """A PEM certificate and its PEM private key, as Talos keeps a CA (``crt`` may be empty for a key only)."""
+    """A PEM certificate and its PEM private key, as Talos keeps a CA."""
 
     crt: bytes
     key: bytes
@@ -226,8 +227,12 @@ def issue_certificate(
     not_after: datetime,
     usage: Usage = Usage.DIGITAL_SIGNATURE,
     ext_usage: ExtUsage = ExtUsage.CLIENT_AUTH,
+    sans: Sequence[str] = (),
 ) -> CertificateAndKey:
-    """A leaf certificate signed by ``ca``, with a fresh key of the CA's key type."""
+    """A leaf certificate signed by ``ca``, with a fresh key of the CA's key type.
+
+    ``sans`` are subject alternative names, IP addresses or DNS names, for server certificates.
+    """
     ca_cert = ca.certificate()
     ca_key = ca.private_key()
     key = generate_private_key(key_type_of(ca_key))
@@ -249,5 +254,16 @@ def issue_certificate(
         )
     except x509.ExtensionNotFound:
         pass
+    if sans:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([_general_name(n) for n in sans]), critical=False
+        )
     cert = _sign(builder, ca_key)
     return CertificateAndKey(crt=encode_certificate(cert), key=encode_private_key(key))
+
+
+def _general_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
