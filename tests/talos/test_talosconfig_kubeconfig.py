@@ -265,8 +265,8 @@ def _handshake(tmp_path: Path, client: pki.CertificateAndKey) -> tuple[list[str]
     def serve() -> None:
         try:
             with server_ctx.wrap_socket(right, server_side=True) as tls:
-                peer = tls.getpeercert() or {}
-                seen.extend(v for rdn in peer.get("subject", ()) for k, v in rdn if k == "organizationName")
+                peer = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True) or b"")
+                seen.extend(attributes(peer, NameOID.ORGANIZATION_NAME))
                 tls.sendall(b"ok")
         except (ssl.SSLError, OSError) as e:
             failure.append(e)
