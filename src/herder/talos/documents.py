@@ -26,8 +26,12 @@ _FLOAT = "tag:yaml.org,2002:float"
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 
 
-class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with the YAML 1.2 core schema's implicit types instead of YAML 1.1's."""
+class _Yaml12Loader(yaml.CSafeLoader):
+    """libyaml's safe loader with the YAML 1.2 core schema's implicit types instead of YAML 1.1's.
+
+    libyaml parses ten times faster than PyYAML's own parser; the validator parses every config an
+    emulated machine is given.
+    """
 
 
 _Yaml12Loader.yaml_implicit_resolvers = {
