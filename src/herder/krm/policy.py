@@ -51,7 +51,11 @@ class AccessPolicy(Protocol):
         """Who sent this request; raise ``Unauthenticated`` when nobody valid did."""
 
     def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
-        """Raise ``Denied`` unless ``who`` may do ``access`` (to ``obj`` when it is known)."""
+        """Raise ``Denied`` unless ``who`` may do ``access`` (to ``obj`` when it is known).
+
+        list and watch pass no object; get and delete the stored one; create the new one; update and
+        patch call it twice, with the stored object and then with the object as it would become.
+        """
 
     def visible(self, who: Identity, obj: Resource) -> bool:
         """Whether ``who`` may know that ``obj`` exists at all (hidden objects: no)."""

@@ -1,0 +1,510 @@
+"""The resource endpoints: GET, LIST, WATCH, POST, PUT, PATCH and DELETE of every registered kind.
+
+A request path (``/api/v1/...`` or ``/apis/{group}/{version}/...``) is resolved to a ``Target``
+against the kind registry, the caller is authenticated and authorized through the ``AccessPolicy``,
+and the verb is carried out on the ``Store``. Objects the policy hides are answered exactly as
+objects that do not exist. Every outcome, success or ``Status`` error, is recorded with the policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
+
+from herder.krm import media, patch
+from herder.krm.policy import Access, AccessPolicy, Identity
+from herder.krm.status import ApiError, api_error, causes_of
+from herder.krm.table import INCLUDE_OBJECT, table
+from herder.krm.watch import WatchStream, event_line
+from herder.resources import InvalidObject, KindInfo, KindRegistry, Resource, UnknownKind
+from herder.state.errors import Conflict, NotFound, StateError
+from herder.state.selectors import FieldSelector, LabelSelector
+from herder.state.store import Store, WatchEvent
+
+log = logging.getLogger(__name__)
+
+FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+# How often an idle watch that allows bookmarks is sent one, and how long a watch lasts unless asked.
+BOOKMARK_INTERVAL = 30.0
+WATCH_TIMEOUT = 1800.0
+# Patches retried when another writer got in between the read and the write.
+PATCH_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a request path names: a kind, and perhaps a namespace, an object and a subresource."""
+
+    info: KindInfo
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+
+
+def resolve(registry: KindRegistry, group: str, version: str, path: str) -> Target:
+    """Resolve the part of a path after its group version (``namespaces/ns/plural/name/status``)."""
+    segments = path.split("/")
+    if "" in segments:
+        raise ApiError(404, "the server could not find the requested resource")
+    namespace = None
+    if (
+        len(segments) >= 3
+        and segments[0] == "namespaces"
+        and _namespaced_plural(registry, group, version, segments[2])
+    ):
+        namespace, segments = segments[1], segments[2:]
+    if len(segments) > 3:
+        raise ApiError(404, "the server could not find the requested resource")
+    try:
+        info = registry.by_plural(group, version, segments[0])
+    except UnknownKind as err:
+        raise ApiError(404, f"the server could not find the requested resource ({err.what})") from None
+    name = segments[1] if len(segments) > 1 else None
+    subresource = segments[2] if len(segments) > 2 else None
+    if subresource is not None and (subresource != "status" or not info.has_status):
+        raise ApiError(404, f"{info.plural} has no subresource {subresource!r}")
+    if info.namespaced and name is not None and namespace is None:
+        raise ApiError(
+            404, f"{info.plural} is namespaced: use /namespaces/{{namespace}}/{info.plural}/{name}"
+        )
+    return Target(info, namespace, name, subresource)
+
+
+def _namespaced_plural(registry: KindRegistry, group: str, version: str, plural: str) -> bool:
+    return any(
+        k.plural == plural and k.namespaced for k in registry if (k.group, k.version) == (group, version)
+    )
+
+
+@dataclass
+class Call:
+    """One resource request on its way through: who asks, for what, and what they asked."""
+
+    request: Request
+    who: Identity
+    access: Access
+    target: Target
+
+    @property
+    def query(self) -> QueryParams:
+        return self.request.query_params
+
+    @property
+    def info(self) -> KindInfo:
+        return self.target.info
+
+    @property
+    def dry_run(self) -> bool:
+        values = self.query.getlist("dryRun")
+        for value in values:
+            if value != "All":
+                raise ApiError(400, f'invalid dryRun value {value!r}: the only supported value is "All"')
+        return bool(values)
+
+    @property
+    def field_validation(self) -> str:
+        value = self.query.get("fieldValidation") or "Strict"
+        for mode in FIELD_VALIDATION:
+            if value.lower() == mode.lower():
+                return mode
+        raise ApiError(400, f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, not {value!r}")
+
+
+def _flag(query: QueryParams, name: str, default: bool = False) -> bool:
+    value = query.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in ("1", "true"):
+        return True
+    if value.lower() in ("0", "false"):
+        return False
+    raise ApiError(400, f"{name} must be true or false, not {value!r}")
+
+
+def _integer(query: QueryParams, name: str) -> int | None:
+    value = query.get(name)
+    if value is None or value == "":
+        return None
+    if not value.isdigit() or len(value) > 18:
+        raise ApiError(400, f"{name} must be a non-negative integer, not {value!r}")
+    return int(value)
+
+
+def _selectors(query: QueryParams) -> tuple[LabelSelector, FieldSelector]:
+    return LabelSelector.parse(query.get("labelSelector")), FieldSelector.parse(query.get("fieldSelector"))
+
+
+def _drop(data: dict[str, Any], path: str) -> bool:
+    """Remove the field at a dotted path (list indices as numbers); whether there was one."""
+    *parents, last = path.split(".")
+    cur: Any = data
+    for part in parents:
+        if isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        elif isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        else:
+            return False
+    if isinstance(cur, dict) and last in cur:
+        del cur[last]
+        return True
+    return False
+
+
+class ResourceAPI:
+    """Every resource path: ``handle`` is the Starlette endpoint, taking ``group``, ``version``, ``path``."""
+
+    def __init__(
+        self,
+        registry: KindRegistry,
+        store: Store,
+        policy: AccessPolicy,
+        *,
+        max_body_bytes: int,
+        bookmark_interval: float = BOOKMARK_INTERVAL,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.policy = policy
+        self.max_body_bytes = max_body_bytes
+        self.bookmark_interval = bookmark_interval
+        # Watch events share their objects between watchers: each is encoded once for all of them.
+        self._encoded: OrderedDict[int, tuple[Resource, bytes]] = OrderedDict()
+
+    async def handle(self, request: Request) -> Response:
+        who: Identity | None = None
+        access: Access | None = None
+        target: Target | None = None
+        try:
+            who = await self.policy.authenticate(request)
+            params = request.path_params
+            target = resolve(self.registry, params.get("group", ""), params["version"], params["path"])
+            verb, handler = self._route(request, target)
+            access = Access(verb, target.info, target.namespace, target.name, target.subresource)
+            response = await handler(Call(request, who, access, target))
+            message = ""
+        except Exception as exc:
+            error = api_error(exc, target.info if target else None, target.name or "" if target else "")
+            response, message = error.response(), error.message
+        await self.policy.record(who, access, request, response.status_code, message)
+        return response
+
+    def _route(self, request: Request, target: Target) -> tuple[str, Callable[[Call], Awaitable[Response]]]:
+        method = request.method
+        if target.name is None:
+            if method == "GET":
+                watch = _flag(request.query_params, "watch")
+                return ("watch", self.watch) if watch else ("list", self.list_objects)
+            if method == "POST" and (target.namespace or not target.info.namespaced):
+                return "create", self.create
+        else:
+            routes = {
+                "GET": ("get", self.get),
+                "PUT": ("update", self.update),
+                "PATCH": ("patch", self.patch),
+            }
+            if target.subresource is None:
+                routes["DELETE"] = ("delete", self.delete)
+            if method in routes:
+                return routes[method]
+        raise ApiError(405, f"method {method} is not allowed on {request.url.path}")
+
+    # reads
+
+    async def _fetch(self, call: Call) -> Resource:
+        """The named object, authorized; a hidden one is not found, as if it did not exist."""
+        target = call.target
+        assert target.name is not None
+        obj = await self.store.get(target.info, target.name, target.namespace)
+        if not self.policy.visible(call.who, obj):
+            raise NotFound(target.info.plural, target.name)
+        self.policy.authorize(call.who, call.access, obj)
+        return obj
+
+    async def get(self, call: Call) -> Response:
+        obj = await self._fetch(call)
+        if media.negotiate(call.request.headers.get("accept")) == "table":
+            return self._table(call, [obj], obj.metadata.resource_version or "")
+        return self._json(obj)
+
+    async def list_objects(self, call: Call) -> Response:
+        representation = media.negotiate(call.request.headers.get("accept"))
+        self.policy.authorize(call.who, call.access)
+        labels, fields = _selectors(call.query)
+        result = await self.store.list(
+            call.info,
+            call.target.namespace,
+            label_selector=labels,
+            field_selector=fields,
+            limit=_integer(call.query, "limit"),
+            continue_token=call.query.get("continue") or None,
+        )
+        items = [o for o in result.items if self.policy.visible(call.who, o)]
+        rv = str(result.resource_version)
+        if representation == "table":
+            return self._table(call, items, rv, result.continue_token)
+        metadata: dict[str, str] = {"resourceVersion": rv}
+        if result.continue_token:
+            metadata["continue"] = result.continue_token
+        head = media.dumps(
+            {"apiVersion": call.info.api_version, "kind": f"{call.info.kind}List", "metadata": metadata}
+        )
+        body = head[:-1] + b',"items":[' + b",".join(self._encode(o) for o in items) + b"]}"
+        return Response(body, media_type=media.JSON)
+
+    async def watch(self, call: Call) -> Response:
+        representation = media.negotiate(call.request.headers.get("accept"))
+        self.policy.authorize(call.who, call.access)
+        query = call.query
+        labels, fields = _selectors(query)
+        rv = query.get("resourceVersion") or ""
+        if rv and not rv.isdigit():
+            raise ApiError(400, f"invalid resourceVersion {rv!r}: must be an integer")
+        explicit_initial = _flag(query, "sendInitialEvents")
+        bookmarks = _flag(query, "allowWatchBookmarks")
+        timeout = _integer(query, "timeoutSeconds") or WATCH_TIMEOUT
+        # As in Kubernetes, a watch from no particular version starts with the current objects.
+        initial: list[Resource] = []
+        if explicit_initial or (rv in ("", "0") and "sendInitialEvents" not in query):
+            listed = await self.store.list(
+                call.info, call.target.namespace, label_selector=labels, field_selector=fields
+            )
+            initial = [o for o in listed.items if self.policy.visible(call.who, o)]
+            rv = str(listed.resource_version)
+        events = self.store.watch(
+            call.info,
+            call.target.namespace,
+            label_selector=labels,
+            field_selector=fields,
+            resource_version=rv or None,
+            bookmark_interval=self.bookmark_interval if bookmarks else None,
+        )
+        end_marker = rv if explicit_initial and bookmarks else None
+        include = self._include_object(call) if representation == "table" else None
+        lines = self._watch_lines(call, initial, end_marker, events, include)
+        return WatchStream(lines, float(timeout))
+
+    async def _watch_lines(
+        self,
+        call: Call,
+        initial: list[Resource],
+        end_marker: str | None,
+        events: AsyncIterator[WatchEvent],
+        table_include: str | None,
+    ) -> AsyncIterator[bytes]:
+        """The stream's lines; ``table_include`` set (see ``includeObject``) sends each object as a Table."""
+        first = True
+
+        def line(event: WatchEvent) -> bytes:
+            nonlocal first
+            if event.type == "BOOKMARK":
+                return event_line(
+                    event.type, self._bookmark(call.info, event.object.metadata.resource_version)
+                )
+            if table_include is None:
+                return event_line(event.type, self._encode(event.object))
+            rows = table(
+                call.info,
+                [event.object.to_dict()],
+                resource_version=event.object.metadata.resource_version or "",
+                include_object=table_include,
+                headers=first,
+            )
+            first = False
+            return event_line(event.type, media.dumps(rows))
+
+        for obj in initial:
+            yield line(WatchEvent("ADDED", obj))
+        if end_marker is not None:
+            marker = self._bookmark(call.info, end_marker, {"k8s.io/initial-events-end": "true"})
+            yield event_line("BOOKMARK", marker)
+        try:
+            async for event in events:
+                if event.type == "BOOKMARK" or self.policy.visible(call.who, event.object):
+                    yield line(event)
+        except StateError as exc:
+            # The response has started: the error goes to the client as an ERROR event.
+            yield event_line("ERROR", media.dumps(api_error(exc, call.info).status()))
+
+    @staticmethod
+    def _bookmark(info: KindInfo, rv: str | None, annotations: dict[str, str] | None = None) -> bytes:
+        metadata: dict[str, Any] = {"resourceVersion": rv or "0"}
+        if annotations:
+            metadata["annotations"] = annotations
+        return media.dumps({"apiVersion": info.api_version, "kind": info.kind, "metadata": metadata})
+
+    # writes
+
+    async def _body(self, call: Call) -> dict[str, Any]:
+        content_type = media.media_type(call.request.headers.get("content-type")) or media.JSON
+        if content_type not in (media.JSON, media.YAML, "application/x-yaml", "text/yaml"):
+            raise ApiError(
+                415, f"unsupported media type {content_type!r}: send application/json or application/yaml"
+            )
+        return media.parse_object(await media.read_body(call.request, self.max_body_bytes), content_type)
+
+    def _decode(self, call: Call, data: dict[str, Any]) -> tuple[Resource, list[str]]:
+        """The object a body describes, checked against the URL; with ``fieldValidation`` Ignore or Warn,
+        unknown fields are dropped (and named in the returned warnings) instead of refused.
+        """
+        info, target = call.info, call.target
+        data.setdefault("apiVersion", info.api_version)
+        data.setdefault("kind", info.kind)
+        if data["apiVersion"] != info.api_version:
+            raise ApiError(
+                400,
+                f"the API version in the data ({data['apiVersion']}) does not match the expected API version "
+                f"({info.api_version})",
+            )
+        if data["kind"] != info.kind:
+            raise ApiError(
+                400, f"the kind in the data ({data['kind']}) does not match the expected kind ({info.kind})"
+            )
+        metadata = data.setdefault("metadata", {})
+        if not isinstance(metadata, dict):
+            raise ApiError(400, "metadata must be an object")
+        name = metadata.get("name")
+        if target.name is not None and name not in (None, "", target.name):
+            raise ApiError(
+                400, f"the name of the object ({name}) does not match the name on the URL ({target.name})"
+            )
+        if target.name is not None:
+            metadata["name"] = target.name
+        if info.namespaced:
+            namespace = metadata.get("namespace")
+            if namespace not in (None, "", target.namespace):
+                raise ApiError(
+                    400,
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
+            metadata["namespace"] = target.namespace
+        mode = call.field_validation
+        warnings: list[str] = []
+        while True:
+            try:
+                obj = Resource.from_dict(data)
+                return (obj, warnings) if mode == "Strict" else (info.validate(obj), warnings)
+            except InvalidObject as err:
+                causes = err.causes
+            except ValidationError as err:
+                causes = causes_of(err)
+            unknown = [c.field for c in causes if c.message == "unknown field"]
+            if mode == "Strict" or len(unknown) != len(causes) or not all(_drop(data, f) for f in unknown):
+                raise InvalidObject(info.kind, str(name or ""), causes)
+            warnings.extend(f'unknown field "{f}"' for f in unknown)
+
+    def _authorize_write(self, call: Call, current: Resource | None, new: Resource) -> None:
+        """Writes are authorized against the object as it is and as it would become."""
+        if current is not None:
+            self.policy.authorize(call.who, call.access, current)
+        self.policy.authorize(call.who, call.access, new)
+
+    async def create(self, call: Call) -> Response:
+        obj, warnings = self._decode(call, await self._body(call))
+        self._authorize_write(call, None, obj)
+        created = await self.store.create(obj, actor=self.policy.actor(call.who), dry_run=call.dry_run)
+        return self._json(created, 201, warnings)
+
+    async def _save(self, call: Call, obj: Resource) -> Resource:
+        actor = self.policy.actor(call.who)
+        if call.target.subresource == "status":
+            return await self.store.update_status(obj, actor=actor, dry_run=call.dry_run)
+        return await self.store.update(obj, actor=actor, dry_run=call.dry_run)
+
+    async def update(self, call: Call) -> Response:
+        obj, warnings = self._decode(call, await self._body(call))
+        current = await self._fetch(call)
+        self._authorize_write(call, current, obj)
+        return self._json(await self._save(call, obj), 200, warnings)
+
+    async def patch(self, call: Call) -> Response:
+        content_type = media.media_type(call.request.headers.get("content-type"))
+        body = await media.read_body(call.request, self.max_body_bytes)
+        for attempt in range(PATCH_ATTEMPTS):
+            current = await self._fetch(call)
+            patched = patch.apply(call.info, current.to_dict(), content_type, body)
+            if not isinstance(patched, dict):
+                raise ApiError(422, "the patched document is not an object")
+            obj, warnings = self._decode(call, patched)
+            self._authorize_write(call, current, obj)
+            try:
+                return self._json(await self._save(call, obj), 200, warnings)
+            except Conflict:
+                # A patch that did not name a resourceVersion applies to whatever is current: try again.
+                if (
+                    obj.metadata.resource_version != current.metadata.resource_version
+                    or attempt == PATCH_ATTEMPTS - 1
+                ):
+                    raise
+        raise AssertionError("unreachable")
+
+    async def delete(self, call: Call) -> Response:
+        options: dict[str, Any] = {}
+        raw = await media.read_body(call.request, self.max_body_bytes)
+        if raw.strip():
+            options = media.parse_object(raw, media.JSON)
+        preconditions = options.get("preconditions") or {}
+        dry_run = options.get("dryRun") or []
+        if not isinstance(preconditions, dict) or not isinstance(dry_run, list) or set(dry_run) - {"All"}:
+            raise ApiError(
+                400, "invalid DeleteOptions: preconditions must be an object, dryRun a list of All"
+            )
+        await self._fetch(call)
+        target = call.target
+        assert target.name is not None
+        deleted = await self.store.delete(
+            call.info,
+            target.name,
+            target.namespace,
+            actor=self.policy.actor(call.who),
+            resource_version=preconditions.get("resourceVersion") or None,
+            uid=preconditions.get("uid") or None,
+            dry_run=call.dry_run or bool(dry_run),
+        )
+        return self._json(deleted)
+
+    # rendering
+
+    def _encode(self, obj: Resource) -> bytes:
+        key = id(obj)
+        hit = self._encoded.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        data = media.dump_resource(obj)
+        self._encoded[key] = (obj, data)
+        if len(self._encoded) > 1024:
+            self._encoded.popitem(last=False)
+        return data
+
+    def _json(self, obj: Resource, status: int = 200, warnings: list[str] | None = None) -> Response:
+        response = Response(media.dump_resource(obj), status, media_type=media.JSON)
+        for warning in warnings or ():
+            quoted = warning.replace("\\", "\\\\").replace('"', '\\"')
+            response.headers.append("Warning", f'299 - "{quoted}"')
+        return response
+
+    def _include_object(self, call: Call) -> str:
+        include = call.query.get("includeObject") or "Metadata"
+        if include not in INCLUDE_OBJECT:
+            raise ApiError(400, f"includeObject must be one of {', '.join(INCLUDE_OBJECT)}, not {include!r}")
+        return include
+
+    def _table(
+        self, call: Call, objects: list[Resource], rv: str, continue_token: str | None = None
+    ) -> Response:
+        rows = table(
+            call.info,
+            [o.to_dict() for o in objects],
+            resource_version=rv,
+            continue_token=continue_token,
+            include_object=self._include_object(call),
+        )
+        return Response(media.dumps(rows), media_type=media.JSON)
