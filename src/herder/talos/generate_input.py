@@ -44,15 +44,12 @@ def validate_endpoint(endpoint: str) -> str:
     """The control plane endpoint must be an https URL with a host, as ``talosctl gen config`` demands."""
     try:
         parts = urlsplit(endpoint)
-        port = parts.port
+        _ = parts.port  # parsing the port is what checks it
     except ValueError as e:
         raise GenerateError(f"invalid cluster endpoint {endpoint!r}: {e}") from None
     if parts.scheme != "https":
-        suggestion = f"https://{endpoint}" if not parts.scheme else f"https://{parts.netloc}"
-        if port is None and not parts.scheme:
-            suggestion += ":6443"
         raise GenerateError(
-            f"invalid cluster endpoint {endpoint!r}: the scheme must be https, try {suggestion!r}"
+            f"invalid cluster endpoint {endpoint!r}: the scheme must be https, e.g. https://host:6443"
         )
     if not endpoint_host(endpoint):
         raise GenerateError(f"invalid cluster endpoint {endpoint!r}: no host")
