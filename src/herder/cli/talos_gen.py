@@ -152,7 +152,8 @@ def gen_config(
     dns_domain: Annotated[str, typer.Option(help="The cluster's DNS domain.")] = "cluster.local",
     install_disk: Annotated[str, typer.Option(help="The disk to install to.")] = "/dev/sda",
     install_image: Annotated[
-        str | None, typer.Option(help="The installer image [default: the installer of --talos-version].")
+        str | None,
+        typer.Option(help="The installer image; by default the installer of the --talos-version release."),
     ] = None,
     registry_mirror: Annotated[
         list[str], typer.Option(help="A registry mirror, <registry host>=<mirror URL>; repeatable.")
