@@ -22,11 +22,7 @@ from herder.talos.generate_input import (
     kubernetes_image,
     pod_security_configuration,
 )
-from herder.talos.pki import CertificateAndKey, b64encode
-
-
-def _pair(pair: CertificateAndKey, *, with_key: bool = True) -> dict[str, str]:
-    return {"crt": b64encode(pair.crt), "key": b64encode(pair.key) if with_key else ""}
+from herder.talos.pki import b64_pair, b64encode
 
 
 def v1alpha1_document(inp: ConfigInput, machine_type: MachineType) -> dict[str, Any]:
@@ -45,7 +41,7 @@ def _machine(inp: ConfigInput, machine_type: MachineType) -> dict[str, Any]:
     machine: dict[str, Any] = {
         "type": str(machine_type),
         "token": inp.secrets.trustd_token,
-        "ca": _pair(inp.secrets.os, with_key=machine_type is MachineType.CONTROLPLANE),
+        "ca": b64_pair(inp.secrets.os, with_key=machine_type is MachineType.CONTROLPLANE),
         "certSANs": list(inp.additional_sans),
     }
     if legacy_kubernetes:
@@ -104,7 +100,7 @@ def _cluster(inp: ConfigInput, machine_type: MachineType) -> dict[str, Any]:
     if inp.contract.at_least(1, 14):
         cluster: dict[str, Any] = {"token": s.bootstrap_token}
         if control_plane:
-            cluster["etcd"] = {"ca": _pair(s.etcd)}
+            cluster["etcd"] = {"ca": b64_pair(s.etcd)}
         return cluster
 
     endpoint: dict[str, Any] = {"endpoint": inp.endpoint}
@@ -123,7 +119,7 @@ def _cluster(inp: ConfigInput, machine_type: MachineType) -> dict[str, Any]:
         "token": s.bootstrap_token,
     }
     if not control_plane:
-        cluster["ca"] = _pair(s.k8s, with_key=False)
+        cluster["ca"] = b64_pair(s.k8s, with_key=False)
         cluster["discovery"] = _discovery(inp)
         return cluster
 
@@ -131,15 +127,15 @@ def _cluster(inp: ConfigInput, machine_type: MachineType) -> dict[str, Any]:
         cluster["aescbcEncryptionSecret"] = s.aescbc_encryption_secret
     if s.secretbox_encryption_secret:
         cluster["secretboxEncryptionSecret"] = s.secretbox_encryption_secret
-    cluster["ca"] = _pair(s.k8s)
-    cluster["aggregatorCA"] = _pair(s.k8s_aggregator)
+    cluster["ca"] = b64_pair(s.k8s)
+    cluster["aggregatorCA"] = b64_pair(s.k8s_aggregator)
     cluster["serviceAccount"] = {"key": b64encode(s.k8s_service_account_key)}
     cluster["apiServer"] = _api_server(inp)
     cluster["controllerManager"] = {"image": kubernetes_image("kube-controller-manager", inp)}
     cluster["proxy"] = {"image": kubernetes_image("kube-proxy", inp)}
     cluster["scheduler"] = {"image": kubernetes_image("kube-scheduler", inp)}
     cluster["discovery"] = _discovery(inp)
-    cluster["etcd"] = {"ca": _pair(s.etcd)}
+    cluster["etcd"] = {"ca": b64_pair(s.etcd)}
     if inp.allow_scheduling_on_control_planes:
         cluster["allowSchedulingOnControlPlanes"] = True
     return cluster

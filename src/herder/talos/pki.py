@@ -131,6 +131,11 @@ def b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def b64_pair(pair: CertificateAndKey, *, with_key: bool = True) -> dict[str, str]:
+    """``{crt, key}`` as Talos's YAML carries a CA: base64 PEM, the key blank where it must not travel."""
+    return {"crt": b64encode(pair.crt), "key": b64encode(pair.key) if with_key else ""}
+
+
 def b64decode(text: str, *, field: str) -> bytes:
     try:
         return base64.b64decode(text.encode("ascii"), validate=True)

@@ -90,9 +90,6 @@ def generate_secrets(contract: VersionContract, *, now: datetime | None = None) 
     )
 
 
-_CERT_FIELDS = (("etcd", "etcd"), ("k8s", "k8s"), ("k8saggregator", "k8s_aggregator"), ("os", "os"))
-
-
 def dump_secrets(bundle: SecretsBundle) -> str:
     """The bundle in talosctl's secrets YAML format."""
     secrets: dict[str, str] = {"bootstraptoken": bundle.bootstrap_token}
@@ -100,19 +97,19 @@ def dump_secrets(bundle: SecretsBundle) -> str:
         secrets["aescbcencryptionsecret"] = bundle.aescbc_encryption_secret
     if bundle.secretbox_encryption_secret:
         secrets["secretboxencryptionsecret"] = bundle.secretbox_encryption_secret
-    certs: dict[str, dict[str, str]] = {}
-    for yaml_name, attr in _CERT_FIELDS:
-        pair: CertificateAndKey = getattr(bundle, attr)
-        certs[yaml_name] = {"crt": pki.b64encode(pair.crt), "key": pki.b64encode(pair.key)}
-    certs["k8sserviceaccount"] = {"key": pki.b64encode(bundle.k8s_service_account_key)}
-    ordered = {name: certs[name] for name in ("etcd", "k8s", "k8saggregator", "k8sserviceaccount", "os")}
     return dump_documents(
         [
             {
                 "cluster": {"id": bundle.cluster_id, "secret": bundle.cluster_secret},
                 "secrets": secrets,
                 "trustdinfo": {"token": bundle.trustd_token},
-                "certs": ordered,
+                "certs": {
+                    "etcd": pki.b64_pair(bundle.etcd),
+                    "k8s": pki.b64_pair(bundle.k8s),
+                    "k8saggregator": pki.b64_pair(bundle.k8s_aggregator),
+                    "k8sserviceaccount": {"key": pki.b64encode(bundle.k8s_service_account_key)},
+                    "os": pki.b64_pair(bundle.os),
+                },
             }
         ]
     )
