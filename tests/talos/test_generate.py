@@ -20,6 +20,7 @@ from herder.talos.generate import (
 )
 from herder.talos.generate_input import endpoint_host
 from herder.talos.secrets import SecretsBundle, generate_secrets, load_secrets_file
+from herder.talos.validate import check_config
 
 SHARED = Path(__file__).parents[2].parent / "shared" / "talos"
 GOLDEN = SHARED / "golden"
@@ -100,6 +101,33 @@ def test_fresh_configs_have_unique_documents_and_no_ca_keys_on_workers(contract:
     assert secrets.os.key.decode() not in worker_text
     assert "PRIVATE KEY" not in worker_text
     assert documents[0]["machine"]["ca"]["key"] == ""
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "everything": {
+        "additional_sans": ["api.example", "10.0.0.10"],
+        "allow_scheduling_on_control_planes": True,
+        "dns_domain": "example.com",
+        "install_disk": "/dev/nvme0n1",
+        "install_image": "ghcr.io/siderolabs/installer:v1.12.0",
+        "install_extra_kernel_args": ["console=ttyS0"],
+        "local_api_server_port": 5443,
+        "sysctls": {"net.core.somaxconn": "65535"},
+        "custom_cni_url": "https://example.com/cni.yaml",
+        "registry_mirrors": {"docker.io": ["https://mirror.example"], "ghcr.io": ["https://a", "https://b"]},
+        "kubespan": True,
+    },
+    "no-discovery": {"discovery": False},
+}
+
+
+@pytest.mark.parametrize("contract", SUPPORTED, ids=str)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_generated_configs_pass_talos_validation(contract: VersionContract, variant: str) -> None:
+    inp = base_input(contract, **VARIANTS[variant])
+    for machine_type in MachineType:
+        assert check_config(generate_config(inp, machine_type), contract) == []
 
 
 def test_endpoint_host_is_in_api_server_sans_only_before_1_12() -> None:
