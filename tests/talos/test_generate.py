@@ -256,6 +256,7 @@ def test_kubernetes_version_with_v_prefix_is_accepted() -> None:
         ({"local_api_server_port": 70000}, "invalid local API server port"),
         ({"custom_cni_url": "cni.yaml"}, "invalid custom CNI URL"),
         ({"registry_mirrors": {"ghcr.io": []}}, "invalid registry mirror"),
+        ({"kubespan": True, "discovery": False}, "KubeSpan requires cluster discovery"),
     ],
 )
 def test_bad_inputs_are_refused(overrides: dict[str, Any], message: str) -> None:

@@ -90,6 +90,8 @@ class ConfigInput:
             raise GenerateError(f"invalid local API server port {self.local_api_server_port}")
         if self.custom_cni_url and urlsplit(self.custom_cni_url).scheme not in ("http", "https"):
             raise GenerateError(f"invalid custom CNI URL {self.custom_cni_url!r}: expected an http(s) URL")
+        if self.kubespan and not self.discovery:
+            raise GenerateError("KubeSpan requires cluster discovery to be enabled")
         for host, endpoints in self.registry_mirrors.items():
             if not host or not endpoints:
                 raise GenerateError(
