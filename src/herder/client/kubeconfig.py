@@ -1,0 +1,64 @@
+"""Reading a kubeconfig: the server URL, the CA to trust and the bearer token of its current context."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class KubeconfigError(ValueError):
+    """A kubeconfig that is missing, unreadable, or lacks what a client needs."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    server: str
+    token: str | None = None
+    # PEM bytes of the CA to trust; None: the system's roots.
+    ca_pem: bytes | None = None
+    insecure: bool = False
+
+
+def _named(entries: Any, name: str, what: str, path: Path) -> dict[str, Any]:
+    for entry in entries or []:
+        if isinstance(entry, dict) and entry.get("name") == name and isinstance(entry.get(what), dict):
+            return entry[what]  # type: ignore[no-any-return]
+    raise KubeconfigError(f"{path}: no {what} named {name!r}")
+
+
+def load(path: str | Path, context: str | None = None) -> Credentials:
+    path = Path(path).expanduser()
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise KubeconfigError(f"cannot read kubeconfig {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise KubeconfigError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(doc, dict):
+        raise KubeconfigError(f"{path} is not a kubeconfig")
+    context = context or doc.get("current-context")
+    if not context:
+        raise KubeconfigError(f"{path}: no current-context")
+    ctx = _named(doc.get("contexts"), context, "context", path)
+    cluster = _named(doc.get("clusters"), ctx.get("cluster", ""), "cluster", path)
+    user = _named(doc.get("users"), ctx.get("user", ""), "user", path) if ctx.get("user") else {}
+    server = cluster.get("server")
+    if not server:
+        raise KubeconfigError(f"{path}: cluster {ctx.get('cluster')!r} has no server")
+    ca: bytes | None = None
+    if cluster.get("certificate-authority-data"):
+        ca = base64.b64decode(cluster["certificate-authority-data"])
+    elif cluster.get("certificate-authority"):
+        ca_path = (path.parent / cluster["certificate-authority"]).expanduser()
+        try:
+            ca = ca_path.read_bytes()
+        except OSError as err:
+            raise KubeconfigError(f"cannot read the CA file {ca_path}: {err.strerror}") from None
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        token = Path(user["tokenFile"]).expanduser().read_text().strip()
+    return Credentials(server.rstrip("/"), token, ca, bool(cluster.get("insecure-skip-tls-verify")))
