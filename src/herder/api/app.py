@@ -1,0 +1,108 @@
+"""herder's API as a Starlette app: ``krm`` over herder's kinds with herder's policy, plus the token
+subresource through which ServiceAccounts and Users get bearer tokens.
+
+``POST /apis/herder.dev/v1alpha1/{serviceaccounts|users}/{name}/token`` with a ``TokenRequest``
+(``spec.expirationSeconds``, ``spec.description``) answers 201 with the new token in
+``status.token``: the only time it is ever shown.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+
+from herder.api import tokens
+from herder.api.policy import HerderPolicy
+from herder.api.roles import TOKEN_SUBRESOURCE
+from herder.krm import app as krm
+from herder.krm import media
+from herder.krm.policy import Access, Identity
+from herder.krm.status import ApiError, api_error, causes_of, invalid
+from herder.resources.configuration import GROUP, VERSION
+from herder.state.errors import NotFound
+from herder.state.store import Store
+
+_SUBJECTS = {info.plural: info for info, _ in tokens.SUBJECT_KINDS.values()}
+# Tokens live at least this long, so that a typo does not make one that expires before it is used.
+MIN_EXPIRATION = 600
+
+
+class TokenRequestSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    expiration_seconds: int | None = Field(default=None, alias="expirationSeconds", ge=MIN_EXPIRATION)
+    description: str = Field(default="", max_length=256)
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    api_version: str = Field(default=f"{GROUP}/{VERSION}", alias="apiVersion")
+    kind: str = "TokenRequest"
+    metadata: dict[str, object] = {}
+    spec: TokenRequestSpec = TokenRequestSpec()
+
+
+def build_app(store: Store, policy: HerderPolicy) -> Starlette:
+    """The whole API of ``store``'s kinds; ``policy`` authenticates, authorizes and audits."""
+
+    async def issue_token(request: Request) -> Response:
+        info = _SUBJECTS.get(request.path_params["plural"])
+        name = request.path_params["name"]
+        if info is None:
+            return ApiError(
+                404, f"{request.path_params['plural']} has no subresource {TOKEN_SUBRESOURCE!r}"
+            ).response()
+        access = Access("create", info, None, name, TOKEN_SUBRESOURCE)
+        who: Identity | None = None
+        try:
+            who = await policy.authenticate(request)
+            policy.authorize(who, access)
+            raw = await media.read_body(request, krm.MAX_BODY_BYTES)
+            try:
+                asked = TokenRequest.model_validate(
+                    media.parse_object(raw, media.JSON) if raw.strip() else {}
+                )
+            except ValidationError as err:
+                raise invalid(info, name, causes_of(err)) from None
+            subject = await store.get(info, name)
+            if not policy.visible(who, subject):
+                raise NotFound(info.plural, name)
+            expires = asked.spec.expiration_seconds
+            issued = await tokens.issue(
+                store,
+                info,
+                name,
+                expires_in=timedelta(seconds=expires) if expires is not None else None,
+                description=asked.spec.description,
+            )
+        except Exception as exc:
+            error = api_error(exc, info, name)
+            await policy.record(who, access, request, error.code, error.message)
+            return error.response()
+        await policy.record(who, access, request, 201, f"issued token {issued.name}")
+        body = {
+            "apiVersion": info.api_version,
+            "kind": "TokenRequest",
+            "metadata": {"name": issued.name},
+            "spec": asked.spec.model_dump(by_alias=True, exclude_none=True),
+            "status": {"token": issued.token, "expirationTimestamp": issued.expires_at},
+        }
+        return Response(media.dumps(body), 201, media_type=media.JSON, headers={"Cache-Control": "no-store"})
+
+    api = krm.build_app(store.registry, store, policy)
+    return Starlette(
+        routes=[
+            Route(
+                f"/apis/{GROUP}/{VERSION}/{{plural}}/{{name}}/{TOKEN_SUBRESOURCE}",
+                issue_token,
+                methods=["POST"],
+            ),
+            Mount("", app=api),
+        ]
+    )

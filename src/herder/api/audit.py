@@ -1,0 +1,126 @@
+"""The audit trail: every mutating request, and every request made by Support, as it was answered.
+
+Each entry becomes an ``AuditEvent`` (readable by Admin through the API) and a JSON line appended to
+``audit.log`` in the data directory. Requests that never authenticated go to the file only, so that
+anonymous callers cannot fill the store. Entries hold who, what and the outcome, never a request
+body, a query string or a header, so no secret can reach the trail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from herder.krm.policy import Access, Identity
+from herder.resources import Resource
+from herder.resources.access import AUDIT_EVENT
+from herder.state.errors import StateError
+from herder.state.store import SYSTEM, Store
+
+log = logging.getLogger(__name__)
+
+MUTATING_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+# Labels that let audit events be selected by object, verb and user (``herder audit --kind …``).
+KIND_LABEL = "herder.dev/audit-kind"
+NAME_LABEL = "herder.dev/audit-name"
+VERB_LABEL = "herder.dev/audit-verb"
+USER_LABEL = "herder.dev/audit-user"
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+
+
+def label_value(text: str) -> str | None:
+    """``text`` as a label value (``:`` becomes ``.``), or None when it cannot be one."""
+    value = text.replace(":", ".")
+    return value if _LABEL_VALUE.match(value) else None
+
+
+def audited(who: Identity | None, access: Access | None, method: str) -> bool:
+    """Whether a request is recorded: it changes something, or Support made it."""
+    if who is not None and who.role == "Support":
+        return True
+    verb = access.verb if access is not None else ""
+    return verb in MUTATING_VERBS or (access is None and method not in ("GET", "HEAD", "OPTIONS"))
+
+
+class AuditLog:
+    """Writes audit entries to the store and to ``audit.log``."""
+
+    def __init__(self, store: Store, path: Path) -> None:
+        self._store = store
+        self._path = path
+        self._file = open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")  # noqa: SIM115
+        self._lock = asyncio.Lock()
+
+    def close(self) -> None:
+        self._file.close()
+
+    async def record(
+        self,
+        who: Identity | None,
+        access: Access | None,
+        *,
+        method: str,
+        source: str,
+        user_agent: str,
+        code: int,
+        message: str = "",
+    ) -> None:
+        if not audited(who, access, method):
+            return
+        now = datetime.now(UTC)
+        spec: dict[str, Any] = {
+            "time": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "user": who.name if who else "",
+            "role": who.role if who else "",
+            "verb": access.verb if access else method.lower(),
+            "apiVersion": access.kind.api_version if access else "",
+            "kind": access.kind.kind if access else "",
+            "namespace": (access.namespace or "") if access else "",
+            "name": (access.name or "") if access else "",
+            "subresource": (access.subresource or "") if access else "",
+            "code": code,
+            "result": "Success" if code < 400 else "Failure",
+            "message": message[:1024],
+            "sourceAddress": source,
+            "userAgent": user_agent[:256],
+        }
+        async with self._lock:
+            self._file.write(json.dumps(spec, separators=(",", ":")) + "\n")
+            self._file.flush()
+        if who is None:
+            return
+        try:
+            await self._store.create(self._event(now, spec), actor=SYSTEM)
+        except StateError:
+            # The request is already answered; a lost store entry must not fail it (the file has it).
+            log.exception("could not store an audit event; audit.log has it")
+
+    @staticmethod
+    def _event(now: datetime, spec: dict[str, Any]) -> Resource:
+        # Names sort by time, so a list of audit events comes back oldest first.
+        name = f"{now.strftime('%Y%m%d-%H%M%S-%f')}-{secrets.token_hex(3)}"
+        labels = {
+            label: value
+            for label, text in (
+                (KIND_LABEL, spec["kind"]),
+                (NAME_LABEL, spec["name"]),
+                (VERB_LABEL, spec["verb"]),
+                (USER_LABEL, spec["user"]),
+            )
+            if (value := label_value(text)) is not None
+        }
+        return Resource.model_validate(
+            {
+                "apiVersion": AUDIT_EVENT.api_version,
+                "kind": AUDIT_EVENT.kind,
+                "metadata": {"name": name, "labels": labels},
+                "spec": spec,
+            }
+        )

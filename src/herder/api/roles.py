@@ -1,0 +1,127 @@
+"""Roles and the per-kind policy table: which role may use which verb on which kind.
+
+Reader < Operator < Admin is the ladder inside an account; Support (platform staff) stands above
+Admin, so it may do whatever any role may do, and sees hidden objects. InfraProvider stands outside
+the ladder: it may only do what a kind's ``InfraScope`` grants, and only to objects labelled with its
+own provider id. A verb whose minimum role is ``None`` is refused to everyone through the API: only
+herder itself (controllers, the server) does it.
+
+The table is data, so the authorization matrix test can try every role, kind and verb against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from herder.krm.policy import Access
+from herder.resources import KindInfo
+from herder.resources.access import INFRA_PROVIDER_LABEL, Role
+
+RANK: dict[str, int] = {"Reader": 1, "Operator": 2, "Admin": 3, "Support": 4}
+READ_VERBS = frozenset({"get", "list", "watch"})
+UPDATE_VERBS = frozenset({"update", "patch"})
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete"})
+ALL_VERBS = READ_VERBS | WRITE_VERBS
+# The subresource through which a bearer token is issued for a ServiceAccount or a User.
+TOKEN_SUBRESOURCE = "token"
+
+# Objects carrying this label do not exist for roles below Support.
+HIDDEN_LABEL = "herder.dev/hidden"
+# Objects carrying this annotation are visible but nobody below Support may change or delete them.
+READ_ONLY_ANNOTATION = "herder.dev/read-only"
+HERDER_PREFIX = "herder.dev/"
+# The herder.dev/ labels users may set themselves: the ones that target or scope an object.
+USER_SETTABLE_LABELS = frozenset(
+    {
+        INFRA_PROVIDER_LABEL,
+        "herder.dev/cluster",
+        "herder.dev/machine-set",
+        "herder.dev/cluster-machine",
+        "herder.dev/machine",
+    }
+)
+USER_SETTABLE_ANNOTATIONS: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class InfraScope:
+    """What an InfraProvider may do to a kind: ``verbs`` on the objects whose ``label`` is its id."""
+
+    verbs: frozenset[str]
+    status: bool = False
+    label: str = INFRA_PROVIDER_LABEL
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The weakest role allowed each verb of one kind (``None``: nobody through the API)."""
+
+    read: Role | None = "Reader"
+    create: Role | None = "Operator"
+    update: Role | None = "Operator"
+    delete: Role | None = "Operator"
+    status: Role | None = None
+    token: Role | None = None
+    infra: InfraScope | None = None
+
+    def minimum(self, verb: str, subresource: str | None = None) -> Role | None:
+        if verb in READ_VERBS:
+            return self.read
+        if subresource == "status":
+            return self.status
+        if subresource == TOKEN_SUBRESOURCE:
+            return self.token if verb == "create" else None
+        if subresource:
+            return None
+        if verb in UPDATE_VERBS:
+            return self.update
+        return self.create if verb == "create" else self.delete if verb == "delete" else None
+
+
+def _uniform(
+    read: Role | None, write: Role | None, *, token: Role | None = None, infra: InfraScope | None = None
+) -> Rule:
+    return Rule(read=read, create=write, update=write, delete=write, token=token, infra=infra)
+
+
+USER_KIND = _uniform("Reader", "Operator")
+ADMIN_KIND = _uniform("Admin", "Admin")
+
+POLICY: dict[str, Rule] = {
+    "Namespace": _uniform("Reader", "Admin"),
+    "ConfigPatch": _uniform("Reader", "Operator", infra=InfraScope(ALL_VERBS)),
+    "ClusterSecrets": ADMIN_KIND,
+    "ServiceAccount": _uniform("Admin", "Admin", token="Admin"),
+    "User": _uniform("Admin", "Admin", token="Admin"),
+    # Tokens are issued through the token subresource of their subject, and revoked by deletion.
+    "Token": Rule(read="Admin", create=None, update=None, delete="Admin"),
+    "TokenDigest": _uniform(None, None),
+    # Append-only: the server writes audit events; nobody changes or removes them through the API.
+    "AuditEvent": _uniform("Admin", None),
+}
+
+
+def rule_for(kind: KindInfo) -> Rule:
+    """The kind's rule; a kind missing from the table is treated as a user kind, or Admin-only if sensitive."""
+    return POLICY.get(kind.kind) or (ADMIN_KIND if kind.sensitive else USER_KIND)
+
+
+def at_least(role: str, minimum: Role | None) -> bool:
+    return minimum is not None and RANK.get(role, 0) >= RANK[minimum]
+
+
+def allows(role: str, access: Access) -> bool:
+    """Whether ``role`` may do ``access`` to some object of its kind (InfraProvider: to its own)."""
+    rule = rule_for(access.kind)
+    if role == "InfraProvider":
+        scope = rule.infra
+        if scope is None:
+            return False
+        if access.subresource == "status":
+            return scope.status and access.verb in UPDATE_VERBS | READ_VERBS
+        return not access.subresource and access.verb in scope.verbs
+    return at_least(role, rule.minimum(access.verb, access.subresource))
+
+
+def sees_hidden(role: str) -> bool:
+    return RANK.get(role, 0) >= RANK["Support"]

@@ -1,0 +1,233 @@
+"""``herder serve``: the data directory, TLS, the store, first-start bootstrap and the HTTPS server.
+
+On first start the data directory gets a CA and serving certificate, an encryption key, the
+``default`` namespace, the ``admin`` ServiceAccount and ``admin.kubeconfig`` (mode 0600), so that
+``kubectl --kubeconfig DIR/admin.kubeconfig get ns`` works with no other step. Controllers are given
+in by the composition root (the CLI) and run beside the server until it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import yaml
+
+from herder.api import tokens
+from herder.api.app import build_app
+from herder.api.audit import AuditLog
+from herder.api.policy import HerderPolicy
+from herder.api.tls import TlsFiles, ensure_tls, write_private
+from herder.krm.policy import Unauthenticated
+from herder.resources import Resource
+from herder.resources.access import SERVICE_ACCOUNT
+from herder.resources.catalog import herder_registry
+from herder.state.errors import AlreadyExists
+from herder.state.store import SYSTEM, Store
+from herder.state.url import KEY_FILE, open_store
+
+log = logging.getLogger("herder.serve")
+
+DEFAULT_LISTEN = "127.0.0.1:8443"
+ADMIN = "admin"
+KUBECONFIG = "admin.kubeconfig"
+AUDIT_LOG = "audit.log"
+
+# A controller runs until cancelled; the runtime decides whether this replica leads (see ``serve``).
+Controller = Callable[[Store], Coroutine[Any, Any, None]]
+
+
+def default_data_dir() -> Path:
+    """``herder`` under the user's data home (``$XDG_DATA_HOME``, or ``~/.local/share``)."""
+    home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(home) / "herder"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    data_dir: Path
+    listen: str = DEFAULT_LISTEN
+    # Default: SQLite in the data directory.
+    state: str | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # The CA that clients should trust for an operator-provided certificate (written to the kubeconfig).
+    tls_ca: Path | None = None
+
+    @property
+    def state_url(self) -> str:
+        return self.state or f"sqlite:///{(self.data_dir / 'herder.db').resolve()}"
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as a host and a port."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, as in {DEFAULT_LISTEN}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def server_url(host: str, port: int) -> str:
+    """The URL clients use: a wildcard listen address is reached through loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def write_kubeconfig(path: Path, server: str, ca_pem: bytes | None, token: str) -> None:
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "herder", "cluster": cluster}],
+        "users": [{"name": ADMIN, "user": {"token": token}}],
+        "contexts": [{"name": "herder", "context": {"cluster": "herder", "user": ADMIN}}],
+        "current-context": "herder",
+    }
+    write_private(path, yaml.safe_dump(doc, sort_keys=False).encode())
+
+
+def _existing_token(path: Path) -> str | None:
+    with contextlib.suppress(OSError, yaml.YAMLError, AttributeError, IndexError, KeyError, TypeError):
+        token = yaml.safe_load(path.read_text())["users"][0]["user"]["token"]
+        return token if isinstance(token, str) else None
+    return None
+
+
+async def _ensure(store: Store, obj: dict[str, Any]) -> None:
+    with contextlib.suppress(AlreadyExists):
+        await store.create(Resource.model_validate(obj), actor=SYSTEM)
+
+
+async def bootstrap(store: Store, data_dir: Path, server: str, ca_pem: bytes | None) -> Path:
+    """Make what a fresh server needs: the default namespace, the admin account and its kubeconfig.
+
+    A kubeconfig whose token still works keeps it (only the server URL and CA are brought up to date);
+    otherwise the admin gets a new token.
+    """
+    await _ensure(
+        store,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "default"},
+            "status": {"phase": "Active"},
+        },
+    )
+    await _ensure(
+        store,
+        {
+            "apiVersion": SERVICE_ACCOUNT.api_version,
+            "kind": SERVICE_ACCOUNT.kind,
+            "metadata": {"name": ADMIN},
+            "spec": {"role": "Admin", "description": "made by herder serve on first start"},
+        },
+    )
+    path = data_dir / KUBECONFIG
+    token = _existing_token(path)
+    if token is not None:
+        try:
+            await tokens.authenticate(store, token)
+        except Unauthenticated:
+            token = None
+    if token is None:
+        token = (await tokens.issue(store, SERVICE_ACCOUNT, ADMIN, description="admin.kubeconfig")).token
+    write_kubeconfig(path, server, ca_pem, token)
+    return path
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._on_started()
+
+    # herder handles SIGTERM and SIGINT itself: uvicorn would re-raise them after shutting down,
+    # turning a clean stop into a KeyboardInterrupt or a death by signal.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _tls(options: ServeOptions, host: str) -> TlsFiles:
+    if options.tls_cert or options.tls_key:
+        if not (options.tls_cert and options.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together")
+        return TlsFiles(options.tls_cert, options.tls_key, options.tls_ca)
+    return ensure_tls(options.data_dir, [host])
+
+
+async def serve(options: ServeOptions, *, controllers: Sequence[Controller] = ()) -> None:
+    """Serve until SIGTERM or SIGINT, then stop the server and the controllers, and close the store."""
+    host, port = parse_listen(options.listen)
+    options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tls = _tls(options, host)
+    store = await open_store(options.state_url, herder_registry(), key_file=options.data_dir / KEY_FILE)
+    audit = AuditLog(store, options.data_dir / AUDIT_LOG)
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        url = server_url(host, port)
+        kubeconfig = await bootstrap(store, options.data_dir, url, tls.ca.read_bytes() if tls.ca else None)
+        config = uvicorn.Config(
+            build_app(store, HerderPolicy(store, audit)),
+            host=host,
+            port=port,
+            ssl_certfile=str(tls.cert),
+            ssl_keyfile=str(tls.key),
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            # Watches stay open for minutes; a stopping server does not wait for their clients.
+            timeout_graceful_shutdown=2,
+        )
+
+        def started() -> None:
+            log.info("herder serving on %s (state %s)", url, _redacted(options.state_url))
+            log.info("admin kubeconfig: %s", kubeconfig)
+            # The seam for the controller runtime: with several replicas, only the leader's run.
+            tasks.extend(asyncio.create_task(controller(store)) for controller in controllers)
+
+        server = _Server(config, started)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, _stopper(server, sig))
+        await server.serve()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        audit.close()
+        await store.close()
+    log.info("herder stopped")
+
+
+def _stopper(server: uvicorn.Server, sig: signal.Signals) -> Callable[[], None]:
+    def stop() -> None:
+        log.info("%s: stopping", sig.name)
+        # A second signal while stopping skips the wait for open connections.
+        server.force_exit = server.should_exit
+        server.should_exit = True
+
+    return stop
+
+
+def _redacted(url: str) -> str:
+    """A state URL without any password it may carry."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}{creds.partition(':')[0]}:***@{host}" if at else url
