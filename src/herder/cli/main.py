@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from herder.cli import talos
+from herder.cli import accounts, audit, objects, serve, talos
 
 app = typer.Typer(
     name="herder",
@@ -13,6 +13,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(talos.app, name="talos")
+app.command("serve")(serve.serve_command)
+app.command("demo")(serve.demo)
+app.command("get")(objects.get)
+app.command("apply")(objects.apply)
+app.command("delete")(objects.delete)
+app.command("describe")(objects.describe)
+app.add_typer(accounts.app, name="serviceaccount")
+app.command("audit")(audit.audit_events)
 
 
 def main() -> None:

@@ -1,0 +1,120 @@
+"""``herder serve`` and ``herder demo``: the composition root that wires the API server and controllers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from herder.api.serve import DEFAULT_LISTEN, KUBECONFIG, Controller, ServeOptions, default_data_dir, serve
+from herder.cli.common import fail
+from herder.resources import Resource
+from herder.resources.catalog import herder_registry
+from herder.state.errors import AlreadyExists
+from herder.state.store import SYSTEM, Store
+
+# The controllers the server runs; the controller runtime and the domain controllers plug in here.
+CONTROLLERS: list[Controller] = []
+
+DEMO_DIR = Path(".herder-demo")
+
+DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.", show_default=False)]
+ListenOption = Annotated[str, typer.Option("--listen", help="HOST:PORT to serve HTTPS on.")]
+
+
+def _run(options: ServeOptions, controllers: list[Controller]) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(options, controllers=controllers))
+    except (OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
+def serve_command(
+    data_dir: DataDirOption = None,
+    listen: ListenOption = DEFAULT_LISTEN,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state", help="sqlite:///PATH (default: in the data dir), memory:// or etcd://HOST:PORT[,…]"
+        ),
+    ] = None,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="Serving certificate (PEM).")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="Its private key (PEM).")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option("--tls-ca", help="CA of --tls-cert, written to the admin kubeconfig.")
+    ] = None,
+) -> None:
+    """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
+    options = ServeOptions(
+        data_dir=data_dir or default_data_dir(),
+        listen=listen,
+        state=state,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+    )
+    _run(options, CONTROLLERS)
+
+
+def _demo_objects() -> list[Resource]:
+    registry = herder_registry()
+    patch = registry.get("ConfigPatch")
+
+    def config_patch(name: str, data: str, description: str, **meta: object) -> Resource:
+        return Resource.model_validate(
+            {
+                "apiVersion": patch.api_version,
+                "kind": patch.kind,
+                "metadata": {"name": name, "namespace": "default", **meta},
+                "spec": {"data": data, "description": description},
+            }
+        )
+
+    return [
+        config_patch(
+            "ntp",
+            "machine:\n  time:\n    servers: [time.cloudflare.com]\n",
+            "time servers for every machine",
+            labels={"herder.dev/cluster": "demo"},
+        ),
+        config_patch(
+            "kubespan",
+            "machine:\n  network:\n    kubespan:\n      enabled: true\n",
+            "managed control planes run KubeSpan (a system patch: hidden below Support)",
+            labels={"herder.dev/cluster": "demo", "herder.dev/hidden": "true"},
+        ),
+        config_patch(
+            "audit-policy",
+            "cluster:\n  apiServer:\n    auditPolicy: {}\n",
+            "set by the platform: read-only",
+            labels={"herder.dev/cluster": "demo"},
+            annotations={"herder.dev/read-only": "true"},
+        ),
+    ]
+
+
+async def _seed_demo(data_dir: Path, store: Store) -> None:
+    for obj in _demo_objects():
+        with contextlib.suppress(AlreadyExists):
+            await store.create(obj, actor=SYSTEM)
+    kubeconfig = data_dir / KUBECONFIG
+    print(
+        "\nherder demo is running. Try:\n"
+        f"  kubectl --kubeconfig {kubeconfig} get configpatches\n"
+        f"  kubectl --kubeconfig {kubeconfig} api-resources\n"
+        f"  herder --help   (every command takes --kubeconfig {kubeconfig})\n"
+        f"  herder get auditevents --kubeconfig {kubeconfig}\n"
+        "Stop it with Ctrl+C.\n",
+        flush=True,
+    )
+
+
+def demo(data_dir: DataDirOption = None, listen: ListenOption = DEFAULT_LISTEN) -> None:
+    """Run herder with demo objects in ./.herder-demo and print how to use kubectl against it."""
+    where = data_dir or DEMO_DIR
+    _run(ServeOptions(data_dir=where, listen=listen), [*CONTROLLERS, lambda store: _seed_demo(where, store)])
