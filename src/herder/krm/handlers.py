@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -183,18 +183,21 @@ class ResourceAPI:
         who: Identity | None = None
         access: Access | None = None
         target: Target | None = None
+        call: Call | None = None
         try:
             who = await self.policy.authenticate(request)
             params = request.path_params
             target = resolve(self.registry, params.get("group", ""), params["version"], params["path"])
             verb, handler = self._route(request, target)
             access = Access(verb, target.info, target.namespace, target.name, target.subresource)
-            response = await handler(Call(request, who, access, target))
+            call = Call(request, who, access, target)
+            response = await handler(call)
             message = ""
         except Exception as exc:
             error = api_error(exc, target.info if target else None, target.name or "" if target else "")
             response, message = error.response(), error.message
-        await self.policy.record(who, access, request, response.status_code, message)
+        # A handler may have learnt more about the access (the name of a created object): record that.
+        await self.policy.record(who, call.access if call else access, request, response.status_code, message)
         return response
 
     def _route(self, request: Request, target: Target) -> tuple[str, Callable[[Call], Awaitable[Response]]]:
@@ -402,13 +405,16 @@ class ResourceAPI:
             warnings.extend(f'unknown field "{f}"' for f in unknown)
 
     def _authorize_write(self, call: Call, current: Resource | None, new: Resource) -> None:
-        """Writes are authorized against the object as it is and as it would become."""
+        """Writes are authorized against the object as it is and as it would become, then as a change."""
         if current is not None:
             self.policy.authorize(call.who, call.access, current)
         self.policy.authorize(call.who, call.access, new)
+        self.policy.admit(call.who, call.access, current, new)
 
     async def create(self, call: Call) -> Response:
         obj, warnings = self._decode(call, await self._body(call))
+        if obj.name:
+            call.access = replace(call.access, name=obj.name)
         self._authorize_write(call, None, obj)
         created = await self.store.create(obj, actor=self.policy.actor(call.who), dry_run=call.dry_run)
         return self._json(created, 201, warnings)

@@ -57,6 +57,9 @@ class AccessPolicy(Protocol):
         patch call it twice, with the stored object and then with the object as it would become.
         """
 
+    def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
+        """Raise ``Denied`` unless ``who`` may turn ``current`` (None on create) into ``new``."""
+
     def visible(self, who: Identity, obj: Resource) -> bool:
         """Whether ``who`` may know that ``obj`` exists at all (hidden objects: no)."""
 
@@ -78,6 +81,9 @@ class AllowAll:
         return self.ANONYMOUS
 
     def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
+        return None
+
+    def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
         return None
 
     def visible(self, who: Identity, obj: Resource) -> bool:
