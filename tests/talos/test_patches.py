@@ -16,6 +16,7 @@ from herder.talos.patches import (
     apply_patches,
     load_patch,
     load_patches,
+    patch_documents,
 )
 
 VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "talos" / "patches"
@@ -269,3 +270,15 @@ def test_json_patch_on_single_document() -> None:
 def test_bad_patches_are_refused_with_the_problem_named(config: str, patch: str, message: str) -> None:
     with pytest.raises(PatchError, match=message.replace("$", r"\$").replace("[", r"\[")):
         apply_patches(config, load_patches([patch]))
+
+
+def test_patching_an_empty_config_appends_the_patch_documents() -> None:
+    docs = _patch("", (VECTORS / "multidoc" / "strategic2.yaml").read_text())
+    assert [d["kind"] for d in docs] == ["SideroLinkConfig", "ExtensionServiceConfig"]
+
+
+def test_patch_documents_leaves_its_input_alone() -> None:
+    config = load_documents(LEGACY)
+    patched = patch_documents(config, load_patches(["machine:\n  certSANs: [a]\n"]))
+    assert config == [{"version": "v1alpha1", "machine": {"type": "worker"}}]
+    assert patched[0]["machine"]["certSANs"] == ["a"]
