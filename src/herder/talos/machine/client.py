@@ -1,0 +1,517 @@
+"""The async client of the Talos machine API (``machine.MachineService``), as talosctl uses it.
+
+One client talks to one endpoint (a machine's apid) and can aim each call at another machine of the same
+cluster with the ``node`` gRPC metadata, which apid proxies. It is built from a talosconfig (mutual TLS
+with the cluster's Talos CA) or insecure, for machines in maintenance mode. Calls have a timeout; only
+idempotent ones are retried, and only when the machine could not be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import ssl
+import tarfile
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import duration_pb2, empty_pb2
+
+from herder.talos.api.common import common_pb2
+from herder.talos.api.machine import machine_pb2 as pb
+from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
+from herder.talos.machine import errors
+from herder.talos.machine import tls as machine_tls
+from herder.talos.machine.tunnel import ClientTunnel, RefusedAfterHandshake
+from herder.talos.machine.types import (
+    ApplyMode,
+    ApplyResult,
+    ConfigValidationErrorEvent,
+    EtcdMember,
+    MachineEvent,
+    MachineStage,
+    MachineStatus,
+    Payload,
+    PhaseEvent,
+    RebootMode,
+    SequenceEvent,
+    ServiceStateEvent,
+    ServiceStatus,
+    TaskEvent,
+    UnmetCondition,
+    UpgradeResult,
+    VersionInfo,
+    WipeMode,
+)
+from herder.talos.talosconfig import Talosconfig, TalosconfigError
+
+DEFAULT_PORT = 50000
+"""apid's port."""
+
+EVENT_TYPE_PREFIX = "talos/runtime/"
+
+SNAPSHOT_CHUNK = 1 << 20
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Mutual TLS material (PEM): the Talos CA to trust, and the client certificate and key to present."""
+
+    ca: bytes
+    crt: bytes
+    key: bytes
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6]:port`` → (host, port), apid's port by default."""
+    text = endpoint.strip()
+    for scheme in ("https://", "tcp://"):
+        text = text.removeprefix(scheme)
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.removeprefix(":")
+        return host, int(port) if port else DEFAULT_PORT
+    if text.count(":") == 1:
+        host, port = text.split(":")
+        return host, int(port)
+    return text, DEFAULT_PORT
+
+
+class MachineClient:
+    """A client of one machine API endpoint. Use ``async with``, or ``close()`` when done."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        credentials: Credentials | None = None,
+        node: str | None = None,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        retries: int = 3,
+        retry_backoff: float = 0.2,
+    ) -> None:
+        """``credentials=None`` is ``--insecure``: encrypted, unverified, no client certificate."""
+        self.endpoint = endpoint
+        self.node = node
+        self.timeout = timeout
+        self.retries = retries
+        self.retry_backoff = retry_backoff
+        self._host, self._port = split_endpoint(endpoint)
+        self._connect_timeout = connect_timeout
+        self._credentials = credentials
+        self._tunnel: ClientTunnel | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.MachineServiceStub | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_talosconfig(
+        cls,
+        config: Talosconfig,
+        *,
+        endpoint: str | None = None,
+        node: str | None = None,
+        context: str | None = None,
+        **options: Any,
+    ) -> MachineClient:
+        """A client of the context's first endpoint (or ``endpoint``), targeting ``node`` or its first node."""
+        ctx = config.contexts.get(context) if context else config.current()
+        if ctx is None:
+            raise TalosconfigError(f"talosconfig: context {context!r} is not defined")
+        target = endpoint or (ctx.endpoints[0] if ctx.endpoints else None)
+        if not target:
+            raise TalosconfigError("talosconfig: no endpoint given and the context has none")
+        if not (ctx.ca and ctx.crt and ctx.key):
+            raise TalosconfigError("talosconfig: the context has no CA, client certificate or key")
+        default_node = node if node is not None else (ctx.nodes[0] if ctx.nodes else None)
+        return cls(target, credentials=Credentials(ctx.ca, ctx.crt, ctx.key), node=default_node, **options)
+
+    @classmethod
+    def insecure(cls, endpoint: str, *, node: str | None = None, **options: Any) -> MachineClient:
+        """A client for maintenance mode (``talosctl --insecure``)."""
+        return cls(endpoint, credentials=None, node=node, **options)
+
+    @property
+    def is_insecure(self) -> bool:
+        return self._credentials is None
+
+    async def __aenter__(self) -> MachineClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        channel, tunnel = self._channel, self._tunnel
+        self._channel = self._tunnel = self._stub = None
+        if channel is not None:
+            await channel.close()
+        if tunnel is not None:
+            await tunnel.close()
+
+    async def _connect(self) -> pb_grpc.MachineServiceStub:
+        async with self._lock:
+            if self._stub is not None:
+                return self._stub
+            creds = self._credentials
+            if creds is None:
+                context: ssl.SSLContext = machine_tls.insecure_client_context()
+            else:
+                try:
+                    context = machine_tls.client_context(creds.ca, creds.crt, creds.key)
+                except (ssl.SSLError, ValueError) as e:
+                    raise errors.Unauthenticated(f"unusable Talos client credentials: {e}") from None
+            tunnel = ClientTunnel(
+                self._host,
+                self._port,
+                context,
+                server_hostname=self._host if creds is not None else None,
+                handshake_timeout=self._connect_timeout,
+            )
+            port = await tunnel.start()
+            self._tunnel = tunnel
+            self._channel = grpc.aio.insecure_channel(
+                f"127.0.0.1:{port}",
+                options=[
+                    ("grpc.default_authority", f"{self._host}:{self._port}"),
+                    ("grpc.max_receive_message_length", 32 << 20),
+                    ("grpc.enable_retries", 0),
+                ],
+            )
+            self._stub = pb_grpc.MachineServiceStub(self._channel)  # type: ignore[no-untyped-call]
+            return self._stub
+
+    def _metadata(self, node: str | None) -> tuple[tuple[str, str], ...]:
+        target = node if node is not None else self.node
+        return (("node", target),) if target else ()
+
+    def _error(self, exc: grpc.aio.AioRpcError, node: str | None) -> errors.MachineAPIError:
+        target = node or self.node or self._host
+        code = exc.code()
+        if code == grpc.StatusCode.UNAVAILABLE and self._tunnel is not None:
+            cause = self._tunnel.last_error
+            if isinstance(cause, ssl.SSLError):
+                return errors.Unauthenticated(
+                    f"TLS with {self._host}:{self._port} failed: {cause.reason or cause}", node=target
+                )
+            if isinstance(cause, RefusedAfterHandshake):
+                return errors.Unauthenticated(f"{self._host}:{self._port}: {cause}", node=target)
+            if cause is not None:
+                return errors.Unavailable(f"cannot reach {self._host}:{self._port}: {cause}", node=target)
+        return errors.from_status(code, exc.details() or "", node=target)
+
+    async def _call(
+        self,
+        invoke: Callable[[pb_grpc.MachineServiceStub, tuple[tuple[str, str], ...]], Awaitable[_T]],
+        *,
+        idempotent: bool,
+        node: str | None,
+    ) -> _T:
+        attempts = 1 + (self.retries if idempotent else 0)
+        for attempt in range(attempts):
+            stub = await self._connect()
+            if self._tunnel is not None:
+                self._tunnel.last_error = None
+            try:
+                return await invoke(stub, self._metadata(node))
+            except grpc.aio.AioRpcError as e:
+                error = self._error(e, node)
+                if isinstance(error, errors.Unavailable) and attempt + 1 < attempts:
+                    await asyncio.sleep(self.retry_backoff * 2**attempt)
+                    continue
+                raise error from None
+        raise AssertionError("unreachable")
+
+    def _first(self, messages: Any, node: str | None) -> Any:
+        if not messages:
+            raise errors.MachineAPIError("empty reply", node=node or self.node or self._host)
+        message = messages[0]
+        if message.metadata.error:
+            raise errors.MachineAPIError(
+                message.metadata.error, node=message.metadata.hostname or node or self.node or ""
+            )
+        return message
+
+    async def _unary(self, method: str, request: Any, *, idempotent: bool, node: str | None) -> Any:
+        timeout = self.timeout
+
+        async def invoke(stub: pb_grpc.MachineServiceStub, metadata: tuple[tuple[str, str], ...]) -> Any:
+            return await getattr(stub, method)(request, metadata=metadata, timeout=timeout)
+
+        reply = await self._call(invoke, idempotent=idempotent, node=node)
+        return self._first(reply.messages, node)
+
+    # --- calls ---
+
+    async def version(self, *, node: str | None = None) -> VersionInfo:
+        m = await self._unary("Version", empty_pb2.Empty(), idempotent=True, node=node)
+        return VersionInfo(
+            tag=m.version.tag,
+            sha=m.version.sha,
+            built=m.version.built,
+            go_version=m.version.go_version,
+            os=m.version.os,
+            arch=m.version.arch,
+            platform=m.platform.name,
+            platform_mode=m.platform.mode,
+            rbac=m.features.rbac,
+            node=m.metadata.hostname or node or self.node or self._host,
+        )
+
+    async def apply_configuration(
+        self,
+        config: bytes | str,
+        *,
+        mode: ApplyMode = ApplyMode.AUTO,
+        dry_run: bool = False,
+        try_timeout: float | None = None,
+        node: str | None = None,
+    ) -> ApplyResult:
+        data = config.encode() if isinstance(config, str) else config
+        request = pb.ApplyConfigurationRequest(data=data, mode=mode.name, dry_run=dry_run)
+        if try_timeout is not None:
+            request.try_mode_timeout.CopyFrom(
+                duration_pb2.Duration(seconds=int(try_timeout), nanos=int(try_timeout % 1 * 1e9))
+            )
+        m = await self._unary("ApplyConfiguration", request, idempotent=False, node=node)
+        return ApplyResult(mode=ApplyMode(m.mode), details=m.mode_details, warnings=tuple(m.warnings))
+
+    async def bootstrap(
+        self, *, recover_etcd: bool = False, recover_skip_hash_check: bool = False, node: str | None = None
+    ) -> None:
+        request = pb.BootstrapRequest(
+            recover_etcd=recover_etcd, recover_skip_hash_check=recover_skip_hash_check
+        )
+        await self._unary("Bootstrap", request, idempotent=False, node=node)
+
+    async def upgrade(
+        self,
+        image: str,
+        *,
+        preserve: bool = False,
+        stage: bool = False,
+        force: bool = False,
+        node: str | None = None,
+    ) -> UpgradeResult:
+        request = pb.UpgradeRequest(image=image, preserve=preserve, stage=stage, force=force)
+        m = await self._unary("Upgrade", request, idempotent=False, node=node)
+        return UpgradeResult(ack=m.ack, actor_id=m.actor_id)
+
+    async def reboot(self, *, mode: RebootMode = RebootMode.DEFAULT, node: str | None = None) -> str:
+        """Reboot; returns the actor id of the reboot sequence's events."""
+        m = await self._unary("Reboot", pb.RebootRequest(mode=mode.name), idempotent=False, node=node)
+        return str(m.actor_id)
+
+    async def reset(
+        self,
+        *,
+        graceful: bool = True,
+        reboot: bool = False,
+        wipe_mode: WipeMode = WipeMode.ALL,
+        system_partitions: tuple[str, ...] = (),
+        node: str | None = None,
+    ) -> str:
+        """Wipe the machine back to maintenance mode; returns the actor id."""
+        request = pb.ResetRequest(
+            graceful=graceful,
+            reboot=reboot,
+            mode=wipe_mode.name,
+            system_partitions_to_wipe=[pb.ResetPartitionSpec(label=p, wipe=True) for p in system_partitions],
+        )
+        m = await self._unary("Reset", request, idempotent=False, node=node)
+        return str(m.actor_id)
+
+    async def shutdown(self, *, force: bool = False, node: str | None = None) -> str:
+        m = await self._unary("Shutdown", pb.ShutdownRequest(force=force), idempotent=False, node=node)
+        return str(m.actor_id)
+
+    async def service_list(self, *, node: str | None = None) -> list[ServiceStatus]:
+        m = await self._unary("ServiceList", empty_pb2.Empty(), idempotent=True, node=node)
+        return [
+            ServiceStatus(
+                id=s.id,
+                state=s.state,
+                healthy=s.health.healthy,
+                health_unknown=s.health.unknown,
+                last_message=s.health.last_message,
+            )
+            for s in m.services
+        ]
+
+    async def etcd_member_list(
+        self, *, query_local: bool = False, node: str | None = None
+    ) -> list[EtcdMember]:
+        request = pb.EtcdMemberListRequest(query_local=query_local)
+        m = await self._unary("EtcdMemberList", request, idempotent=True, node=node)
+        return [
+            EtcdMember(
+                id=x.id,
+                hostname=x.hostname,
+                peer_urls=tuple(x.peer_urls),
+                client_urls=tuple(x.client_urls),
+                is_learner=x.is_learner,
+            )
+            for x in m.members
+        ]
+
+    async def etcd_leave_cluster(self, *, node: str | None = None) -> None:
+        await self._unary("EtcdLeaveCluster", pb.EtcdLeaveClusterRequest(), idempotent=False, node=node)
+
+    async def etcd_forfeit_leadership(self, *, node: str | None = None) -> str:
+        """Hand etcd leadership to another member; returns the member that led before (empty if not this one)."""
+        request = pb.EtcdForfeitLeadershipRequest()
+        m = await self._unary("EtcdForfeitLeadership", request, idempotent=False, node=node)
+        return str(m.member)
+
+    async def etcd_remove_member_by_id(self, member_id: int, *, node: str | None = None) -> None:
+        request = pb.EtcdRemoveMemberByIDRequest(member_id=member_id)
+        await self._unary("EtcdRemoveMemberByID", request, idempotent=False, node=node)
+
+    async def _read_stream(self, method: str, request: Any, node: str | None) -> bytes:
+        """A whole ``common.Data`` stream, retried from the start if the machine was unreachable."""
+        timeout = self.timeout
+
+        async def invoke(stub: pb_grpc.MachineServiceStub, metadata: tuple[tuple[str, str], ...]) -> bytes:
+            chunks = []
+            async for message in getattr(stub, method)(request, metadata=metadata, timeout=timeout):
+                self._first([message], node)
+                chunks.append(message.bytes)
+            return b"".join(chunks)
+
+        return await self._call(invoke, idempotent=True, node=node)
+
+    async def etcd_snapshot(self, *, node: str | None = None) -> bytes:
+        """A snapshot of the etcd database of this control plane node."""
+        return await self._read_stream("EtcdSnapshot", pb.EtcdSnapshotRequest(), node)
+
+    async def etcd_recover(self, snapshot: bytes | AsyncIterable[bytes], *, node: str | None = None) -> None:
+        """Upload a snapshot for a following ``bootstrap(recover_etcd=True)``."""
+        timeout = self.timeout
+
+        async def chunks() -> AsyncIterator[common_pb2.Data]:
+            if isinstance(snapshot, bytes):
+                for i in range(0, len(snapshot), SNAPSHOT_CHUNK):
+                    yield common_pb2.Data(bytes=snapshot[i : i + SNAPSHOT_CHUNK])
+            else:
+                async for chunk in snapshot:
+                    yield common_pb2.Data(bytes=chunk)
+
+        async def invoke(stub: pb_grpc.MachineServiceStub, metadata: tuple[tuple[str, str], ...]) -> Any:
+            return await stub.EtcdRecover(chunks(), metadata=metadata, timeout=timeout)
+
+        reply = await self._call(invoke, idempotent=False, node=node)
+        self._first(reply.messages, node)
+
+    async def kubeconfig(self, *, node: str | None = None) -> bytes:
+        """The admin kubeconfig of the cluster, from a control plane node (unpacked from its tar.gz)."""
+        archive = await self._read_stream("Kubeconfig", empty_pb2.Empty(), node)
+        try:
+            with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive)), mode="r:") as tar:
+                member = tar.extractfile("kubeconfig")
+                if member is None:
+                    raise KeyError("kubeconfig")
+                return member.read()
+        except (OSError, tarfile.TarError, KeyError, EOFError) as e:
+            raise errors.MachineAPIError(
+                f"malformed kubeconfig archive: {e}", node=node or self.node or ""
+            ) from None
+
+    async def events(
+        self,
+        *,
+        tail_events: int = 0,
+        tail_id: str = "",
+        tail_seconds: int = 0,
+        actor_id: str = "",
+        node: str | None = None,
+    ) -> AsyncIterator[MachineEvent]:
+        """The machine's events: the requested backlog, then live ones until the caller stops iterating."""
+        stub = await self._connect()
+        request = pb.EventsRequest(
+            tail_events=tail_events, tail_id=tail_id, tail_seconds=tail_seconds, with_actor_id=actor_id
+        )
+        call = stub.Events(request, metadata=self._metadata(node))
+        try:
+            async for event in call:
+                yield decode_event(event, node or self.node or "")
+        except grpc.aio.AioRpcError as e:
+            raise self._error(e, node) from None
+        finally:
+            call.cancel()
+
+
+def _action(enum_type: Any, value: int) -> str:
+    return str(enum_type.Name(value))
+
+
+def decode_event(event: pb.Event, node: str = "") -> MachineEvent:
+    """A typed ``MachineEvent`` from the wire form (``Any`` payload with a ``talos/runtime/`` type URL)."""
+    type_url = event.data.type_url
+    name = type_url.removeprefix(EVENT_TYPE_PREFIX)
+    payload: Payload = None
+    decoders: dict[str, Callable[[bytes], Payload]] = {
+        "machine.MachineStatusEvent": _machine_status,
+        "machine.SequenceEvent": _sequence,
+        "machine.PhaseEvent": _phase,
+        "machine.TaskEvent": _task,
+        "machine.ServiceStateEvent": _service_state,
+        "machine.ConfigValidationErrorEvent": _config_validation_error,
+    }
+    decoder = decoders.get(name)
+    if decoder is not None:
+        payload = decoder(event.data.value)
+    return MachineEvent(
+        id=event.id,
+        type_url=type_url,
+        payload=payload,
+        actor_id=event.actor_id,
+        node=event.metadata.hostname or node,
+    )
+
+
+def _machine_status(raw: bytes) -> Payload:
+    m = pb.MachineStatusEvent.FromString(raw)
+    return MachineStatus(
+        stage=MachineStage(m.stage),
+        ready=m.status.ready,
+        unmet_conditions=tuple(UnmetCondition(c.name, c.reason) for c in m.status.unmet_conditions),
+    )
+
+
+def _sequence(raw: bytes) -> Payload:
+    m = pb.SequenceEvent.FromString(raw)
+    return SequenceEvent(
+        sequence=m.sequence,
+        action=_action(pb.SequenceEvent.Action, m.action),
+        error=m.error.message if m.HasField("error") else "",
+    )
+
+
+def _phase(raw: bytes) -> Payload:
+    m = pb.PhaseEvent.FromString(raw)
+    return PhaseEvent(phase=m.phase, action=_action(pb.PhaseEvent.Action, m.action))
+
+
+def _task(raw: bytes) -> Payload:
+    m = pb.TaskEvent.FromString(raw)
+    return TaskEvent(task=m.task, action=_action(pb.TaskEvent.Action, m.action))
+
+
+def _service_state(raw: bytes) -> Payload:
+    m = pb.ServiceStateEvent.FromString(raw)
+    return ServiceStateEvent(
+        service=m.service,
+        action=_action(pb.ServiceStateEvent.Action, m.action),
+        message=m.message,
+        healthy=m.health.healthy,
+    )
+
+
+def _config_validation_error(raw: bytes) -> Payload:
+    return ConfigValidationErrorEvent(error=pb.ConfigValidationErrorEvent.FromString(raw).error)
