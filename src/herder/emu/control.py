@@ -1,0 +1,134 @@
+"""The emulator's control API: plain HTTP/1.1 with JSON bodies on a loopback address, for tools and tests.
+
+    GET    /healthz                       {"ok": true}
+    GET    /machines                      every machine's summary (uuid, endpoint, node, stage, power, …)
+    POST   /machines                      {"count": N, "talos_version": "v1.x.y", "uuid": "…"} → the new machines
+    GET    /machines/{machine}            one machine ({machine} = uuid, address, endpoint or hostname)
+    DELETE /machines/{machine}            destroy it
+    POST   /machines/{machine}/fault      {"fault": "crash|partition|heal|slow-boot|fail-upgrade|fail-install"}
+    POST   /machines/{machine}/power      {"state": "on|off"}
+
+Errors are ``{"error": "..."}`` with 400 or 404. Every response closes its connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from herder.emu.machine import FAULTS
+
+if TYPE_CHECKING:
+    from herder.emu.emulator import Emulator
+
+_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_MAX_BODY = 1 << 20
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ControlAPI:
+    def __init__(self, emulator: Emulator) -> None:
+        self.emulator = emulator
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> str:
+        """Listen; returns the base URL."""
+        self._server = await asyncio.start_server(self._handle, host, port)
+        bound = self._server.sockets[0].getsockname()
+        return f"http://{bound[0]}:{bound[1]}"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, body = await self._respond(reader)
+        except HTTPError as e:
+            status, body = e.status, {"error": str(e)}
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError) as e:
+            status, body = 400, {"error": f"malformed request: {e}"}
+        payload = json.dumps(body).encode()
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+        )
+        with contextlib.suppress(ConnectionError):
+            writer.write(head.encode() + payload)
+            await writer.drain()
+        writer.close()
+
+    async def _respond(self, reader: asyncio.StreamReader) -> tuple[int, Any]:
+        request_line = (await reader.readline()).decode("latin-1").strip()
+        method, _, rest = request_line.partition(" ")
+        path = rest.partition(" ")[0].split("?")[0]
+        length = 0
+        while (line := (await reader.readline()).decode("latin-1").strip()) != "":
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value.strip())
+        if length > _MAX_BODY:
+            raise HTTPError(400, "request body too large")
+        raw = await reader.readexactly(length) if length else b""
+        body = json.loads(raw) if raw.strip() else {}
+        if not isinstance(body, dict):
+            raise HTTPError(400, "the request body must be a JSON object")
+        return await self._route(method, [p for p in path.split("/") if p], body)
+
+    async def _route(self, method: str, parts: list[str], body: dict[str, Any]) -> tuple[int, Any]:
+        emulator = self.emulator
+        if parts == ["healthz"] and method == "GET":
+            return 200, {"ok": True}
+        if parts == ["machines"]:
+            if method == "GET":
+                return 200, [m.summary() for m in emulator.machines.values()]
+            if method == "POST":
+                count = int(body.get("count", 1))
+                if not 1 <= count <= 10000:
+                    raise HTTPError(400, "count must be between 1 and 10000")
+                try:
+                    created = [
+                        emulator.create_machine(
+                            talos_version=body.get("talos_version"), uuid=body.get("uuid")
+                        )
+                        for _ in range(count)
+                    ]
+                except ValueError as e:
+                    raise HTTPError(400, str(e)) from None
+                return 201, [m.summary() for m in created]
+            raise HTTPError(405, f"{method} not allowed on /machines")
+        if len(parts) < 2 or parts[0] != "machines":
+            raise HTTPError(404, "not found")
+        machine = emulator.find(parts[1])
+        if machine is None:
+            raise HTTPError(404, f"machine {parts[1]!r} not found")
+        action = parts[2] if len(parts) == 3 else ""
+        if len(parts) == 2 and method == "GET":
+            return 200, machine.summary()
+        if len(parts) == 2 and method == "DELETE":
+            await emulator.destroy_machine(machine)
+            return 200, {"deleted": machine.uuid}
+        if action == "fault" and method == "POST":
+            fault = str(body.get("fault", ""))
+            if fault not in FAULTS:
+                raise HTTPError(400, f"unknown fault {fault!r}: expected one of {', '.join(FAULTS)}")
+            await machine.inject(fault)
+            return 200, machine.summary()
+        if action == "power" and method == "POST":
+            state = body.get("state")
+            if state == "on":
+                machine.power_on()
+            elif state == "off":
+                await machine.power_off()
+            else:
+                raise HTTPError(400, "state must be on or off")
+            return 200, machine.summary()
+        raise HTTPError(404 if method in ("GET", "POST", "DELETE") else 405, "not found")

@@ -1,0 +1,154 @@
+"""The emulator: many emulated Talos machines in one process, their clusters, and their persistence.
+
+Each machine answers the Talos machine API on its own loopback address (``--machine-cidr``, port
+``--machine-port``, 50000 like apid), because a Talos client checks the server certificate against its
+cluster's CA before any metadata is read: one shared endpoint could not present every machine's
+certificate honestly. The emulator's own control API (machines, power, faults) listens on ``--listen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from herder.emu.cluster import Cluster
+from herder.emu.machine import Hardware, Machine, MachineRecord
+from herder.emu.network import Network
+from herder.emu.service import MachineService
+from herder.emu.store import Store
+from herder.emu.timings import Timings
+from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
+
+DEFAULT_TALOS_VERSION = "v1.13.9"
+DEFAULT_MACHINE_CIDR = "127.100.0.0/16"
+DEFAULT_MACHINE_PORT = 50000
+
+
+@dataclass
+class EmulatorOptions:
+    data_dir: Path
+    machines: int = 0
+    """At least this many machines exist once started (persisted ones count)."""
+    machine_cidr: str = DEFAULT_MACHINE_CIDR
+    machine_port: int = DEFAULT_MACHINE_PORT
+    talos_version: str = DEFAULT_TALOS_VERSION
+    timings: Timings = field(default_factory=Timings)
+
+
+class Emulator:
+    def __init__(self, options: EmulatorOptions) -> None:
+        self.options = options
+        self.timings = options.timings
+        self.store = Store(options.data_dir)
+        self.machines: dict[str, Machine] = {}
+        self.clusters: dict[str, Cluster] = {}
+        self.network: Network
+        self._server: grpc.aio.Server | None = None
+        self._changed = asyncio.Event()
+        self._network = ipaddress.ip_network(options.machine_cidr)
+
+    async def start(self) -> None:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+        pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        self._server = server
+        self.network = Network(port)
+        for cluster in self.store.load_clusters():
+            self.clusters[cluster.id] = cluster
+        for record in self.store.load_machines():
+            self.machines[record.uuid] = Machine(self, record)
+        missing = self.options.machines - len(self.machines)
+        for _ in range(max(missing, 0)):
+            self._new_machine(self.options.talos_version, None, None)
+        self.store.publish([m.record for m in self.machines.values()])
+        for machine in self.machines.values():
+            machine.start()
+
+    async def stop(self) -> None:
+        for machine in list(self.machines.values()):
+            await machine.stop()
+        await self.network.close()
+        if self._server is not None:
+            await self._server.stop(grace=0.2)
+            self._server = None
+
+    # --- machines ---
+
+    def _addresses(self) -> Iterator[str]:
+        used = {m.record.address for m in self.machines.values()}
+        for address in self._network.hosts():
+            text = str(address)
+            if text not in used and not text.endswith((".0", ".255")):
+                yield text
+
+    def _new_machine(self, talos_version: str, uuid: str | None, hardware: Hardware | None) -> Machine:
+        address = next(self._addresses(), None)
+        if address is None:
+            raise ValueError(f"no free address left in {self._network}")
+        record = MachineRecord(
+            uuid=uuid or str(uuidlib.uuid4()),
+            address=address,
+            port=self.options.machine_port,
+            talos_version=talos_version,
+            hardware=hardware or Hardware(),
+        )
+        if record.uuid in self.machines:
+            raise ValueError(f"machine {record.uuid} already exists")
+        self.store.save_machine(record)
+        machine = Machine(self, record)
+        self.machines[record.uuid] = machine
+        return machine
+
+    def create_machine(
+        self, *, talos_version: str | None = None, uuid: str | None = None, hardware: Hardware | None = None
+    ) -> Machine:
+        """A new machine, powered on and booting into maintenance mode."""
+        machine = self._new_machine(talos_version or self.options.talos_version, uuid, hardware)
+        self.store.publish([m.record for m in self.machines.values()])
+        machine.start()
+        return machine
+
+    async def destroy_machine(self, machine: Machine) -> None:
+        await machine.stop()
+        del self.machines[machine.uuid]
+        self.store.delete_machine(machine.uuid)
+        self.store.publish([m.record for m in self.machines.values()])
+
+    def find(self, ref: str) -> Machine | None:
+        """A machine by uuid, address, endpoint or hostname."""
+        machine = self.machines.get(ref)
+        if machine is not None:
+            return machine
+        return next((m for m in self.machines.values() if m.answers_to(ref)), None)
+
+    # --- clusters ---
+
+    def cluster(self, cluster_id: str) -> Cluster:
+        cluster = self.clusters.get(cluster_id)
+        if cluster is None:
+            cluster = self.clusters[cluster_id] = Cluster(cluster_id)
+        return cluster
+
+    def machines_of(self, cluster_id: str) -> list[Machine]:
+        return [
+            m for m in self.machines.values() if m.config is not None and m.config.cluster_id == cluster_id
+        ]
+
+    # --- observation ---
+
+    def stage_changed(self, _machine: Machine) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
+        """Wait until ``predicate()`` holds, re-checked at every stage change; raises ``TimeoutError``."""
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await self._changed.wait()

@@ -1,0 +1,772 @@
+"""One emulated Talos machine: its persisted record, its lifecycle (maintenance → installing → booting →
+running, reboot, upgrade, reset, shutdown, power) and the machine API calls it answers.
+
+Stages and events follow machined's (``MachineStatusEvent``, ``SequenceEvent``); the durations come from
+``Timings``. Whatever a real machine keeps on disk (its config, whether it is installed, its version, its
+power state) is persisted at once; what it keeps in memory (events, a config applied in TRY mode, an
+uploaded etcd snapshot, a sequence in progress) is lost when it crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import io
+import re
+import tarfile
+import time
+import uuid as uuidlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from herder.emu import certs
+from herder.emu.cluster import Cluster
+from herder.emu.config import ConfigError, MachineConfig, config_diff, parse_config, reboot_required_diff
+from herder.emu.errors import ApiError, invalid, not_authorized, precondition
+from herder.emu.events import EventLog
+from herder.talos.api.common import common_pb2
+from herder.talos.api.machine import machine_pb2 as pb
+from herder.talos.kubeconfig import generate_admin_kubeconfig
+from herder.talos.machine import roles as talos_roles
+from herder.talos.machine import tls as machine_tls
+from herder.talos.machine.types import ApplyMode, MachineStage
+
+if TYPE_CHECKING:
+    from herder.emu.emulator import Emulator
+
+FAULTS = ("crash", "partition", "heal", "slow-boot", "fail-upgrade", "fail-install")
+"""Faults a machine can be given; ``crash`` and ``heal`` are actions, the others last until ``heal``."""
+
+_IMAGE_TAG = re.compile(r"^[^\s@]+:(v?\d+\.\d+\.\d+[0-9A-Za-z.\-+]*)$")
+
+
+@dataclass
+class Hardware:
+    cpus: int = 4
+    memory_mib: int = 8192
+    disks: list[dict[str, Any]] = field(
+        default_factory=lambda: [{"name": "/dev/sda", "size": 100 << 30, "model": "QEMU HARDDISK"}]
+    )
+
+
+@dataclass
+class MachineRecord:
+    """What survives a restart of the emulator (and a crash of the machine)."""
+
+    uuid: str
+    address: str
+    port: int
+    talos_version: str
+    hardware: Hardware = field(default_factory=Hardware)
+    config: bytes | None = None
+    staged_config: bytes | None = None
+    installed: bool = False
+    powered_on: bool = True
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "uuid": self.uuid,
+            "address": self.address,
+            "port": self.port,
+            "talos_version": self.talos_version,
+            "hardware": vars(self.hardware),
+            "config": self.config.decode() if self.config is not None else None,
+            "staged_config": self.staged_config.decode() if self.staged_config is not None else None,
+            "installed": self.installed,
+            "powered_on": self.powered_on,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> MachineRecord:
+        def blob(key: str) -> bytes | None:
+            value = raw.get(key)
+            return value.encode() if isinstance(value, str) else None
+
+        return cls(
+            uuid=raw["uuid"],
+            address=raw["address"],
+            port=int(raw["port"]),
+            talos_version=raw["talos_version"],
+            hardware=Hardware(**raw.get("hardware", {})),
+            config=blob("config"),
+            staged_config=blob("staged_config"),
+            installed=bool(raw.get("installed")),
+            powered_on=bool(raw.get("powered_on", True)),
+        )
+
+
+class SequenceFailed(Exception):
+    """A sequence ended in error; the machine reports it in the sequence's stop event."""
+
+
+class Machine:
+    def __init__(self, emulator: Emulator, record: MachineRecord) -> None:
+        self.emulator = emulator
+        self.record = record
+        self.config: MachineConfig | None = None
+        """The active config (a TRY config until it is reverted or confirmed)."""
+        self.stage = MachineStage.UNKNOWN
+        self.ready = False
+        self.unmet: tuple[tuple[str, str], ...] = ()
+        self.faults: set[str] = set()
+        self.events = EventLog()
+        self.last_error = ""
+        self.recover_snapshot: bytes | None = None
+        self.api_secure = False
+        self._sequence: asyncio.Task[None] | None = None
+        self._sequence_name = ""
+        self._try_revert: asyncio.TimerHandle | None = None
+
+    # --- identity ---
+
+    @property
+    def uuid(self) -> str:
+        return self.record.uuid
+
+    @property
+    def address(self) -> str:
+        return self.record.address
+
+    @property
+    def hostname(self) -> str:
+        if self.config is not None and self.config.hostname:
+            return self.config.hostname
+        digest = hashlib.sha256(self.uuid.encode()).hexdigest()
+        return f"talos-{digest[:3]}-{digest[3:6]}"
+
+    @property
+    def cluster(self) -> Cluster | None:
+        return self.emulator.cluster(self.config.cluster_id) if self.config is not None else None
+
+    @property
+    def in_maintenance(self) -> bool:
+        return self.config is None
+
+    def answers_to(self, target: str) -> bool:
+        """Whether a ``node`` target names this machine (its address or hostname), as apid's local check."""
+        return target in (self.address, self.hostname, self.record.endpoint)
+
+    def summary(self) -> dict[str, Any]:
+        """What the control API shows of a machine."""
+        return {
+            "uuid": self.uuid,
+            "endpoint": self.record.endpoint,
+            "node": self.address,
+            "hostname": self.hostname,
+            "talos_version": self.record.talos_version,
+            "stage": self.stage.name,
+            "ready": self.ready,
+            "power": "on" if self.record.powered_on else "off",
+            "installed": self.record.installed,
+            "machine_type": self.config.machine_type if self.config else "",
+            "cluster_id": self.config.cluster_id if self.config else "",
+            "faults": sorted(self.faults),
+            "last_error": self.last_error,
+            "hardware": vars(self.record.hardware),
+        }
+
+    # --- lifecycle plumbing ---
+
+    def start(self) -> None:
+        """Bring the machine up as it was persisted (booting if powered on)."""
+        if self.record.powered_on:
+            self._run("boot", self._boot, takeover=True)
+
+    async def stop(self) -> None:
+        self._cancel_try()
+        await self._cancel_sequence()
+        self.emulator.network.stop(self.uuid, grace=0)
+
+    def _busy(self) -> bool:
+        return self._sequence is not None and not self._sequence.done()
+
+    def _run(
+        self, name: str, body: Callable[[], Awaitable[None]], *, actor_id: str = "", takeover: bool = False
+    ) -> None:
+        if self._busy():
+            if not takeover:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION, f"locked: sequence {self._sequence_name} is running"
+                )
+            assert self._sequence is not None
+            self._sequence.cancel()
+        self._sequence_name = name
+        self._sequence = asyncio.get_running_loop().create_task(self._sequence_body(name, body, actor_id))
+
+    async def _sequence_body(self, name: str, body: Callable[[], Awaitable[None]], actor_id: str) -> None:
+        self.events.publish(pb.SequenceEvent(sequence=name, action=pb.SequenceEvent.START), actor_id)
+        error = None
+        try:
+            await body()
+        except SequenceFailed as e:
+            error = str(e)
+            self.last_error = error
+        self.events.publish(
+            pb.SequenceEvent(
+                sequence=name,
+                action=pb.SequenceEvent.STOP,
+                error=common_pb2.Error(code=common_pb2.FATAL, message=error) if error else None,
+            ),
+            actor_id,
+        )
+
+    async def _cancel_sequence(self) -> None:
+        task, self._sequence = self._sequence, None
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _set_stage(
+        self, stage: MachineStage, *, ready: bool = False, unmet: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self.stage, self.ready, self.unmet = stage, ready, unmet
+        status = pb.MachineStatusEvent.MachineStatus(
+            ready=ready,
+            unmet_conditions=[
+                pb.MachineStatusEvent.MachineStatus.UnmetCondition(name=n, reason=r) for n, r in unmet
+            ],
+        )
+        self.events.publish(pb.MachineStatusEvent(stage=int(stage), status=status))  # type: ignore[arg-type]
+        self.emulator.stage_changed(self)
+
+    async def _sleep(self, step: str) -> None:
+        timings = self.emulator.timings
+        seconds = float(getattr(timings, step))
+        if step == "boot" and "slow-boot" in self.faults:
+            seconds = max(seconds, timings.slow_boot)
+        await asyncio.sleep(seconds)
+
+    def _persist(self) -> None:
+        self.emulator.store.save_machine(self.record)
+
+    # --- apid ---
+
+    async def _serve_maintenance(self) -> None:
+        cert = certs.maintenance_certificate(self.address, self.hostname)
+        context = machine_tls.server_context(cert.crt, cert.key, client_ca=None)
+        self.api_secure = False
+        await self.emulator.network.serve(
+            self.uuid, self.address, self.record.port, context, authenticated=False
+        )
+
+    async def _serve_secure(self, issuing_ca: Any) -> None:
+        assert self.config is not None
+        cert = certs.api_certificate(issuing_ca, self.address, self.hostname, self.config.cert_sans)
+        context = machine_tls.server_context(cert.crt, cert.key, client_ca=self.config.os_ca.crt)
+        self.api_secure = True
+        await self.emulator.network.serve(
+            self.uuid, self.address, self.record.port, context, authenticated=True
+        )
+
+    def _api_down(self) -> None:
+        self.api_secure = False
+        self.emulator.network.stop(self.uuid)
+
+    def _issuing_ca(self) -> Any:
+        """The CA this machine's API certificate comes from now: its own on a control plane, trustd's for a
+        worker (once a control plane of its cluster runs), else None."""
+        config, cluster = self.config, self.cluster
+        if config is None or cluster is None:
+            return None
+        if config.os_ca.key:
+            return config.os_ca
+        if not cluster.trustd.is_set():
+            return None
+        return cluster.issuing_ca_for(config.os_ca.crt, config.token)
+
+    # --- sequences ---
+
+    async def _boot(self) -> None:
+        self._api_down()
+        self._set_stage(MachineStage.BOOTING)
+        await self._sleep("boot")
+        record = self.record
+        if record.staged_config is not None:
+            record.config, record.staged_config = record.staged_config, None
+            self._persist()
+        self.config = self._parse_persisted()
+        if self.config is None:
+            await self._serve_maintenance()
+            self._set_stage(MachineStage.MAINTENANCE)
+            return
+        await self._configured_boot()
+
+    def _parse_persisted(self) -> MachineConfig | None:
+        if self.record.config is None:
+            return None
+        try:
+            return parse_config(self.record.config, self.record.talos_version)
+        except ConfigError as e:
+            # A stored config that no longer validates (e.g. after a downgrade): Talos stays in maintenance.
+            self.events.publish(pb.ConfigValidationErrorEvent(error=str(e)))
+            return None
+
+    async def _configured_boot(self) -> None:
+        assert self.config is not None
+        self._register_with_cluster()
+        issuing = self._issuing_ca()
+        if issuing is not None:
+            await self._serve_secure(issuing)
+        else:
+            self._api_down()
+        if not self.record.installed:
+            self._set_stage(MachineStage.INSTALLING)
+            await self._sleep("install")
+            if "fail-install" in self.faults:
+                self.record.config = None
+                self._persist()
+                self.config = None
+                await self._serve_maintenance()
+                self._set_stage(MachineStage.MAINTENANCE)
+                raise SequenceFailed(
+                    "install failed: error writing the system disk (injected fault); back in maintenance"
+                )
+            self.record.installed = True
+            self._persist()
+            await self._reboot_steps()
+        await self._come_up()
+
+    async def _reboot_steps(self) -> None:
+        self._set_stage(MachineStage.REBOOTING)
+        self._api_down()
+        await self._sleep("reboot")
+        self._set_stage(MachineStage.BOOTING)
+        await self._sleep("boot")
+
+    async def _come_up(self) -> None:
+        config, cluster = self.config, self.cluster
+        assert config is not None and cluster is not None
+        issuing = self._issuing_ca()
+        if issuing is None:
+            self._set_stage(
+                MachineStage.BOOTING, unmet=(("services", "apid: waiting for certificate from trustd"),)
+            )
+            while issuing is None:
+                await cluster.trustd.wait()
+                issuing = self._issuing_ca()
+                if issuing is None:
+                    # trustd refused (another CA or token): Talos keeps retrying; so does the emulator.
+                    await asyncio.sleep(1.0)
+        if not self.api_secure:
+            await self._serve_secure(issuing)
+        self._set_stage(MachineStage.RUNNING, ready=True)
+        if config.is_control_plane:
+            cluster.trustd.set()
+            if cluster.bootstrapped and cluster.member_of(self.uuid) is None:
+                cluster.join(self.uuid, self.hostname, self.address)
+                self.emulator.store.save_cluster(cluster)
+
+    def _register_with_cluster(self) -> None:
+        config, cluster = self.config, self.cluster
+        assert config is not None and cluster is not None
+        if config.is_control_plane:
+            cluster.learn_control_plane(config.cluster_name, config.os_ca, config.token)
+            self.emulator.store.save_cluster(cluster)
+
+    # --- power and faults (the control API, not the machine API) ---
+
+    async def power_off(self) -> None:
+        await self._cancel_sequence()
+        self._cancel_try()
+        self._api_down()
+        self.record.powered_on = False
+        self._persist()
+        self._set_stage(MachineStage.UNKNOWN)
+
+    def power_on(self) -> None:
+        if self.record.powered_on and self._busy():
+            return
+        if self.record.powered_on and self.stage is not MachineStage.UNKNOWN:
+            return
+        self.record.powered_on = True
+        self._persist()
+        self._run("boot", self._boot, takeover=True)
+
+    async def inject(self, fault: str) -> None:
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}: expected one of {', '.join(FAULTS)}")
+        if fault == "crash":
+            await self.crash()
+        elif fault == "heal":
+            self.faults.clear()
+            self.emulator.network.partition(self.uuid, False)
+        else:
+            self.faults.add(fault)
+            if fault == "partition":
+                self.emulator.network.partition(self.uuid, True)
+
+    async def crash(self) -> None:
+        """The machine dies and comes back: only what it had persisted survives."""
+        await self._cancel_sequence()
+        self._cancel_try()
+        self._api_down()
+        self.events.clear()
+        self.recover_snapshot = None
+        self.record = self.emulator.store.load_machine(self.uuid) or self.record
+        self.config = None
+        if self.record.powered_on:
+            self._run("boot", self._boot, takeover=True)
+        else:
+            self._set_stage(MachineStage.UNKNOWN)
+
+    def _cancel_try(self) -> None:
+        if self._try_revert is not None:
+            self._try_revert.cancel()
+            self._try_revert = None
+
+    # --- machine API ---
+
+    def version(self) -> pb.Version:
+        tag = self.record.talos_version
+        return pb.Version(
+            version=pb.VersionInfo(
+                tag=tag,
+                sha=hashlib.sha1(tag.encode()).hexdigest()[:8],
+                built="",
+                go_version="go1.24.6",
+                os="linux",
+                arch="amd64",
+            ),
+            platform=pb.PlatformInfo(name="metal", mode="metal"),
+            features=pb.FeaturesInfo(rbac=self.config.rbac if self.config else True),
+        )
+
+    def apply_configuration(
+        self, request: pb.ApplyConfigurationRequest, roles: frozenset[str]
+    ) -> pb.ApplyConfiguration:
+        mode = ApplyMode(request.mode)
+        if self.in_maintenance:
+            return self._apply_in_maintenance(request, mode)
+        if talos_roles.ADMIN not in roles:
+            raise not_authorized()
+        if self.stage in (MachineStage.INSTALLING, MachineStage.UPGRADING, MachineStage.RESETTING):
+            raise precondition(f"locked: the machine is {self.stage.name.lower()}")
+        new = self._parse_request(request)
+        current = self.config
+        assert current is not None
+        if mode is ApplyMode.TRY or mode is ApplyMode.NO_REBOOT or mode is ApplyMode.AUTO:
+            diff = reboot_required_diff(current, new)
+        else:
+            diff = ""
+        if mode is ApplyMode.AUTO:
+            mode = ApplyMode.REBOOT if diff else ApplyMode.NO_REBOOT
+        elif diff:
+            raise invalid(f"this config change can't be applied in immediate mode\ndiff:\n{diff}")
+        details = {
+            ApplyMode.REBOOT: "Applied configuration with a reboot",
+            ApplyMode.NO_REBOOT: "Applied configuration without a reboot",
+            ApplyMode.STAGED: "Staged configuration to be applied after the next reboot",
+            ApplyMode.TRY: "Applied configuration without a reboot",
+        }[mode]
+        if diff and mode is ApplyMode.REBOOT:
+            details += f": this config change can't be applied in immediate mode\ndiff:\n{diff}"
+        if request.dry_run:
+            changes = config_diff(current.text, new.text) or "No changes."
+            return pb.ApplyConfiguration(
+                mode=int(mode),  # type: ignore[arg-type]
+                mode_details=f"Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{changes}",
+                warnings=list(new.warnings),
+            )
+        if mode is not ApplyMode.TRY:
+            self._cancel_try()
+        if mode is ApplyMode.TRY:
+            timeout = self.emulator.timings.try_timeout
+            if request.HasField("try_mode_timeout"):
+                timeout = request.try_mode_timeout.ToTimedelta().total_seconds()
+            details += (
+                f"\nThe config is applied in 'try' mode and will be automatically reverted back in {timeout}s"
+            )
+            self._cancel_try()
+            self._try_revert = asyncio.get_running_loop().call_later(timeout, self._revert_try)
+            self.config = new
+        elif mode is ApplyMode.STAGED:
+            self.record.staged_config = new.raw
+            self._persist()
+        else:
+            self.record.config, self.record.staged_config = new.raw, None
+            self._persist()
+            self.config = new
+            self._register_with_cluster()
+            if mode is ApplyMode.REBOOT:
+                self._run("reboot", self._reboot_body, takeover=True)
+        return pb.ApplyConfiguration(mode=int(mode), mode_details=details, warnings=list(new.warnings))  # type: ignore[arg-type]
+
+    def _apply_in_maintenance(
+        self, request: pb.ApplyConfigurationRequest, mode: ApplyMode
+    ) -> pb.ApplyConfiguration:
+        if mode in (ApplyMode.STAGED, ApplyMode.TRY):
+            name = mode.name.lower().replace("_", "-")
+            raise ApiError(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"apply configuration --mode='{name}' is not supported in maintenance mode",
+            )
+        new = self._parse_request(request)
+        if request.dry_run:
+            return pb.ApplyConfiguration(
+                mode=int(ApplyMode.NO_REBOOT),  # type: ignore[arg-type]
+                mode_details="Dry run summary:\nNode is running in maintenance mode and does not have a config yet.",
+                warnings=list(new.warnings),
+            )
+        if self._busy():
+            raise precondition("another apply configuration is already in progress")
+        self.record.config, self.record.staged_config = new.raw, None
+        self._persist()
+        self.config = new
+        self._run("install", self._configured_boot)
+        return pb.ApplyConfiguration(
+            mode=int(ApplyMode.NO_REBOOT),  # type: ignore[arg-type]
+            mode_details="Applied configuration without a reboot",
+            warnings=list(new.warnings),
+        )
+
+    def _parse_request(self, request: pb.ApplyConfigurationRequest) -> MachineConfig:
+        try:
+            new = parse_config(request.data, self.record.talos_version)
+        except ConfigError as e:
+            self.events.publish(pb.ConfigValidationErrorEvent(error=str(e)))
+            raise invalid(str(e)) from None
+        if self.config is not None and new.machine_type != self.config.machine_type:
+            raise invalid(
+                f"1 error occurred:\n\t* machine type can't be changed from {self.config.machine_type!r} "
+                f"to {new.machine_type!r}\n\n"
+            )
+        return new
+
+    def _revert_try(self) -> None:
+        self._try_revert = None
+        self.config = self._parse_persisted()
+        self.events.publish(pb.TaskEvent(task="rollbackConfig", action=pb.TaskEvent.STOP))
+
+    def _require_running(self) -> MachineConfig:
+        if self.config is None or self.stage is not MachineStage.RUNNING:
+            raise precondition("the machine is not running")
+        return self.config
+
+    def reboot(self) -> str:
+        self._require_running()
+        actor = str(uuidlib.uuid4())
+        self._run("reboot", self._reboot_body, actor_id=actor)
+        return actor
+
+    async def _reboot_body(self) -> None:
+        await self._reboot_steps()
+        self.config = self._adopt_staged_or_persisted()
+        if self.config is None:
+            await self._serve_maintenance()
+            self._set_stage(MachineStage.MAINTENANCE)
+            return
+        self._api_down()
+        await self._come_up()
+
+    def _adopt_staged_or_persisted(self) -> MachineConfig | None:
+        self._cancel_try()
+        if self.record.staged_config is not None:
+            self.record.config, self.record.staged_config = self.record.staged_config, None
+            self._persist()
+        return self._parse_persisted()
+
+    def upgrade(self, request: pb.UpgradeRequest) -> str:
+        self._require_running()
+        match = _IMAGE_TAG.match(request.image)
+        if match is None:
+            raise invalid(f"invalid installer image reference {request.image!r}: expected NAME:vX.Y.Z")
+        target = match.group(1) if match.group(1).startswith("v") else "v" + match.group(1)
+        actor = str(uuidlib.uuid4())
+
+        async def body() -> None:
+            previous = self.record.talos_version
+            self._set_stage(MachineStage.UPGRADING)
+            await self._sleep("upgrade")
+            self.record.talos_version = target
+            await self._reboot_steps()
+            if "fail-upgrade" in self.faults:
+                # The new system does not come up: the bootloader falls back to the previous one (A/B).
+                self.record.talos_version = previous
+                await self._reboot_steps()
+                self._api_down()
+                await self._come_up()
+                raise SequenceFailed(
+                    f"upgrade to {target} failed: the new system did not boot; rolled back to {previous}"
+                )
+            self._persist()
+            self.config = self._adopt_staged_or_persisted()
+            self._api_down()
+            await self._come_up()
+
+        self._run("upgrade", body, actor_id=actor)
+        return actor
+
+    def reset(self, request: pb.ResetRequest) -> str:
+        config = self._require_running()
+        actor = str(uuidlib.uuid4())
+
+        async def body() -> None:
+            self._set_stage(MachineStage.RESETTING)
+            cluster = self.cluster
+            if request.graceful and config.is_control_plane and cluster is not None:
+                member = cluster.member_of(self.uuid)
+                if member is not None:
+                    cluster.remove(member.id)
+                    self.emulator.store.save_cluster(cluster)
+            await self._sleep("reset")
+            self._cancel_try()
+            record = self.record
+            record.config = record.staged_config = None
+            record.installed = False
+            self._persist()
+            self.config = None
+            self.recover_snapshot = None
+            if request.reboot:
+                await self._reboot_steps()
+                await self._serve_maintenance()
+                self._set_stage(MachineStage.MAINTENANCE)
+            else:
+                await self._power_down()
+
+        self._run("reset", body, actor_id=actor)
+        return actor
+
+    def shutdown(self) -> str:
+        if self.stage not in (MachineStage.RUNNING, MachineStage.MAINTENANCE, MachineStage.BOOTING):
+            raise precondition(f"locked: the machine is {self.stage.name.lower()}")
+        actor = str(uuidlib.uuid4())
+
+        async def body() -> None:
+            self._set_stage(MachineStage.SHUTTING_DOWN)
+            await self._sleep("shutdown")
+            await self._power_down()
+
+        self._run("shutdown", body, actor_id=actor)
+        return actor
+
+    async def _power_down(self) -> None:
+        self._cancel_try()
+        self._api_down()
+        self.record.powered_on = False
+        self._persist()
+        self._set_stage(MachineStage.UNKNOWN)
+
+    def services(self) -> list[pb.ServiceInfo]:
+        running = self.stage is MachineStage.RUNNING
+        names = ["apid", "machined", "udevd"]
+        if self.config is not None:
+            names += ["containerd", "cri", "kubelet"]
+            if self.config.is_control_plane:
+                names += ["etcd", "trustd"]
+        infos = []
+        for name in sorted(names):
+            healthy = running or name in ("apid", "machined", "udevd")
+            if name == "etcd":
+                cluster = self.cluster
+                healthy = running and cluster is not None and cluster.member_of(self.uuid) is not None
+            state = "Running" if healthy else "Preparing"
+            message = (
+                "" if healthy else ("waiting for etcd bootstrap" if name == "etcd" else "waiting for boot")
+            )
+            infos.append(
+                pb.ServiceInfo(
+                    id=name,
+                    state=state,
+                    health=pb.ServiceHealth(unknown=False, healthy=healthy, last_message=message),
+                )
+            )
+        return infos
+
+    # --- etcd and Kubernetes ---
+
+    def _control_plane(self, operation: str) -> tuple[MachineConfig, Cluster]:
+        config = self._require_running()
+        cluster = self.cluster
+        if not config.is_control_plane or cluster is None:
+            raise precondition(f"{operation} is only supported on control plane nodes")
+        return config, cluster
+
+    def _etcd_member(self, operation: str) -> tuple[Cluster, int]:
+        _config, cluster = self._control_plane(operation)
+        member = cluster.member_of(self.uuid)
+        if member is None:
+            raise precondition("etcd is not running on this node")
+        return cluster, member.id
+
+    def bootstrap(self, request: pb.BootstrapRequest) -> None:
+        if self.config is None or self.stage is not MachineStage.RUNNING:
+            raise precondition("bootstrap is not available yet")
+        config, cluster = self._control_plane("bootstrap")
+        if not config.has_etcd_ca:
+            raise invalid("etcd is not configured, bootstrap is not possible")
+        snapshot = None
+        if request.recover_etcd:
+            if self.recover_snapshot is None:
+                raise precondition("etcd snapshot is not uploaded, use EtcdRecover first")
+            snapshot = self.recover_snapshot
+        cluster.bootstrap(self.uuid, self.hostname, self.address, snapshot)
+        self.recover_snapshot = None
+        for peer in self.emulator.machines_of(cluster.id):
+            if (
+                peer.config is not None
+                and peer.config.is_control_plane
+                and peer.stage is MachineStage.RUNNING
+            ):
+                cluster.join(peer.uuid, peer.hostname, peer.address)
+        self.emulator.store.save_cluster(cluster)
+
+    def etcd_members(self) -> list[pb.EtcdMember]:
+        cluster, _member = self._etcd_member("etcd members")
+        return [
+            pb.EtcdMember(id=m.id, hostname=m.hostname, peer_urls=m.peer_urls, client_urls=m.client_urls)
+            for m in cluster.members.values()
+        ]
+
+    def etcd_leave(self) -> None:
+        cluster, member = self._etcd_member("etcd leave")
+        cluster.remove(member)
+        self.emulator.store.save_cluster(cluster)
+
+    def etcd_forfeit_leadership(self) -> str:
+        cluster, _member = self._etcd_member("etcd forfeit leadership")
+        leader = cluster.forfeit_leadership(self.uuid)
+        self.emulator.store.save_cluster(cluster)
+        return leader
+
+    def etcd_remove_member(self, member_id: int) -> None:
+        cluster, _member = self._etcd_member("etcd remove member")
+        cluster.remove(member_id)
+        self.emulator.store.save_cluster(cluster)
+
+    def etcd_snapshot(self) -> bytes:
+        cluster, _member = self._etcd_member("etcd snapshot")
+        return cluster.snapshot()
+
+    def etcd_recover(self, snapshot: bytes) -> None:
+        self._control_plane("etcd recover")
+        self.recover_snapshot = snapshot
+
+    def kubeconfig(self) -> bytes:
+        config, _cluster = self._control_plane("kubeconfig")
+        if config.kubernetes_ca is None or not config.endpoint:
+            raise precondition("k8s API server CA config is not set")
+        text = generate_admin_kubeconfig(
+            config.kubernetes_ca, cluster_name=config.cluster_name or "talos", endpoint=config.endpoint
+        )
+        return _tar_gz("kubeconfig", text.encode())
+
+
+def _tar_gz(name: str, content: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(content)
+        info.mode = 0o600
+        info.mtime = int(time.time())
+        tar.addfile(info, io.BytesIO(content))
+    return gzip.compress(buffer.getvalue())

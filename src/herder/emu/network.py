@@ -1,0 +1,150 @@
+"""The network side of emulated machines: one TLS listener per machine on its own loopback address (as a real
+machine has its own IP), relayed to the emulator's single internal gRPC server.
+
+The relay tells the gRPC server who is calling: each relayed connection reaches the internal server from its
+own local port, and the peer string gRPC reports for it (``ipv4:127.0.0.1:PORT``) is looked up in
+``peers`` to find the machine the caller dialled and the roles in the caller's verified certificate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass, field
+
+from herder.talos.machine import roles as talos_roles
+from herder.talos.machine.tls import peer_organizations
+from herder.talos.machine.tunnel import Relay
+
+GRACE = 0.5
+"""How long connections of a restarted apid may finish what they were doing before they are cut."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    machine: str
+    """The uuid of the machine the caller connected to."""
+    roles: frozenset[str]
+    authenticated: bool
+    """Whether the caller presented a certificate the machine verified (not in maintenance mode)."""
+
+
+class _Inbound(Relay):
+    def __init__(self, listener: _Listener) -> None:
+        super().__init__()
+        self._listener = listener
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._listener.accepted(self)
+
+
+@dataclass
+class _Listener:
+    network: Network
+    machine: str
+    authenticated: bool
+    server: asyncio.Server | None = None
+    relays: set[Relay] = field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def accepted(self, inbound: _Inbound) -> None:
+        self.relays.add(inbound)
+        task = asyncio.get_running_loop().create_task(self._connect(inbound))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _connect(self, inbound: _Inbound) -> None:
+        loop = asyncio.get_running_loop()
+        upstream = Relay()
+        assert inbound.transport is not None
+        ssl_object = inbound.transport.get_extra_info("ssl_object")
+        roles = peer_organizations(ssl_object) if self.authenticated else talos_roles.MAINTENANCE_ROLES
+        try:
+            await loop.create_connection(lambda: upstream, "127.0.0.1", self.network.upstream_port)
+        except OSError:
+            inbound.close()
+            return
+        assert upstream.transport is not None
+        key = "ipv4:127.0.0.1:{}".format(upstream.transport.get_extra_info("sockname")[1])
+        self.network.peers[key] = Peer(self.machine, roles, self.authenticated)
+
+        def lost(_exc: Exception | None) -> None:
+            self.network.peers.pop(key, None)
+            self.relays.discard(upstream)
+
+        upstream.on_lost = lost
+        inbound.on_lost = lambda _exc: self.relays.discard(inbound)
+        self.relays.add(upstream)
+        if inbound.closed:
+            upstream.close()
+            return
+        inbound.link(upstream)
+        if self.network.is_partitioned(self.machine):
+            inbound.hold(True)
+
+    def stop(self, *, grace: float) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        relays = list(self.relays)
+        if grace > 0:
+            asyncio.get_running_loop().call_later(grace, _close_all, relays)
+        else:
+            _close_all(relays)
+
+
+def _close_all(relays: list[Relay]) -> None:
+    for relay in relays:
+        relay.close()
+
+
+class Network:
+    """Every machine's apid listener, and the table of callers the internal gRPC server consults."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.peers: dict[str, Peer] = {}
+        self._listeners: dict[str, _Listener] = {}
+        self._partitioned: set[str] = set()
+
+    async def serve(
+        self, machine: str, address: str, port: int, context: ssl.SSLContext, *, authenticated: bool
+    ) -> None:
+        """(Re)start a machine's apid with a TLS context; open connections get a short grace, then are cut."""
+        self.stop(machine)
+        listener = _Listener(self, machine, authenticated)
+        loop = asyncio.get_running_loop()
+        listener.server = await loop.create_server(
+            lambda: _Inbound(listener), address, port, ssl=context, reuse_address=True, backlog=256
+        )
+        self._listeners[machine] = listener
+
+    def stop(self, machine: str, *, grace: float = GRACE) -> None:
+        """The machine's apid goes away: new connections are refused, open ones end after ``grace``."""
+        listener = self._listeners.pop(machine, None)
+        if listener is not None:
+            listener.stop(grace=grace)
+
+    def serving(self, machine: str) -> bool:
+        return machine in self._listeners
+
+    def is_partitioned(self, machine: str) -> bool:
+        return machine in self._partitioned
+
+    def partition(self, machine: str, partitioned: bool) -> None:
+        """Cut a machine off (its connections stop carrying anything) or heal it."""
+        if partitioned:
+            self._partitioned.add(machine)
+        else:
+            self._partitioned.discard(machine)
+        listener = self._listeners.get(machine)
+        if listener is not None:
+            for relay in list(listener.relays):
+                if isinstance(relay, _Inbound):
+                    relay.hold(partitioned)
+
+    async def close(self) -> None:
+        for machine in list(self._listeners):
+            self.stop(machine, grace=0)
+        await asyncio.sleep(0)
