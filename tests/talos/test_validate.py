@@ -261,3 +261,14 @@ def test_thousand_configs_validate_in_a_few_seconds() -> None:
         docs, contract = parsed[index % len(parsed)]
         check_documents(docs, contract)
     assert time.monotonic() - started < 10
+
+
+def test_scalars_in_string_fields_are_accepted_as_talos_decodes_them() -> None:
+    docs = _mutated(
+        "1.11", "base-worker", "machine.sysctls", {"net.ipv4.ip_forward": 1, "vm.swappiness": 0.5}
+    )
+    assert _issues(docs, "1.11") == []
+    docs = _mutated("1.11", "base-worker", "cluster.controlPlane.localAPIServerPort", "6443")
+    assert _issues(docs, "1.11") == [
+        ConfigIssue("v1alpha1", "cluster.controlPlane.localAPIServerPort", "expected integer, got string")
+    ]

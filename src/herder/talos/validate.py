@@ -156,8 +156,16 @@ def _schema_issues(
 ) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     for error in _validator(contract, definition).iter_errors(document):
-        issues += _describe(label, error, contract)
+        if not _decodes_as_string(error):
+            issues += _describe(label, error, contract)
     return issues
+
+
+def _decodes_as_string(error: ValidationError) -> bool:
+    """Whether Talos would take the value anyway: its YAML decoder puts any scalar into a string field
+    (``ip_forward: 1`` is the sysctl value ``"1"``)."""
+    expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+    return error.validator == "type" and "string" in expected and isinstance(error.instance, int | float)
 
 
 def _describe(label: str, error: ValidationError, contract: VersionContract) -> list[ConfigIssue]:
