@@ -144,9 +144,7 @@ def patch_documents(documents: Sequence[dict[str, Any]], patches: Sequence[Patch
         else:
             _apply_strategic(current, patch)
         ids = _identities(current)
-    return [doc for doc, ident in zip(current, ids, strict=True) if ident.legacy] + [
-        doc for doc, ident in zip(current, ids, strict=True) if not ident.legacy
-    ]
+    return [current[i] for i in sorted(range(len(current)), key=lambda i: not ids[i].legacy)]
 
 
 def _identities(documents: list[dict[str, Any]]) -> list[DocumentID]:
