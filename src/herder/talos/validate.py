@@ -119,7 +119,8 @@ class _Definitions:
                 if "properties" in definition:
                     merged[name]["properties"] = {**known, **merged[name]["properties"]}
                 kind = merged[name].get("properties", {}).get("kind", {})
-                kind["enum"] = [_KIND_FIXES.get(k, k) for k in kind.get("enum", [])]
+                if "enum" in kind:
+                    kind["enum"] = [_KIND_FIXES.get(k, k) for k in kind["enum"]]
         self.defs = merged
         self.by_kind: dict[str, str] = {}
         for root in _schema(contract)["oneOf"]:
