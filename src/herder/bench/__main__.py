@@ -7,6 +7,7 @@ import sys
 
 BENCHMARKS = {
     "store": "herder.bench.store",
+    "api": "herder.bench.api",
 }
 
 

@@ -1,0 +1,23 @@
+"""Access policies for tests, loaded by the server subprocess by name."""
+
+from __future__ import annotations
+
+from herder.krm.policy import Access, AllowAll, Denied, Identity
+from herder.resources import Resource
+
+LOCKED = "test.herder.dev/locked"
+HIDDEN = "test.herder.dev/hidden"
+READS = ("get", "list", "watch")
+
+
+class Guarded(AllowAll):
+    """Objects labelled ``LOCKED`` may not be written (nor created so); those labelled ``HIDDEN`` do not
+    exist for anyone.
+    """
+
+    def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
+        if access.verb not in READS and obj is not None and obj.metadata.labels.get(LOCKED) == "true":
+            raise Denied(f"{who.name} may not {access.verb} locked {access.kind.plural}")
+
+    def visible(self, who: Identity, obj: Resource) -> bool:
+        return HIDDEN not in obj.metadata.labels
