@@ -1,0 +1,164 @@
+"""``herder emu``: run the Talos emulator, and drive it (machines, power, faults) through its control API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+from herder.emu.emulator import (
+    DEFAULT_MACHINE_CIDR,
+    DEFAULT_MACHINE_PORT,
+    DEFAULT_TALOS_VERSION,
+    EmulatorOptions,
+)
+from herder.emu.machine import FAULTS
+from herder.emu.run import serve
+from herder.emu.store import read_info
+from herder.emu.timings import Timings
+
+app = typer.Typer(
+    help="The Talos emulator: many emulated Talos machines in one process.", no_args_is_help=True
+)
+
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir", help="The emulator's data directory (to find its control API).", show_default=False
+    ),
+]
+UrlOption = Annotated[
+    str | None,
+    typer.Option("--url", help="The emulator's control API URL (instead of --data-dir).", show_default=False),
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise _fail(f"invalid --listen {listen!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def _timings(preset: str, overrides: list[str]) -> Timings:
+    values: dict[str, float] = {}
+    for item in overrides:
+        name, _, seconds = item.partition("=")
+        try:
+            values[name.strip()] = float(seconds)
+        except ValueError:
+            raise _fail(f"invalid --timing {item!r}: expected STEP=SECONDS") from None
+    try:
+        return Timings.named(preset).with_overrides(values)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+
+
+@app.command("run")
+def run(
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where machines and clusters are persisted.")],
+    machines: Annotated[int, typer.Option("--machines", help="Machines to have (persisted ones count).")] = 1,
+    listen: Annotated[str, typer.Option("--listen", help="Control API address.")] = "127.0.0.1:50080",
+    machine_cidr: Annotated[
+        str, typer.Option("--machine-cidr", help="Loopback network machines get their addresses from.")
+    ] = DEFAULT_MACHINE_CIDR,
+    machine_port: Annotated[int, typer.Option("--machine-port", help="Port of every machine's apid.")] = (
+        DEFAULT_MACHINE_PORT
+    ),
+    talos_version: Annotated[str, typer.Option("--talos-version", help="Talos version of new machines.")] = (
+        DEFAULT_TALOS_VERSION
+    ),
+    timings: Annotated[
+        str, typer.Option("--timings", help="fast (default) or realistic stage durations.")
+    ] = "fast",
+    timing: Annotated[
+        list[str] | None, typer.Option("--timing", help="Override one step: STEP=SECONDS (boot, install, …).")
+    ] = None,
+) -> None:
+    """Run N emulated Talos machines until SIGTERM or SIGINT; writes DATA_DIR/machines.json."""
+    host, port = _split_listen(listen)
+    if machines < 0:
+        raise _fail("--machines must not be negative")
+    options = EmulatorOptions(
+        data_dir=data_dir,
+        machines=machines,
+        machine_cidr=machine_cidr,
+        machine_port=machine_port,
+        talos_version=talos_version,
+        timings=_timings(timings, timing or []),
+    )
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        asyncio.run(serve(options, host, port))
+    except (OSError, ValueError) as e:
+        raise _fail(str(e)) from None
+
+
+def _base_url(url: str | None, data_dir: Path | None) -> str:
+    if url:
+        return url.rstrip("/")
+    if data_dir is None:
+        raise _fail("give the emulator's --url or its --data-dir")
+    try:
+        return str(read_info(data_dir)["control"])
+    except (OSError, KeyError, ValueError) as e:
+        raise _fail(f"no running emulator found in {data_dir}: {e}") from None
+
+
+def _request(method: str, url: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    try:
+        response = httpx.request(method, url + path, json=body, timeout=30)
+    except httpx.HTTPError as e:
+        raise _fail(f"cannot reach the emulator at {url}: {e}") from None
+    data = response.json()
+    if response.status_code >= 400:
+        raise _fail(str(data.get("error") if isinstance(data, dict) else data))
+    return data
+
+
+@app.command("machines")
+def list_machines(url: UrlOption = None, data_dir: DataDirOption = None) -> None:
+    """List the emulated machines: uuid, endpoint, stage, power, version, faults."""
+    for m in _request("GET", _base_url(url, data_dir), "/machines"):
+        faults = ",".join(m["faults"]) or "-"
+        typer.echo(
+            f"{m['uuid']}\t{m['endpoint']}\t{m['hostname']}\t{m['stage']}\t{m['power']}\t{m['talos_version']}\t{faults}"
+        )
+
+
+@app.command("fault")
+def fault(
+    machine: Annotated[str, typer.Argument(help="Machine uuid, address or hostname.", show_default=False)],
+    kind: Annotated[str, typer.Argument(help=" | ".join(FAULTS), show_default=False)],
+    url: UrlOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Inject a fault into a machine (heal clears them)."""
+    if kind not in FAULTS:
+        raise _fail(f"unknown fault {kind!r}: expected one of {', '.join(FAULTS)}")
+    result = _request("POST", _base_url(url, data_dir), f"/machines/{machine}/fault", {"fault": kind})
+    typer.echo(json.dumps({"uuid": result["uuid"], "stage": result["stage"], "faults": result["faults"]}))
+
+
+@app.command("power")
+def power(
+    machine: Annotated[str, typer.Argument(help="Machine uuid, address or hostname.", show_default=False)],
+    state: Annotated[str, typer.Argument(help="on | off", show_default=False)],
+    url: UrlOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Power a machine on or off, as its BMC would."""
+    if state not in ("on", "off"):
+        raise _fail("state must be on or off")
+    result = _request("POST", _base_url(url, data_dir), f"/machines/{machine}/power", {"state": state})
+    typer.echo(json.dumps({"uuid": result["uuid"], "power": result["power"], "stage": result["stage"]}))

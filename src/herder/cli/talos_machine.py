@@ -1,0 +1,512 @@
+"""``herder talos version|apply-config|bootstrap|upgrade|reboot|reset|shutdown|events|services|etcd …|
+kubeconfig``: talosctl's machine commands over herder's Talos machine API client.
+
+Each command takes ``--talosconfig FILE`` (default ``$TALOSCONFIG``, then ``~/.talos/config``) or
+``--insecure`` (maintenance mode), ``-e/--endpoints`` and ``-n/--nodes`` (default: the talosconfig
+context's). A call made to several nodes runs once per node. Errors end with one line on stderr, exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from herder.talos.machine import ApplyMode, MachineAPIError, MachineClient, RebootMode
+from herder.talos.machine.types import (
+    ConfigValidationErrorEvent,
+    MachineEvent,
+    MachineStatus,
+    PhaseEvent,
+    SequenceEvent,
+    ServiceStateEvent,
+    TaskEvent,
+)
+from herder.talos.talosconfig import TalosconfigError, load_talosconfig_file
+
+TalosconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--talosconfig",
+        help="talosconfig to use (default: $TALOSCONFIG, then ~/.talos/config).",
+        show_default=False,
+    ),
+]
+InsecureOption = Annotated[
+    bool,
+    typer.Option("--insecure", "-i", help="Talk to a machine in maintenance mode: no client certificate."),
+]
+EndpointsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--endpoints", "-e", help="Endpoint(s) to connect to (default: the context's).", show_default=False
+    ),
+]
+NodesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--nodes",
+        "-n",
+        help="Target node(s), proxied by the endpoint (default: the context's).",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each call.")]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how a command connects."""
+
+    talosconfig: Path | None
+    insecure: bool
+    endpoints: list[str] | None
+    nodes: list[str] | None
+    timeout: float
+
+    def _config_path(self) -> Path:
+        if self.talosconfig is not None:
+            return self.talosconfig
+        env = os.environ.get("TALOSCONFIG")
+        return Path(env) if env else Path.home() / ".talos" / "config"
+
+    def nodes_to_call(self) -> list[str | None]:
+        if self.nodes:
+            return list(self.nodes)
+        if self.insecure:
+            return [None]
+        context = load_talosconfig_file(self._config_path()).current()
+        return list(context.nodes) or [None]
+
+    def client(self) -> MachineClient:
+        endpoint = self.endpoints[0] if self.endpoints else None
+        if self.insecure:
+            target = endpoint or (self.nodes[0] if self.nodes else None)
+            if not target:
+                raise TalosconfigError("--insecure needs an endpoint (-e) or a node (-n)")
+            return MachineClient.insecure(target, timeout=self.timeout)
+        config = load_talosconfig_file(self._config_path())
+        if endpoint is None and not config.current().endpoints and self.nodes:
+            endpoint = self.nodes[0]
+        return MachineClient.from_talosconfig(config, endpoint=endpoint, timeout=self.timeout)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _run(
+    target: Target, call: Callable[[MachineClient, str | None], Awaitable[None]], *, single: bool = False
+) -> None:
+    """Run ``call`` once per target node (a node of None means the endpoint itself)."""
+
+    async def main() -> None:
+        nodes = target.nodes_to_call()
+        if single and len(nodes) > 1:
+            raise _fail("this command works on one node at a time: give a single -n")
+        async with target.client() as client:
+            for node in nodes:
+                await call(client, node)
+
+    try:
+        asyncio.run(main())
+    except (MachineAPIError, TalosconfigError) as e:
+        raise _fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _label(client: MachineClient, node: str | None) -> str:
+    return node or client.endpoint
+
+
+def _mode(value: str) -> ApplyMode:
+    try:
+        return ApplyMode[value.upper().replace("-", "_")]
+    except KeyError:
+        raise _fail(f"unknown mode {value!r}: expected auto, no-reboot, reboot, staged or try") from None
+
+
+def _seconds(value: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", value.strip())
+    if match is None:
+        raise _fail(f"invalid duration {value!r}: expected e.g. 30s, 2m, 1h")
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match.group(2) or "s"]
+    return float(match.group(1)) * scale
+
+
+def version(
+    talosconfig: TalosconfigOption = None,
+    insecure: InsecureOption = False,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Print the Talos version of each node."""
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        v = await client.version(node=node)
+        typer.echo(
+            f"{_label(client, node)}\tTag: {v.tag}\tSHA: {v.sha}\tOS/Arch: {v.os}/{v.arch}\tPlatform: {v.platform}"
+        )
+
+    _run(Target(talosconfig, insecure, endpoints, nodes, timeout), call)
+
+
+def apply_config(
+    file: Annotated[
+        Path, typer.Option("--file", "-f", help="The machine config to apply.", show_default=False)
+    ],
+    mode: Annotated[
+        str, typer.Option("--mode", "-m", help="auto, no-reboot, reboot, staged or try.")
+    ] = "auto",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check and show the diff, change nothing.")
+    ] = False,
+    try_timeout: Annotated[
+        str, typer.Option("--timeout-try", help="How long a try-mode config lasts.")
+    ] = "1m",
+    talosconfig: TalosconfigOption = None,
+    insecure: InsecureOption = False,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Apply a machine config (in maintenance mode, with --insecure)."""
+    try:
+        data = file.read_bytes()
+    except OSError as e:
+        raise _fail(f"cannot read {file}: {e.strerror or e}") from None
+    apply_mode = _mode(mode)
+    try_seconds = _seconds(try_timeout) if apply_mode is ApplyMode.TRY else None
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        result = await client.apply_configuration(
+            data, mode=apply_mode, dry_run=dry_run, try_timeout=try_seconds, node=node
+        )
+        for warning in result.warnings:
+            typer.echo(f"{_label(client, node)}: warning: {warning}", err=True)
+        typer.echo(f"{_label(client, node)}: {result.details}")
+
+    _run(Target(talosconfig, insecure, endpoints, nodes, timeout), call)
+
+
+def bootstrap(
+    recover_etcd: Annotated[
+        bool, typer.Option("--recover-etcd", help="Restore the snapshot uploaded before.")
+    ] = False,
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Bootstrap etcd on one control plane node (once per cluster)."""
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        await client.bootstrap(recover_etcd=recover_etcd, node=node)
+        typer.echo(f"{_label(client, node)}: bootstrapped")
+
+    _run(Target(talosconfig, False, endpoints, nodes, timeout), call, single=True)
+
+
+def upgrade(
+    image: Annotated[
+        str,
+        typer.Option(
+            "--image", help="Installer image, e.g. ghcr.io/siderolabs/installer:v1.13.9.", show_default=False
+        ),
+    ],
+    preserve: Annotated[bool, typer.Option("--preserve", help="Keep the ephemeral data.")] = False,
+    stage: Annotated[bool, typer.Option("--stage", help="Stage the upgrade for the next reboot.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Skip the etcd health checks.")] = False,
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Upgrade Talos on the nodes."""
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        result = await client.upgrade(image, preserve=preserve, stage=stage, force=force, node=node)
+        typer.echo(f"{_label(client, node)}: {result.ack} (actor {result.actor_id})")
+
+    _run(Target(talosconfig, False, endpoints, nodes, timeout), call)
+
+
+def _action(name: str, invoke: Callable[[MachineClient, str | None], Awaitable[str]], target: Target) -> None:
+    async def call(client: MachineClient, node: str | None) -> None:
+        actor = await invoke(client, node)
+        typer.echo(f"{_label(client, node)}: {name} (actor {actor})")
+
+    _run(target, call)
+
+
+def reboot(
+    mode: Annotated[str, typer.Option("--mode", "-m", help="default or powercycle.")] = "default",
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Reboot the nodes."""
+    try:
+        reboot_mode = RebootMode[mode.upper()]
+    except KeyError:
+        raise _fail(f"unknown reboot mode {mode!r}: expected default or powercycle") from None
+    _action(
+        "rebooting",
+        lambda c, n: c.reboot(mode=reboot_mode, node=n),
+        Target(talosconfig, False, endpoints, nodes, timeout),
+    )
+
+
+def reset(
+    graceful: Annotated[
+        bool, typer.Option("--graceful/--no-graceful", help="Leave etcd first (control planes).")
+    ] = True,
+    reboot_after: Annotated[
+        bool, typer.Option("--reboot", help="Reboot into maintenance mode instead of powering off.")
+    ] = False,
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Wipe the nodes back to maintenance mode."""
+    _action(
+        "resetting",
+        lambda c, n: c.reset(graceful=graceful, reboot=reboot_after, node=n),
+        Target(talosconfig, False, endpoints, nodes, timeout),
+    )
+
+
+def shutdown(
+    force: Annotated[bool, typer.Option("--force", help="Do not cordon and drain first.")] = False,
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Power the nodes off."""
+    _action(
+        "shutting down",
+        lambda c, n: c.shutdown(force=force, node=n),
+        Target(talosconfig, False, endpoints, nodes, timeout),
+    )
+
+
+def describe_event(event: MachineEvent) -> str:
+    """One line for an event, as ``talosctl events`` prints it."""
+    p = event.payload
+    if isinstance(p, MachineStatus):
+        unmet = ", ".join(f"{c.name}: {c.reason}" for c in p.unmet_conditions)
+        text = f"stage: {p.stage.name} ready: {str(p.ready).lower()}" + (f" unmet: {unmet}" if unmet else "")
+    elif isinstance(p, SequenceEvent):
+        text = f"sequence {p.sequence}: {p.action}" + (f" error: {p.error}" if p.error else "")
+    elif isinstance(p, PhaseEvent):
+        text = f"phase {p.phase}: {p.action}"
+    elif isinstance(p, TaskEvent):
+        text = f"task {p.task}: {p.action}"
+    elif isinstance(p, ServiceStateEvent):
+        text = f"service {p.service}: {p.action} {p.message}".rstrip()
+    elif isinstance(p, ConfigValidationErrorEvent):
+        text = f"config validation error: {p.error}"
+    else:
+        text = event.type_url
+    return f"{event.node}\t{event.id}\t{text}"
+
+
+def events(
+    tail: Annotated[int, typer.Option("--tail", help="Show this many past events first (-1: all).")] = 0,
+    since_id: Annotated[str, typer.Option("--since", help="Show the events after this id first.")] = "",
+    actor_id: Annotated[str, typer.Option("--actor-id", help="Only the events of this actor.")] = "",
+    duration: Annotated[
+        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
+    ] = 0.0,
+    talosconfig: TalosconfigOption = None,
+    insecure: InsecureOption = False,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Stream the node's events."""
+
+    async def follow(client: MachineClient, node: str | None) -> None:
+        async for event in client.events(tail_events=tail, tail_id=since_id, actor_id=actor_id, node=node):
+            typer.echo(describe_event(event))
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(duration or None):
+                await follow(client, node)
+
+    _run(Target(talosconfig, insecure, endpoints, nodes, timeout), call, single=True)
+
+
+def services(
+    talosconfig: TalosconfigOption = None,
+    insecure: InsecureOption = False,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """List the services of each node and their health."""
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        for s in await client.service_list(node=node):
+            health = "?" if s.health_unknown else ("OK" if s.healthy else "Fail")
+            typer.echo(f"{_label(client, node)}\t{s.id}\t{s.state}\t{health}\t{s.last_message}".rstrip())
+
+    _run(Target(talosconfig, insecure, endpoints, nodes, timeout), call)
+
+
+def kubeconfig(
+    file: Annotated[Path, typer.Argument(help="Where to write the admin kubeconfig.", show_default=False)],
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Fetch the cluster's admin kubeconfig from a control plane node."""
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        data = await client.kubeconfig(node=node)
+        _write_private(file, data)
+        typer.echo(f"{_label(client, node)}: kubeconfig written to {file}")
+
+    _run(Target(talosconfig, False, endpoints, nodes, timeout), call, single=True)
+
+
+def _write_private(file: Path, data: bytes) -> None:
+    try:
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise _fail(f"cannot write {file}: {e.strerror or e}") from None
+
+
+etcd_app = typer.Typer(help="etcd membership and snapshots of control plane nodes.", no_args_is_help=True)
+
+
+@etcd_app.command("members")
+def etcd_members(
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """List the etcd members as a node sees them."""
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        for m in await client.etcd_member_list(node=node):
+            learner = "true" if m.is_learner else "false"
+            typer.echo(
+                f"{_label(client, node)}\t{m.id:x}\t{m.hostname}\t{','.join(m.peer_urls)}\t{','.join(m.client_urls)}\t{learner}"
+            )
+
+    _run(Target(talosconfig, False, endpoints, nodes, timeout), call)
+
+
+def _etcd_call(
+    name: str, invoke: Callable[[MachineClient, str | None], Awaitable[object]], target: Target
+) -> None:
+    async def call(client: MachineClient, node: str | None) -> None:
+        result = await invoke(client, node)
+        suffix = f": {result}" if isinstance(result, str) and result else ""
+        typer.echo(f"{_label(client, node)}: {name}{suffix}")
+
+    _run(target, call)
+
+
+@etcd_app.command("leave")
+def etcd_leave(
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Make the node leave etcd."""
+    _etcd_call(
+        "left etcd",
+        lambda c, n: c.etcd_leave_cluster(node=n),
+        Target(talosconfig, False, endpoints, nodes, timeout),
+    )
+
+
+@etcd_app.command("forfeit-leadership")
+def etcd_forfeit_leadership(
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Make the node hand etcd leadership to another member."""
+    _etcd_call(
+        "leadership forfeited",
+        lambda c, n: c.etcd_forfeit_leadership(node=n),
+        Target(talosconfig, False, endpoints, nodes, timeout),
+    )
+
+
+@etcd_app.command("remove-member")
+def etcd_remove_member(
+    member_id: Annotated[
+        str, typer.Argument(help="Member id (hex, as `etcd members` prints it).", show_default=False)
+    ],
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Remove a member (one with no Talos node anymore) from etcd."""
+    try:
+        ident = int(member_id, 16)
+    except ValueError:
+        raise _fail(f"invalid member id {member_id!r}: expected hexadecimal") from None
+    _etcd_call(
+        f"removed member {member_id}",
+        lambda c, n: c.etcd_remove_member_by_id(ident, node=n),
+        Target(talosconfig, False, endpoints, nodes, timeout),
+    )
+
+
+@etcd_app.command("snapshot")
+def etcd_snapshot(
+    file: Annotated[Path, typer.Argument(help="Where to write the snapshot.", show_default=False)],
+    talosconfig: TalosconfigOption = None,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 300.0,
+) -> None:
+    """Save a snapshot of etcd from a control plane node."""
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        data = await client.etcd_snapshot(node=node)
+        _write_private(file, data)
+        typer.echo(f"{_label(client, node)}: etcd snapshot saved to {file} ({len(data)} bytes)")
+
+    _run(Target(talosconfig, False, endpoints, nodes, timeout), call, single=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the machine API commands to the ``herder talos`` group."""
+    app.command("version")(version)
+    app.command("apply-config")(apply_config)
+    app.command("bootstrap")(bootstrap)
+    app.command("upgrade")(upgrade)
+    app.command("reboot")(reboot)
+    app.command("reset")(reset)
+    app.command("shutdown")(shutdown)
+    app.command("events")(events)
+    app.command("services")(services)
+    app.command("kubeconfig")(kubeconfig)
+    app.add_typer(etcd_app, name="etcd")
