@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import ssl
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,7 +81,9 @@ class Server:
     cache_dir: Path
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, verify=str(self.tls.ca), timeout=20)
+        return httpx.Client(
+            base_url=self.url, verify=ssl.create_default_context(cafile=self.tls.ca), timeout=20
+        )
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True

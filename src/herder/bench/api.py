@@ -86,6 +86,8 @@ async def _serve(args: argparse.Namespace, baseline: dict[str, bytes] | None) ->
         ssl_certfile=args.tls_cert,
         ssl_keyfile=args.tls_key,
         timeout_keep_alive=60,
+        # Watches stream until their timeout: on shutdown they are cut after this grace period.
+        timeout_graceful_shutdown=1,
         backlog=2048,
     )
     print(f"listening on {sock.getsockname()[1]}", flush=True)

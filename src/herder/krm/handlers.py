@@ -402,7 +402,8 @@ class ResourceAPI:
             unknown = [c.field for c in causes if c.message == "unknown field"]
             if mode == "Strict" or len(unknown) != len(causes) or not all(_drop(data, f) for f in unknown):
                 raise InvalidObject(info.kind, str(name or ""), causes)
-            warnings.extend(f'unknown field "{f}"' for f in unknown)
+            if mode == "Warn":
+                warnings.extend(f'unknown field "{f}"' for f in unknown)
 
     def _authorize_write(self, call: Call, current: Resource | None, new: Resource) -> None:
         """Writes are authorized against the object as it is and as it would become, then as a change."""
