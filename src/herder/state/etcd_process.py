@@ -8,6 +8,7 @@ SIGKILL and restarted on the same ports and data, to exercise failover.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -142,6 +143,24 @@ class EtcdCluster:
             self.stop()
             raise
         return self
+
+    def leader(self) -> int | None:
+        """The index of the member that leads the raft group now, if a running member knows one."""
+        for i, endpoint in enumerate(self.endpoints):
+            if self.pid(i) is None:
+                continue
+            request = urllib.request.Request(
+                f"http://{endpoint}/v3/maintenance/status", data=b"{}", method="POST"
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=1) as resp:
+                    status = json.loads(resp.read())
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
+            # Each member reports its own id and the leader's: the leader is the one naming itself.
+            if status.get("leader") == status.get("header", {}).get("member_id"):
+                return i
+        return None
 
     def pid(self, i: int) -> int | None:
         proc = self._procs[i]
