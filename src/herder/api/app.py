@@ -28,14 +28,12 @@ from herder.state.errors import NotFound
 from herder.state.store import Store
 
 _SUBJECTS = {info.plural: info for info, _ in tokens.SUBJECT_KINDS.values()}
-# Tokens live at least this long, so that a typo does not make one that expires before it is used.
-MIN_EXPIRATION = 600
 
 
 class TokenRequestSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    expiration_seconds: int | None = Field(default=None, alias="expirationSeconds", ge=MIN_EXPIRATION)
+    expiration_seconds: int | None = Field(default=None, alias="expirationSeconds", ge=1)
     description: str = Field(default="", max_length=256)
 
 

@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,25 +19,20 @@ from typing import Any
 
 from herder.krm.policy import Access, Identity
 from herder.resources import Resource
-from herder.resources.access import AUDIT_EVENT
+from herder.resources.access import (
+    AUDIT_EVENT,
+    AUDIT_KIND_LABEL,
+    AUDIT_NAME_LABEL,
+    AUDIT_USER_LABEL,
+    AUDIT_VERB_LABEL,
+    audit_label_value,
+)
 from herder.state.errors import StateError
 from herder.state.store import SYSTEM, Store
 
 log = logging.getLogger(__name__)
 
 MUTATING_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-# Labels that let audit events be selected by object, verb and user (``herder audit --kind …``).
-KIND_LABEL = "herder.dev/audit-kind"
-NAME_LABEL = "herder.dev/audit-name"
-VERB_LABEL = "herder.dev/audit-verb"
-USER_LABEL = "herder.dev/audit-user"
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
-
-
-def label_value(text: str) -> str | None:
-    """``text`` as a label value (``:`` becomes ``.``), or None when it cannot be one."""
-    value = text.replace(":", ".")
-    return value if _LABEL_VALUE.match(value) else None
 
 
 def audited(who: Identity | None, access: Access | None, method: str) -> bool:
@@ -109,12 +103,12 @@ class AuditLog:
         labels = {
             label: value
             for label, text in (
-                (KIND_LABEL, spec["kind"]),
-                (NAME_LABEL, spec["name"]),
-                (VERB_LABEL, spec["verb"]),
-                (USER_LABEL, spec["user"]),
+                (AUDIT_KIND_LABEL, spec["kind"]),
+                (AUDIT_NAME_LABEL, spec["name"]),
+                (AUDIT_VERB_LABEL, spec["verb"]),
+                (AUDIT_USER_LABEL, spec["user"]),
             )
-            if (value := label_value(text)) is not None
+            if (value := audit_label_value(text)) is not None
         }
         return Resource.model_validate(
             {

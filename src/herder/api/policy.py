@@ -77,9 +77,9 @@ class HerderPolicy:
             return False
         if who.role != "InfraProvider":
             return True
-        kind = self._store.registry.for_object(obj)
-        scope = roles.rule_for(kind).infra
-        return scope is not None and obj.metadata.labels.get(scope.label) == who.scope.get(scope.label)
+        scope = roles.rule_for(self._store.registry.for_object(obj)).infra
+        # Kinds outside the provider's scope are refused whole (403) by ``authorize``, not hidden.
+        return scope is None or obj.metadata.labels.get(scope.label) == who.scope.get(scope.label)
 
     def actor(self, who: Identity) -> str:
         return who.name

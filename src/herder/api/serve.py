@@ -9,10 +9,8 @@ in by the composition root (the CLI) and run beside the server until it stops.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import os
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -26,8 +24,9 @@ import yaml
 from herder.api import tokens
 from herder.api.app import build_app
 from herder.api.audit import AuditLog
+from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
 from herder.api.policy import HerderPolicy
-from herder.api.tls import TlsFiles, ensure_tls, write_private
+from herder.api.tls import TlsFiles, ensure_tls
 from herder.krm.policy import Unauthenticated
 from herder.resources import Resource
 from herder.resources.access import SERVICE_ACCOUNT
@@ -38,19 +37,10 @@ from herder.state.url import KEY_FILE, open_store
 
 log = logging.getLogger("herder.serve")
 
-DEFAULT_LISTEN = "127.0.0.1:8443"
-ADMIN = "admin"
-KUBECONFIG = "admin.kubeconfig"
 AUDIT_LOG = "audit.log"
 
 # A controller runs until cancelled; the runtime decides whether this replica leads (see ``serve``).
 Controller = Callable[[Store], Coroutine[Any, Any, None]]
-
-
-def default_data_dir() -> Path:
-    """``herder`` under the user's data home (``$XDG_DATA_HOME``, or ``~/.local/share``)."""
-    home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(home) / "herder"
 
 
 @dataclass(frozen=True)
@@ -81,21 +71,6 @@ def server_url(host: str, port: int) -> str:
     """The URL clients use: a wildcard listen address is reached through loopback."""
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
     return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-
-
-def write_kubeconfig(path: Path, server: str, ca_pem: bytes | None, token: str) -> None:
-    cluster: dict[str, Any] = {"server": server}
-    if ca_pem is not None:
-        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "herder", "cluster": cluster}],
-        "users": [{"name": ADMIN, "user": {"token": token}}],
-        "contexts": [{"name": "herder", "context": {"cluster": "herder", "user": ADMIN}}],
-        "current-context": "herder",
-    }
-    write_private(path, yaml.safe_dump(doc, sort_keys=False).encode())
 
 
 def _existing_token(path: Path) -> str | None:

@@ -7,7 +7,6 @@ listen address changes, or when it nears its end) without clients having to trus
 from __future__ import annotations
 
 import ipaddress
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +15,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from herder.api.datadir import write_private
 
 CA_CERT, CA_KEY = "ca.crt", "ca.key"
 SERVING_CERT, SERVING_KEY = "tls.crt", "tls.key"
@@ -28,17 +29,6 @@ class TlsFiles:
     key: Path
     # The CA clients should trust; None when the operator's certificate chains to a public root.
     ca: Path | None
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write a file only its owner can read, replacing it atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

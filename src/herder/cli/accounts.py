@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from herder.api.serve import write_kubeconfig
+from herder.api.datadir import write_kubeconfig
 from herder.cli.common import KubeconfigOption, connect, err, kubeconfig_path, out, run
 from herder.cli.objects import age
 from herder.client import NotFound

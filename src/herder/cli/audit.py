@@ -7,11 +7,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from herder.api import audit
 from herder.cli.common import KubeconfigOption, connect, fail, out, run
 from herder.cli.objects import Output, dump
 from herder.resources import Resource
-from herder.resources.access import AUDIT_EVENT
+from herder.resources.access import (
+    AUDIT_EVENT,
+    AUDIT_KIND_LABEL,
+    AUDIT_NAME_LABEL,
+    AUDIT_USER_LABEL,
+    AUDIT_VERB_LABEL,
+    audit_label_value,
+)
 
 
 def audit_events(
@@ -27,14 +33,14 @@ def audit_events(
     """Show recent audit events (readable by Admin and Support)."""
     selector = []
     for label, value in (
-        (audit.USER_LABEL, user),
-        (audit.KIND_LABEL, kind),
-        (audit.NAME_LABEL, name),
-        (audit.VERB_LABEL, verb),
+        (AUDIT_USER_LABEL, user),
+        (AUDIT_KIND_LABEL, kind),
+        (AUDIT_NAME_LABEL, name),
+        (AUDIT_VERB_LABEL, verb),
     ):
         if value is None:
             continue
-        as_label = audit.label_value(value)
+        as_label = audit_label_value(value)
         if as_label is None:
             raise fail(f"{value!r} cannot be filtered on")
         selector.append(f"{label}={as_label}")

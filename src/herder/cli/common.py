@@ -13,7 +13,7 @@ import typer
 import yaml
 from rich.console import Console
 
-from herder.api.serve import KUBECONFIG, default_data_dir
+from herder.api.datadir import KUBECONFIG, default_data_dir
 from herder.client import ApiError, Client, KubeconfigError, TransportError
 from herder.resources import InvalidObject, UnknownKind
 

@@ -14,10 +14,10 @@ import typer
 import yaml
 from rich.table import Table
 
-from herder.api import audit
 from herder.cli.common import KubeconfigOption, connect, fail, out, run
 from herder.client import Client, Forbidden, NotFound
 from herder.resources import KindInfo, Resource
+from herder.resources.access import AUDIT_KIND_LABEL, AUDIT_NAME_LABEL, audit_label_value
 
 
 class Output(StrEnum):
@@ -293,9 +293,9 @@ def describe(
 
 
 async def _recent_audit(client: Client, info: KindInfo, obj: Resource, limit: int = 10) -> None:
-    selector = f"{audit.KIND_LABEL}={info.kind}"
-    if (name := audit.label_value(obj.name)) is not None:
-        selector += f",{audit.NAME_LABEL}={name}"
+    selector = f"{AUDIT_KIND_LABEL}={info.kind}"
+    if (name := audit_label_value(obj.name)) is not None:
+        selector += f",{AUDIT_NAME_LABEL}={name}"
     try:
         events = (await client.list("auditevents", label_selector=selector)).items
     except Forbidden:

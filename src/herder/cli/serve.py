@@ -6,16 +6,19 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from herder.api.serve import DEFAULT_LISTEN, KUBECONFIG, Controller, ServeOptions, default_data_dir, serve
+from herder.api.datadir import DEFAULT_LISTEN, KUBECONFIG, default_data_dir
 from herder.cli.common import fail
 from herder.resources import Resource
 from herder.resources.catalog import herder_registry
 from herder.state.errors import AlreadyExists
 from herder.state.store import SYSTEM, Store
+
+if TYPE_CHECKING:
+    from herder.api.serve import Controller, ServeOptions
 
 # The controllers the server runs; the controller runtime and the domain controllers plug in here.
 CONTROLLERS: list[Controller] = []
@@ -27,6 +30,9 @@ ListenOption = Annotated[str, typer.Option("--listen", help="HOST:PORT to serve 
 
 
 def _run(options: ServeOptions, controllers: list[Controller]) -> None:
+    # The server's imports (uvicorn, krm) load only for the commands that serve.
+    from herder.api.serve import serve
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(serve(options, controllers=controllers))
@@ -50,6 +56,8 @@ def serve_command(
     ] = None,
 ) -> None:
     """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
+    from herder.api.serve import ServeOptions
+
     options = ServeOptions(
         data_dir=data_dir or default_data_dir(),
         listen=listen,
@@ -116,5 +124,7 @@ async def _seed_demo(data_dir: Path, store: Store) -> None:
 
 def demo(data_dir: DataDirOption = None, listen: ListenOption = DEFAULT_LISTEN) -> None:
     """Run herder with demo objects in ./.herder-demo and print how to use kubectl against it."""
+    from herder.api.serve import ServeOptions
+
     where = data_dir or DEMO_DIR
     _run(ServeOptions(data_dir=where, listen=listen), [*CONTROLLERS, lambda store: _seed_demo(where, store)])
