@@ -1,0 +1,1 @@
+"""Tests of the API server, run against a real herder serve."""

@@ -1,0 +1,127 @@
+"""A real ``herder serve`` for tests: a subprocess on a free loopback port with a temporary data dir.
+
+It is always ended by its PID (SIGTERM, then SIGKILL if it lingers), even when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from herder.api.datadir import write_kubeconfig
+from herder.client import Client
+
+HERDER = str(Path(sys.executable).with_name("herder"))
+KUBECTL = "/usr/bin/kubectl"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    data_dir: Path
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "admin.kubeconfig"
+
+    @property
+    def ca(self) -> bytes:
+        return (self.data_dir / "ca.crt").read_bytes()
+
+    def client(self, kubeconfig: Path | None = None) -> Client:
+        return Client.from_kubeconfig(kubeconfig or self.kubeconfig)
+
+    def http(self, token: str | None) -> httpx.AsyncClient:
+        """A raw HTTP client: for status codes and bodies exactly as the server sends them."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        context = ssl.create_default_context(cadata=self.ca.decode())
+        return httpx.AsyncClient(base_url=self.url, headers=headers, verify=context, timeout=30)
+
+    def kubeconfig_for(self, token: str, name: str) -> Path:
+        path = self.data_dir.parent / f"{name}.kubeconfig"
+        write_kubeconfig(path, self.url, self.ca, token)
+        return path
+
+    def run(
+        self, *args: str, kubeconfig: Path | None = None, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command line (``kubectl …`` or ``herder …``) against this server (``--kubeconfig`` goes last)."""
+        program = {"kubectl": KUBECTL, "herder": HERDER}[args[0]]
+        return subprocess.run(
+            [program, *args[1:], "--kubeconfig", str(kubeconfig or self.kubeconfig)],
+            capture_output=True,
+            text=True,
+            input=stdin,
+            timeout=60,
+        )
+
+
+def _wait_ready(server: Server, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"herder serve exited with {server.process.returncode}:\n{server.log.read_text()}"
+            )
+        if server.kubeconfig.exists():
+            try:
+                context = ssl.create_default_context(cadata=server.ca.decode())
+                if httpx.get(f"{server.url}/version", verify=context, timeout=2).status_code == 200:
+                    return
+            except (httpx.HTTPError, OSError, ValueError):
+                pass
+        time.sleep(0.1)
+    raise RuntimeError(f"herder serve did not come up:\n{server.log.read_text()}")
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = 15) -> int:
+    """End the server by its PID: SIGTERM, and SIGKILL if it does not stop in time."""
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode
+
+
+@contextmanager
+def running(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    port = free_port()
+    log = data_dir.parent / f"{data_dir.name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [HERDER, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}", *extra],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    server = Server(data_dir, port, process, log)
+    try:
+        _wait_ready(server, time.monotonic() + 30)
+        yield server
+    finally:
+        stop(process)

@@ -1,0 +1,94 @@
+"""The audit trail: mutations and every Support request, readable by Admin, in audit.log as JSON lines."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.api.server import Server
+
+CP = "/apis/herder.dev/v1alpha1/namespaces/default/configpatches"
+EVENTS = "/apis/herder.dev/v1alpha1/auditevents"
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "herder.dev/v1alpha1",
+        "kind": "ConfigPatch",
+        "metadata": {"name": name},
+        "spec": {"data": "a: 1"},
+    }
+
+
+def _log(server: Server) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (server.data_dir / "audit.log").read_text().splitlines()]
+
+
+async def _events(server: Server, tokens: dict[str, str], **labels: str) -> list[dict[str, Any]]:
+    selector = ",".join(f"herder.dev/audit-{k}={v}" for k, v in labels.items())
+    async with server.http(tokens["Admin"]) as admin:
+        answer = await admin.get(EVENTS, params={"labelSelector": selector})
+    assert answer.status_code == 200, answer.text
+    return [e["spec"] for e in answer.json()["items"]]
+
+
+async def test_mutations_are_recorded_with_who_what_and_outcome(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    async with server.http(tokens["Operator"]) as operator:
+        assert (await operator.post(CP, json=_body("audited"))).status_code == 201
+        assert (await operator.delete(f"{CP}/audited")).status_code == 200
+    async with server.http(tokens["Reader"]) as reader:
+        assert (await reader.post(CP, json=_body("refused"))).status_code == 403
+    events = await _events(server, tokens, kind="ConfigPatch")
+    created = next(e for e in events if e["verb"] == "create" and e["name"] == "audited")
+    assert created["user"] == "serviceaccount:as-operator" and created["role"] == "Operator"
+    assert created["namespace"] == "default" and created["code"] == 201 and created["result"] == "Success"
+    assert created["sourceAddress"] == "127.0.0.1" and created["time"].endswith("Z")
+    assert any(e["verb"] == "delete" and e["name"] == "audited" and e["code"] == 200 for e in events)
+    refused = next(e for e in events if e["name"] == "refused")
+    assert refused["code"] == 403 and refused["result"] == "Failure" and "forbidden" in refused["message"]
+    lines = _log(server)
+    assert any(
+        line["verb"] == "create" and line["name"] == "audited" and line["code"] == 201 for line in lines
+    )
+
+
+async def test_reads_are_not_recorded_but_every_support_request_is(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    async with server.http(tokens["Admin"]) as admin:
+        assert (await admin.get(f"{CP}/never-read-by-support")).status_code == 404
+    async with server.http(tokens["Support"]) as support:
+        assert (await support.get(f"{CP}/read-by-support")).status_code == 404
+        assert (await support.get(CP)).status_code == 200
+    events = await _events(server, tokens, kind="ConfigPatch")
+    assert not any(e["name"] == "never-read-by-support" for e in events)
+    support_reads = [e for e in events if e["role"] == "Support" and e["verb"] in ("get", "list")]
+    assert any(e["name"] == "read-by-support" and e["code"] == 404 for e in support_reads)
+    assert any(e["verb"] == "list" for e in support_reads)
+
+
+async def test_audit_events_are_admin_only_and_append_only(server: Server, tokens: dict[str, str]) -> None:
+    for role in ("Reader", "Operator", "InfraProvider"):
+        async with server.http(tokens[role]) as http:
+            answer = await http.get(EVENTS)
+            assert answer.status_code == 403, role
+            assert "auditevents" in answer.json()["message"]
+    async with server.http(tokens["Admin"]) as admin:
+        name = (await admin.get(EVENTS)).json()["items"][0]["metadata"]["name"]
+        assert (await admin.delete(f"{EVENTS}/{name}")).status_code == 403
+    async with server.http(tokens["Support"]) as support:
+        assert (await support.delete(f"{EVENTS}/{name}")).status_code == 403
+
+
+async def test_audit_log_holds_no_secrets(server: Server, tokens: dict[str, str]) -> None:
+    text = (server.data_dir / "audit.log").read_text()
+    for token in tokens.values():
+        assert token.rpartition("_")[2] not in text
+    issued = [line for line in _log(server) if line["subresource"] == "token"]
+    assert issued and all(line["message"].startswith("issued token ") for line in issued)
+    assert all(
+        set(line) >= {"time", "user", "role", "verb", "kind", "namespace", "name", "code", "sourceAddress"}
+        for line in _log(server)
+    )

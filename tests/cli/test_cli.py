@@ -1,0 +1,239 @@
+"""The ``herder`` command line as a user runs it: subprocesses against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.api.server import HERDER, Server, free_port, stop
+
+PATCHES = """\
+apiVersion: herder.dev/v1alpha1
+kind: ConfigPatch
+metadata:
+  name: cli-one
+  labels: {herder.dev/cluster: c1}
+spec:
+  data: "machine: {}"
+  description: first
+---
+apiVersion: herder.dev/v1alpha1
+kind: ConfigPatch
+metadata:
+  name: cli-two
+spec:
+  data: "cluster: {}"
+"""
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_apply_get_describe_delete(server: Server, tmp_path: Path) -> None:
+    manifest = tmp_path / "patches.yaml"
+    manifest.write_text(PATCHES)
+    assert ok(server.run("herder", "apply", "-f", str(manifest))).splitlines() == [
+        "configpatch/cli-one created",
+        "configpatch/cli-two created",
+    ]
+    assert "configpatch/cli-one unchanged" in ok(server.run("herder", "apply", "-f", str(manifest)))
+    changed = PATCHES.replace("description: first", "description: second")
+    assert "configpatch/cli-one configured" in ok(server.run("herder", "apply", "-f", "-", stdin=changed))
+
+    table = ok(server.run("herder", "get", "cp")).splitlines()
+    assert table[0].split() == ["NAME", "CLUSTER", "AGE"]
+    assert any(line.split()[:2] == ["cli-one", "c1"] for line in table)
+    selected = ok(server.run("herder", "get", "configpatches", "-l", "herder.dev/cluster=c1", "-o", "json"))
+    assert [o["metadata"]["name"] for o in json.loads(selected)["items"]] == ["cli-one"]
+    one = yaml.safe_load(ok(server.run("herder", "get", "cp", "cli-one", "-o", "yaml")))
+    assert one["spec"]["description"] == "second"
+
+    described = ok(server.run("herder", "describe", "cp", "cli-one"))
+    for text in ("Name:", "cli-one", "Spec:", "description: second", "Audit events:", "serviceaccount:admin"):
+        assert text in described
+
+    assert ok(server.run("herder", "delete", "cp", "cli-one")).strip() == "configpatch/cli-one deleted"
+    second = tmp_path / "second.yaml"
+    second.write_text(PATCHES.split("---")[1])
+    assert ok(server.run("herder", "delete", "-f", str(second))).strip() == "configpatch/cli-two deleted"
+    assert "No configpatches found" in ok(server.run("herder", "get", "cp", "-l", "herder.dev/cluster=c1"))
+
+
+def test_apply_a_directory(server: Server, tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(PATCHES.split("---")[1].replace("cli-two", "dir-a"))
+    (tmp_path / "b.yml").write_text(PATCHES.split("---")[1].replace("cli-two", "dir-b"))
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    assert ok(server.run("herder", "apply", "-f", str(tmp_path))).splitlines() == [
+        "configpatch/dir-a created",
+        "configpatch/dir-b created",
+    ]
+
+
+def test_serviceaccount_token_is_printed_once_and_works(server: Server, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "ci.kubeconfig"
+    created = server.run(
+        "herder", "serviceaccount", "create", "ci", "--role", "Reader", "--write-kubeconfig", str(kubeconfig)
+    )
+    token = ok(created).strip()
+    assert token.startswith("hdr_ci-") and "shown this once" in created.stderr
+    assert oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
+    assert "cli" not in ok(server.run("herder", "get", "ns", kubeconfig=kubeconfig))
+    listed = ok(server.run("herder", "serviceaccount", "list"))
+    row = next(line.split() for line in listed.splitlines() if line.startswith("ci "))
+    assert row[:3] == ["ci", "Reader", "1"]
+    assert token not in listed and token.rpartition("_")[2] not in ok(
+        server.run("herder", "get", "tokens", "-o", "yaml")
+    )
+
+    refused = one_line_error(server.run("herder", "apply", "-f", "-", stdin=PATCHES, kubeconfig=kubeconfig))
+    assert "Forbidden" in refused and "serviceaccount:ci (role Reader) cannot create" in refused
+    assert "readable by Admin only" in ok(
+        server.run("herder", "describe", "ns", "default", kubeconfig=kubeconfig)
+    )
+
+    assert "1 token(s) revoked" in ok(server.run("herder", "serviceaccount", "delete", "ci"))
+    gone = one_line_error(server.run("herder", "get", "ns", kubeconfig=kubeconfig))
+    assert "Unauthorized" in gone
+
+
+def test_audit_command_filters(server: Server) -> None:
+    ok(
+        server.run(
+            "herder", "apply", "-f", "-", stdin=PATCHES.split("---")[1].replace("cli-two", "audited-by-cli")
+        )
+    )
+    shown = ok(server.run("herder", "audit", "--kind", "ConfigPatch", "--verb", "create"))
+    assert shown.splitlines()[0].split()[:5] == ["TIME", "USER", "ROLE", "VERB", "OBJECT"]
+    assert "ConfigPatch default/audited-by-cli" in shown
+    assert all(" create " in line for line in shown.splitlines()[1:])
+    events = json.loads(ok(server.run("herder", "audit", "--name", "audited-by-cli", "-o", "json")))["items"]
+    assert [e["spec"]["verb"] for e in events] == ["create"]
+
+
+def test_errors_are_one_line(server: Server, tmp_path: Path) -> None:
+    assert "unknown kind 'widgets'" in one_line_error(server.run("herder", "get", "widgets"))
+    assert "not found" in one_line_error(server.run("herder", "get", "cp", "nothing-here"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: herder.dev/v1alpha1\nkind: ConfigPatch\nmetadata: {name: bad}\nspec: {data: '', extra: 1}\n"
+    )
+    invalid = one_line_error(server.run("herder", "apply", "-f", str(bad)))
+    assert "spec.data" in invalid and "spec.extra" in invalid
+    assert "cannot read kubeconfig" in one_line_error(
+        server.run("herder", "get", "ns", kubeconfig=tmp_path / "none")
+    )
+    assert "No such file" in one_line_error(
+        server.run("herder", "apply", "-f", str(tmp_path / "missing.yaml"))
+    )
+
+
+def test_kubeconfig_is_found_through_env_then_default_data_dir(server: Server, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "HERDER_KUBECONFIG"}
+    by_env = subprocess.run(
+        [HERDER, "get", "ns"],
+        env={**env, "HERDER_KUBECONFIG": str(server.kubeconfig)},
+        capture_output=True,
+        text=True,
+    )
+    assert "default" in ok(by_env)
+    (tmp_path / "herder").mkdir()
+    shutil.copy(server.kubeconfig, tmp_path / "herder" / "admin.kubeconfig")
+    by_default = subprocess.run(
+        [HERDER, "get", "ns"], env={**env, "XDG_DATA_HOME": str(tmp_path)}, capture_output=True, text=True
+    )
+    assert "default" in ok(by_default)
+
+
+def test_get_watch_sees_changes(server: Server) -> None:
+    watcher = subprocess.Popen(
+        [HERDER, "get", "cp", "-w", "--kubeconfig", str(server.kubeconfig)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(1.5)
+        ok(
+            server.run(
+                "herder", "apply", "-f", "-", stdin=PATCHES.split("---")[1].replace("cli-two", "watched")
+            )
+        )
+        assert watcher.stdout is not None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            line = watcher.stdout.readline()
+            if line.split()[:1] == ["watched"]:
+                break
+        else:
+            raise AssertionError("the watch did not show the new object")
+    finally:
+        stop(watcher)
+
+
+def test_serve_defaults_and_clean_stop(tmp_path: Path) -> None:
+    """Default data dir from XDG_DATA_HOME; SIGINT and SIGTERM both end the server cleanly."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        home = tmp_path / sig.name
+        port = free_port()
+        process = subprocess.Popen(
+            [HERDER, "serve", "--listen", f"127.0.0.1:{port}"],
+            env={**os.environ, "XDG_DATA_HOME": str(home)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            kubeconfig = home / "herder" / "admin.kubeconfig"
+            deadline = time.monotonic() + 30
+            while not kubeconfig.exists() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.1)
+            time.sleep(0.5)
+            os.kill(process.pid, sig)
+            assert process.wait(15) == 0
+        finally:
+            stop(process)
+        assert process.stderr is not None
+        log = process.stderr.read()
+        assert f"admin kubeconfig: {kubeconfig}" in log and "herder stopped" in log
+        assert "Traceback" not in log
+
+
+def test_demo_serves_demo_objects(tmp_path: Path) -> None:
+    port = free_port()
+    data = tmp_path / "demo"
+    process = subprocess.Popen(
+        [HERDER, "demo", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        printed = ""
+        while "Stop it with Ctrl+C" not in printed:
+            line = process.stdout.readline()
+            assert line, "the demo ended early"
+            printed += line
+        assert f"kubectl --kubeconfig {data / 'admin.kubeconfig'} get configpatches" in printed
+        listed = subprocess.run(
+            ["/usr/bin/kubectl", "--kubeconfig", str(data / "admin.kubeconfig"), "get", "configpatches"],
+            capture_output=True,
+            text=True,
+        )
+        names = [line.split()[0] for line in ok(listed).splitlines()[1:]]
+        assert "ntp" in names and "audit-policy" in names and "kubespan" not in names
+    finally:
+        stop(process)
