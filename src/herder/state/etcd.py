@@ -110,6 +110,10 @@ class EtcdBackend(Backend):
         # The highest revision any response has shown: a write sent now can only apply above it.
         self._seen_rev = 0
 
+    @property
+    def prefix(self) -> str:
+        return self._root
+
     def __repr__(self) -> str:
         return f"EtcdBackend({self.endpoints!r}, prefix={self._root!r})"
 
