@@ -111,7 +111,8 @@ class Server:
         return [KUBECTL, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache_dir}", *args]
 
 
-def _serve(tls: Tls, out: Path, *args: str) -> Iterator[Server]:
+def serve_krm(tls: Tls, out: Path, *args: str) -> Iterator[Server]:
+    """A krm server subprocess with an empty memory store; ``args`` go to its command line."""
     with server_process(
         "--state", "memory://", "--tls-cert", str(tls.cert), "--tls-key", str(tls.key), *args
     ) as port:
@@ -138,10 +139,10 @@ current-context: krm
 @pytest.fixture(scope="session")
 def server(tls: Tls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One allow-all server shared by the session; tests use names of their own."""
-    yield from _serve(tls, tmp_path_factory.mktemp("server"))
+    yield from serve_krm(tls, tmp_path_factory.mktemp("server"))
 
 
 @pytest.fixture(scope="session")
 def guarded_server(tls: Tls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server with the ``tests.krm.policies.Guarded`` policy: locked and hidden objects."""
-    yield from _serve(tls, tmp_path_factory.mktemp("guarded"), "--policy", "tests.krm.policies:Guarded")
+    yield from serve_krm(tls, tmp_path_factory.mktemp("guarded"), "--policy", "tests.krm.policies:Guarded")

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.krm.conftest import Server
+from tests.krm.conftest import Tls, serve_krm
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,11 @@ def operations(http: httpx.Client) -> list[Operation]:
 
 
 @pytest.fixture(scope="module")
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
+def http(tls: Tls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """A server of its own: the fuzzer deletes and changes whatever it hits."""
+    for server in serve_krm(tls, tmp_path_factory.mktemp("fuzz")):
+        with server.client() as client:
+            yield client
 
 
 json_values = st.recursive(

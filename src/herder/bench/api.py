@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
+import uvloop
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -107,7 +108,9 @@ def serve_main(argv: list[str]) -> int:
     baseline = None
     if args.baseline:
         baseline = {path: Path(file).read_bytes() for path, file in json.loads(args.baseline).items()}
-    asyncio.run(_serve(args, baseline))
+    # uvloop, as ``uvicorn.run`` would pick it: the loop is made here so that the store is opened on it.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(_serve(args, baseline))
     return 0
 
 
@@ -313,7 +316,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="herder-bench-api-") as tmp:
         workdir = Path(tmp)
         with server_process("--state", f"sqlite:///{workdir / 'herder.db'}") as port:
-            asyncio.run(_run(args, port, workdir))
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(_run(args, port, workdir))
     return 0
 
 

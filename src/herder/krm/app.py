@@ -79,15 +79,16 @@ def build_app(
     async def get_openapi_v3_group(request: Request) -> Response:
         return await authenticated(request, openapi.v3(registry, request.path_params["path"]))
 
+    # Resource paths first: they are nearly every request, and routes are tried in order.
     routes = [
+        Route("/apis/{group}/{version}/{path:path}", resources.handle, methods=METHODS),
+        Route("/api/{version}/{path:path}", resources.handle, methods=METHODS),
         Route("/version", get_version),
         Route("/api", get_api),
         Route("/apis", get_apis),
         Route("/api/{version}", get_resources),
-        Route("/api/{version}/{path:path}", resources.handle, methods=METHODS),
         Route("/apis/{group}", get_group),
         Route("/apis/{group}/{version}", get_resources),
-        Route("/apis/{group}/{version}/{path:path}", resources.handle, methods=METHODS),
         Route("/openapi/v2", get_openapi_v2),
         Route("/openapi/v3", get_openapi_v3),
         Route("/openapi/v3/{path:path}", get_openapi_v3_group),

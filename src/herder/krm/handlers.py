@@ -35,6 +35,8 @@ FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
 # How often an idle watch that allows bookmarks is sent one, and how long a watch lasts unless asked.
 BOOKMARK_INTERVAL = 30.0
 WATCH_TIMEOUT = 1800.0
+# How many encoded objects are kept (a few MB at most).
+ENCODED_CACHE = 10_000
 # Patches retried when another writer got in between the read and the write.
 PATCH_ATTEMPTS = 5
 
@@ -176,8 +178,8 @@ class ResourceAPI:
         self.policy = policy
         self.max_body_bytes = max_body_bytes
         self.bookmark_interval = bookmark_interval
-        # Watch events share their objects between watchers: each is encoded once for all of them.
-        self._encoded: OrderedDict[int, tuple[Resource, bytes]] = OrderedDict()
+        # Lists and watches send the same stored objects again and again: each is encoded once.
+        self._encoded: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 
     async def handle(self, request: Request) -> Response:
         who: Identity | None = None
@@ -434,10 +436,12 @@ class ResourceAPI:
 
     async def patch(self, call: Call) -> Response:
         content_type = media.media_type(call.request.headers.get("content-type"))
-        body = await media.read_body(call.request, self.max_body_bytes)
+        change = patch.Patch(
+            call.info, content_type, await media.read_body(call.request, self.max_body_bytes)
+        )
         for attempt in range(PATCH_ATTEMPTS):
             current = await self._fetch(call)
-            patched = patch.apply(call.info, current.to_dict(), content_type, body)
+            patched = change.apply(current.to_dict())
             if not isinstance(patched, dict):
                 raise ApiError(422, "the patched document is not an object")
             obj, warnings = self._decode(call, patched)
@@ -481,14 +485,15 @@ class ResourceAPI:
     # rendering
 
     def _encode(self, obj: Resource) -> bytes:
-        key = id(obj)
-        hit = self._encoded.get(key)
-        if hit is not None and hit[0] is obj:
-            return hit[1]
-        data = media.dump_resource(obj)
-        self._encoded[key] = (obj, data)
-        if len(self._encoded) > 1024:
-            self._encoded.popitem(last=False)
+        """A stored object's JSON, cached: an object's content at one resourceVersion never changes."""
+        key = (obj.metadata.uid or "", obj.metadata.resource_version or "")
+        data = self._encoded.get(key)
+        if data is None:
+            data = media.dump_resource(obj)
+            if all(key):
+                self._encoded[key] = data
+                if len(self._encoded) > ENCODED_CACHE:
+                    self._encoded.popitem(last=False)
         return data
 
     def _json(self, obj: Resource, status: int = 200, warnings: list[str] | None = None) -> Response:

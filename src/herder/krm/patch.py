@@ -57,26 +57,38 @@ def strategic(target: Any, patch: Any) -> Any:
     return out
 
 
-def apply(info: KindInfo, current: dict[str, Any], content_type: str, body: bytes) -> Any:
-    """``current`` with the patch applied; an unsupported type is a 415, a malformed patch a 400,
-    a patch that does not apply a 422.
-    """
-    if content_type not in accepted(info):
-        raise ApiError(
-            415,
-            "the body of the request was in an unknown format - accepted media types include: "
-            + ", ".join(accepted(info)),
-        )
-    patch = parse(body, "application/json")
-    if content_type == JSON_PATCH:
-        if not isinstance(patch, list):
-            raise ApiError(400, "a JSON patch must be a JSON array of operations")
+class Patch:
+    """A parsed PATCH body of one of the ``accepted`` types, ready to apply to the current object."""
+
+    def __init__(self, info: KindInfo, content_type: str, body: bytes) -> None:
+        """Raises 415 for a type not served for ``info`` and 400 for a malformed patch."""
+        if content_type not in accepted(info):
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types include: "
+                + ", ".join(accepted(info)),
+            )
+        self.content_type = content_type
+        data = parse(body, "application/json")
+        if content_type == JSON_PATCH:
+            if not isinstance(data, list):
+                raise ApiError(400, "a JSON patch must be a JSON array of operations")
+            try:
+                self.ops = jsonpatch.JsonPatch(data)
+            except (jsonpatch.JsonPatchException, TypeError, AttributeError) as err:
+                raise ApiError(400, f"invalid JSON patch: {err}") from None
+        elif not isinstance(data, dict):
+            raise ApiError(400, "a merge patch must be a JSON object")
+        self.data = data
+
+    def apply(self, current: dict[str, Any]) -> Any:
+        """``current`` with the patch applied; a JSON patch that does not apply is a 422."""
+        if self.content_type == MERGE:
+            return merge(current, self.data)
+        if self.content_type == STRATEGIC:
+            return strategic(current, self.data)
         try:
-            ops = jsonpatch.JsonPatch(patch)
-        except (jsonpatch.JsonPatchException, TypeError, AttributeError) as err:
-            raise ApiError(400, f"invalid JSON patch: {err}") from None
-        try:
-            return ops.apply(current)
+            return self.ops.apply(current)
         except (
             jsonpatch.JsonPatchException,
             jsonpatch.JsonPointerException,
@@ -85,6 +97,3 @@ def apply(info: KindInfo, current: dict[str, Any], content_type: str, body: byte
             ValueError,
         ) as err:
             raise ApiError(422, f"the JSON patch does not apply: {err}") from None
-    if not isinstance(patch, dict):
-        raise ApiError(400, "a merge patch must be a JSON object")
-    return merge(current, patch) if content_type == MERGE else strategic(current, patch)

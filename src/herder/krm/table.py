@@ -19,6 +19,9 @@ _AGE = PrinterColumn("Age", ".metadata.creationTimestamp", type="date", descript
 
 
 def _columns(info: KindInfo) -> tuple[PrinterColumn, ...]:
+    # A kind may place Age itself: kubectl prints a node's VERSION and a pod's IP after it.
+    if any(c.name == _AGE.name for c in info.printer_columns):
+        return (_NAME, *info.printer_columns)
     return (_NAME, *info.printer_columns, _AGE)
 
 
