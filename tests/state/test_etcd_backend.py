@@ -6,9 +6,10 @@ Every etcd here is started by the tests on free loopback ports and ended by PID,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
@@ -229,3 +230,131 @@ async def _failover_run(cluster: EtcdCluster, writer: EtcdBackend, watcher: Etcd
     for key, ops in acked.items():
         if key not in unknown:
             assert by_key.get(key) == ops, key
+
+
+class LossyProxy:
+    """A loopback TCP proxy to one etcd member that can lose bytes in either direction, then cut.
+
+    Losing etcd's answers makes a write apply while its client never hears so; losing the requests
+    makes a write vanish on the way. Either way the client only sees a broken connection.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        host, port = endpoint.rsplit(":", 1)
+        self._upstream = (host, int(port))
+        self.lose_answers = False
+        self.lose_requests = False
+        self.lost = 0
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+        self.endpoint = ""
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.endpoint = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(*self._upstream)
+        self._writers += [client_w, server_w]
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, answers: bool) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    if self.lose_answers if answers else self.lose_requests:
+                        self.lost += len(data)
+                        continue
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(client_r, server_w, False), pump(server_r, client_w, True))
+
+    def cut(self) -> None:
+        """Drop every connection and stop losing bytes: the client reconnects to a working path."""
+        self.lose_answers = self.lose_requests = False
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+@pytest.fixture
+async def lossy(single: EtcdCluster) -> AsyncIterator[tuple[LossyProxy, EtcdBackend, EtcdBackend]]:
+    """A backend through the proxy, and one straight to etcd with the same prefix to look behind it."""
+    proxy = LossyProxy(single.endpoints[0])
+    await proxy.start()
+    prefix = f"/l-{uuid.uuid4().hex[:8]}"
+    through = await EtcdBackend([proxy.endpoint], prefix=prefix, timeout=2).open()
+    direct = await EtcdBackend(single.endpoints, prefix=prefix).open()
+    try:
+        yield proxy, through, direct
+    finally:
+        await through.close()
+        await direct.close()
+        await proxy.close()
+
+
+async def _until(check: Callable[[], Awaitable[bool]]) -> None:
+    async with asyncio.timeout(10):
+        while not await check():  # noqa: ASYNC110 - the state polled is in etcd, nothing here to wait on
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("op", ["create", "replace", "remove"])
+async def test_a_write_whose_answer_was_lost_is_retried_and_recognised_as_applied(
+    lossy: tuple[LossyProxy, EtcdBackend, EtcdBackend], op: str
+) -> None:
+    proxy, through, direct = lossy
+    before = await direct.create("/k", b"old") if op != "create" else 0
+    proxy.lose_answers = True
+    writes = {
+        "create": lambda: through.create("/k", b"new"),
+        "replace": lambda: through.replace("/k", b"new", before),
+        "remove": lambda: through.remove("/k", before),
+    }
+    task = asyncio.ensure_future(writes[op]())
+
+    async def applied() -> bool:
+        kv = await direct.get("/k")
+        return kv is None if op == "remove" else kv is not None and kv.value == b"new"
+
+    await _until(applied)
+    assert proxy.lost > 0
+    proxy.cut()
+    rev = await asyncio.wait_for(task, 20)
+    # The revision reported is the one the lost attempt applied at, and nothing else changed the key.
+    events = direct.watch("/k", max(before, 1))
+    history = [e for e in await _take(events, 2 if before else 1) if e.rev > before]
+    await events.aclose()
+    assert [(e.rev, e.value) for e in history] == [(rev, None if op == "remove" else b"new")]
+
+
+@pytest.mark.parametrize("op", ["create", "replace"])
+async def test_a_lost_write_whose_precondition_someone_else_spent_fails(
+    lossy: tuple[LossyProxy, EtcdBackend, EtcdBackend], op: str
+) -> None:
+    proxy, through, direct = lossy
+    before = await direct.create("/k", b"old") if op == "replace" else 0
+    proxy.lose_requests = True
+    task = asyncio.ensure_future(
+        through.create("/k", b"ours") if op == "create" else through.replace("/k", b"ours", before)
+    )
+
+    async def sent() -> bool:
+        return proxy.lost > 0
+
+    await _until(sent)
+    if op == "create":
+        await direct.create("/k", b"theirs")
+    else:
+        await direct.replace("/k", b"theirs", before)
+    proxy.cut()
+    with pytest.raises(KeyExists if op == "create" else RevisionMismatch):
+        await asyncio.wait_for(task, 20)
+    kv = await direct.get("/k")
+    assert kv is not None and kv.value == b"theirs"
