@@ -7,9 +7,10 @@ import hashlib
 
 import pytest
 
-from herder.client import Client, Forbidden, Unauthorized
+from herder.client import Client, Forbidden, Invalid, Unauthorized
 from herder.client.kubeconfig import Credentials
-from herder.resources.access import SERVICE_ACCOUNT
+from herder.resources import Resource
+from herder.resources.access import SERVICE_ACCOUNT, USER
 from tests.api.conftest import account, make_account
 from tests.api.server import Server
 
@@ -107,3 +108,46 @@ async def test_client_raises_unauthorized(server: Server) -> None:
     async with Client(creds) as stranger:
         with pytest.raises(Unauthorized, match="unknown or revoked"):
             await stranger.list("namespaces")
+
+
+async def test_users_authenticate_with_tokens_too(server: Server, tokens: dict[str, str]) -> None:
+    user = Resource.model_validate(
+        {
+            "apiVersion": USER.api_version,
+            "kind": USER.kind,
+            "metadata": {"name": "alice"},
+            "spec": {"role": "Operator", "email": "alice@example.com", "displayName": "Alice"},
+        }
+    )
+    async with server.client() as admin:
+        await admin.create(user)
+        issued = await admin.issue_token(USER, "alice")
+    async with server.http(issued.token) as alice:
+        body = {"apiVersion": "herder.dev/v1alpha1", "kind": "ConfigPatch", "metadata": {"name": "by-alice"}}
+        answer = await alice.post(
+            "/apis/herder.dev/v1alpha1/namespaces/default/configpatches",
+            json={**body, "spec": {"data": "a: 1"}},
+        )
+        assert answer.status_code == 201, answer.text
+        assert (await alice.get("/apis/herder.dev/v1alpha1/users")).status_code == 403
+    lines = (server.data_dir / "audit.log").read_text().splitlines()
+    assert any('"user":"user:alice"' in line and '"name":"by-alice"' in line for line in lines)
+
+
+async def test_only_admins_issue_tokens_and_infra_providers_need_an_id(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    async with server.http(tokens["Operator"]) as operator:
+        answer = await operator.post("/apis/herder.dev/v1alpha1/serviceaccounts/admin/token", json={})
+        assert answer.status_code == 403
+        assert 'cannot create resource "serviceaccounts/token"' in answer.json()["message"]
+    async with server.http(tokens["Admin"]) as admin:
+        answer = await admin.post("/apis/herder.dev/v1alpha1/serviceaccounts/nobody-here/token", json={})
+        assert answer.status_code == 404
+        answer = await admin.post(
+            "/apis/herder.dev/v1alpha1/serviceaccounts/admin/token", json={"spec": {"expirationSeconds": 0}}
+        )
+        assert answer.status_code == 422 and "spec.expirationSeconds" in answer.text
+    async with server.client() as admin_client:
+        with pytest.raises(Invalid, match="providerId is required for role InfraProvider"):
+            await admin_client.create(account("provider-without-id", "InfraProvider"))

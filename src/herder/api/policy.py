@@ -46,7 +46,8 @@ class HerderPolicy:
 
     def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
         """Refuse a write that adds, changes or removes a ``herder.dev/`` label or annotation users may not set."""
-        if roles.sees_hidden(who.role):
+        # A status write keeps the object's metadata whatever the body says: nothing to refuse there.
+        if roles.sees_hidden(who.role) or access.subresource:
             return
         for what, allowed, before, after in (
             (

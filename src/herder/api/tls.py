@@ -7,6 +7,7 @@ listen address changes, or when it nears its end) without clients having to trus
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -87,7 +88,9 @@ def ensure_tls(data_dir: Path, hosts: list[str]) -> TlsFiles:
     """The CA and a serving certificate valid for ``hosts``, made or renewed as needed."""
     ca_cert, ca_key = _ensure_ca(data_dir)
     cert_path, key_path = data_dir / SERVING_CERT, data_dir / SERVING_KEY
-    wanted = [_san(h) for h in dict.fromkeys([*hosts, "localhost", "127.0.0.1", "::1"]) if h]
+    # A wildcard listen address is reached by the machine's name or through loopback, never as itself.
+    named = [socket.gethostname() if h in ("0.0.0.0", "::") else h for h in hosts]
+    wanted = [_san(h) for h in dict.fromkeys([*named, "localhost", "127.0.0.1", "::1"]) if h]
     if (
         cert_path.exists()
         and key_path.exists()
