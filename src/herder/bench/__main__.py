@@ -8,6 +8,7 @@ import sys
 BENCHMARKS = {
     "store": "herder.bench.store",
     "api": "herder.bench.api",
+    "emu": "herder.bench.emu",
 }
 
 

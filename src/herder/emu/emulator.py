@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +52,8 @@ class Emulator:
         self._server: grpc.aio.Server | None = None
         self._changed = asyncio.Event()
         self._network = ipaddress.ip_network(options.machine_cidr)
+        self._used: set[int] = set()
+        self._cursor = int(self._network.network_address) + 1
 
     async def start(self) -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
@@ -64,6 +66,7 @@ class Emulator:
             self.clusters[cluster.id] = cluster
         for record in self.store.load_machines():
             self.machines[record.uuid] = Machine(self, record)
+            self._used.add(int(ipaddress.ip_address(record.address)))
         missing = self.options.machines - len(self.machines)
         for _ in range(max(missing, 0)):
             self._new_machine(self.options.talos_version, None, None)
@@ -81,17 +84,20 @@ class Emulator:
 
     # --- machines ---
 
-    def _addresses(self) -> Iterator[str]:
-        used = {m.record.address for m in self.machines.values()}
-        for address in self._network.hosts():
-            text = str(address)
-            if text not in used and not text.endswith((".0", ".255")):
-                yield text
+    def _allocate_address(self) -> str:
+        """The lowest free address of the machine network (skipping x.y.z.0 and x.y.z.255)."""
+        last = int(self._network.broadcast_address)
+        while self._cursor < last and (self._cursor in self._used or self._cursor & 0xFF in (0, 255)):
+            self._cursor += 1
+        if self._cursor >= last:
+            raise ValueError(f"no free address left in {self._network}")
+        self._used.add(self._cursor)
+        return str(ipaddress.ip_address(self._cursor))
 
     def _new_machine(self, talos_version: str, uuid: str | None, hardware: Hardware | None) -> Machine:
-        address = next(self._addresses(), None)
-        if address is None:
-            raise ValueError(f"no free address left in {self._network}")
+        if uuid is not None and uuid in self.machines:
+            raise ValueError(f"machine {uuid} already exists")
+        address = self._allocate_address()
         record = MachineRecord(
             uuid=uuid or str(uuidlib.uuid4()),
             address=address,
@@ -99,8 +105,6 @@ class Emulator:
             talos_version=talos_version,
             hardware=hardware or Hardware(),
         )
-        if record.uuid in self.machines:
-            raise ValueError(f"machine {record.uuid} already exists")
         self.store.save_machine(record)
         machine = Machine(self, record)
         self.machines[record.uuid] = machine
@@ -118,6 +122,9 @@ class Emulator:
     async def destroy_machine(self, machine: Machine) -> None:
         await machine.stop()
         del self.machines[machine.uuid]
+        freed = int(ipaddress.ip_address(machine.address))
+        self._used.discard(freed)
+        self._cursor = min(self._cursor, freed)
         self.store.delete_machine(machine.uuid)
         self.store.publish([m.record for m in self.machines.values()])
 

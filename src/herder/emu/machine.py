@@ -29,6 +29,7 @@ from herder.emu.cluster import Cluster
 from herder.emu.config import ConfigError, MachineConfig, config_diff, parse_config, reboot_required_diff
 from herder.emu.errors import ApiError, invalid, not_authorized, precondition
 from herder.emu.events import EventLog
+from herder.emu.network import GRACE
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.kubeconfig import generate_admin_kubeconfig
@@ -268,9 +269,9 @@ class Machine:
             self.uuid, self.address, self.record.port, context, authenticated=True
         )
 
-    def _api_down(self) -> None:
+    def _api_down(self, *, grace: float = GRACE) -> None:
         self.api_secure = False
-        self.emulator.network.stop(self.uuid)
+        self.emulator.network.stop(self.uuid, grace=grace)
 
     def _issuing_ca(self) -> Any:
         """The CA this machine's API certificate comes from now: its own on a control plane, trustd's for a
@@ -378,7 +379,7 @@ class Machine:
     async def power_off(self) -> None:
         await self._cancel_sequence()
         self._cancel_try()
-        self._api_down()
+        self._api_down(grace=0)
         self.record.powered_on = False
         self._persist()
         self._set_stage(MachineStage.UNKNOWN)
@@ -409,7 +410,7 @@ class Machine:
         """The machine dies and comes back: only what it had persisted survives."""
         await self._cancel_sequence()
         self._cancel_try()
-        self._api_down()
+        self._api_down(grace=0)
         self.events.clear()
         self.recover_snapshot = None
         self.record = self.emulator.store.load_machine(self.uuid) or self.record
@@ -651,7 +652,7 @@ class Machine:
 
     async def _power_down(self) -> None:
         self._cancel_try()
-        self._api_down()
+        self._api_down(grace=0)
         self.record.powered_on = False
         self._persist()
         self._set_stage(MachineStage.UNKNOWN)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import ctypes.util
 import logging
 import signal
 
@@ -10,6 +13,20 @@ from herder.emu.control import ControlAPI
 from herder.emu.emulator import Emulator, EmulatorOptions
 
 log = logging.getLogger("herder.emu")
+
+TRIM_INTERVAL = 2.0
+
+
+async def _return_freed_memory() -> None:
+    """Give freed heap back to the OS now and then. Thousands of short TLS connections leave glibc's heap
+    fragmented and RSS far above what is in use (measured: 200 MiB resident for 75 MiB live)."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is None:
+        return
+    while True:
+        await asyncio.sleep(TRIM_INTERVAL)
+        trim(0)
 
 
 async def serve(options: EmulatorOptions, listen_host: str, listen_port: int) -> None:
@@ -27,11 +44,15 @@ async def serve(options: EmulatorOptions, listen_host: str, listen_port: int) ->
             url,
             options.data_dir,
         )
+        trimmer = asyncio.get_running_loop().create_task(_return_freed_memory())
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        trimmer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await trimmer
     finally:
         await control.stop()
         await emulator.stop()

@@ -46,6 +46,9 @@ class MachineService(pb_grpc.MachineServiceServicer):
                 grpc.StatusCode.UNAUTHENTICATED, "call did not come through a machine's API endpoint"
             )
             raise AssertionError("unreachable")
+        if not self.emulator.network.serving(machine.uuid):
+            # A connection still open while its machine reboots or powers off: nothing answers any more.
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "connection closed: the machine is down")
         if machine.api_secure and not peer.authenticated:
             # A connection of the maintenance service, still open while apid restarts with mutual TLS.
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the maintenance service is shutting down")

@@ -19,9 +19,13 @@ ALPN = ["h2"]
 """gRPC runs on HTTP/2; gRPC servers refuse a TLS connection that did not negotiate it."""
 
 
+# A memory-backed directory where there is one: a thousand emulated machines load a thousand keys.
+_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 def _load_chain(context: ssl.SSLContext, crt: bytes, key: bytes) -> None:
     # ssl only loads certificates and keys from files: write them to a private temporary file.
-    fd, path = tempfile.mkstemp(prefix="herder-tls-", suffix=".pem")
+    fd, path = tempfile.mkstemp(prefix="herder-tls-", suffix=".pem", dir=_TMP)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(crt.rstrip(b"\n") + b"\n" + key.replace(_ED25519_LABEL, _PKCS8_LABEL))

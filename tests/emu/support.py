@@ -1,0 +1,95 @@
+"""What the emulator and machine API tests share: cluster configs made with herder's Talos library, an
+in-process emulator on a loopback network of its own, and small helpers to edit configs and wait."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from herder.emu.emulator import Emulator, EmulatorOptions
+from herder.emu.machine import Machine
+from herder.emu.timings import Timings
+from herder.talos.contracts import VersionContract
+from herder.talos.documents import dump_documents, is_legacy, load_documents
+from herder.talos.generate import generate_bundle
+from herder.talos.generate_input import ConfigInput
+from herder.talos.machine import MachineClient, MachineStage
+from herder.talos.secrets import SecretsBundle, generate_secrets
+from herder.talos.talosconfig import Talosconfig, generate_talosconfig
+
+CONTRACT = VersionContract.parse("1.13")
+
+
+@dataclass(frozen=True)
+class ClusterConfigs:
+    name: str
+    secrets: SecretsBundle
+    controlplane: str
+    worker: str
+    talosconfig: Talosconfig
+
+    def talosconfig_with(self, *roles: str) -> Talosconfig:
+        return generate_talosconfig(self.secrets, self.name, roles=roles)
+
+
+@cache
+def cluster_configs(name: str) -> ClusterConfigs:
+    """Configs of one cluster (cached: generating the secrets costs an RSA-4096 key)."""
+    secrets = generate_secrets(CONTRACT)
+    bundle = generate_bundle(
+        ConfigInput(
+            cluster_name=name,
+            endpoint=f"https://{name}.example:6443",
+            kubernetes_version="1.33.0",
+            contract=CONTRACT,
+            secrets=secrets,
+        )
+    )
+    return ClusterConfigs(name, secrets, bundle.controlplane, bundle.worker, bundle.talosconfig)
+
+
+def edit_config(text: str, change: Callable[[dict[str, Any]], None]) -> str:
+    """The config with its v1alpha1 document changed in place by ``change``."""
+    documents = load_documents(text)
+    change(next(d for d in documents if isinstance(d, dict) and is_legacy(d)))
+    return dump_documents(documents)
+
+
+def random_cidr() -> str:
+    """A /24 of 127.0.0.0/8 nobody else is likely to use at the same time."""
+    return f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24"
+
+
+@asynccontextmanager
+async def running_emulator(
+    data_dir: Path, machines: int, *, cidr: str | None = None, timings: Timings | None = None
+) -> AsyncIterator[Emulator]:
+    emulator = Emulator(
+        EmulatorOptions(data_dir=data_dir, machines=machines, machine_cidr=cidr or random_cidr(), timings=timings or Timings())
+    )
+    try:
+        await emulator.start()
+        yield emulator
+    finally:
+        await emulator.stop()
+
+
+async def wait_stage(emulator: Emulator, machine: Machine, stage: MachineStage, timeout: float = 10.0) -> None:
+    await emulator.wait_for(lambda: machine.stage is stage, timeout)
+
+
+async def bring_up(emulator: Emulator, machine: Machine, config: str) -> None:
+    """Apply a config in maintenance mode and wait until the machine runs."""
+    await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
+    async with MachineClient.insecure(machine.record.endpoint) as client:
+        await client.apply_configuration(config)
+    await wait_stage(emulator, machine, MachineStage.RUNNING)
+
+
+def admin(configs: ClusterConfigs, machine: Machine, **options: Any) -> MachineClient:
+    return MachineClient.from_talosconfig(configs.talosconfig, endpoint=machine.record.endpoint, **options)
