@@ -70,7 +70,12 @@ async def running_emulator(
     data_dir: Path, machines: int, *, cidr: str | None = None, timings: Timings | None = None
 ) -> AsyncIterator[Emulator]:
     emulator = Emulator(
-        EmulatorOptions(data_dir=data_dir, machines=machines, machine_cidr=cidr or random_cidr(), timings=timings or Timings())
+        EmulatorOptions(
+            data_dir=data_dir,
+            machines=machines,
+            machine_cidr=cidr or random_cidr(),
+            timings=timings or Timings(),
+        )
     )
     try:
         await emulator.start()
@@ -79,7 +84,9 @@ async def running_emulator(
         await emulator.stop()
 
 
-async def wait_stage(emulator: Emulator, machine: Machine, stage: MachineStage, timeout: float = 10.0) -> None:
+async def wait_stage(
+    emulator: Emulator, machine: Machine, stage: MachineStage, timeout: float = 10.0
+) -> None:
     await emulator.wait_for(lambda: machine.stage is stage, timeout)
 
 

@@ -31,10 +31,14 @@ def machines(emulator: Emulator) -> list:  # type: ignore[type-arg]
     return list(emulator.machines.values())
 
 
-async def test_invalid_config_is_refused_with_talos_like_errors(emulator: Emulator, cluster_a: ClusterConfigs) -> None:
+async def test_invalid_config_is_refused_with_talos_like_errors(
+    emulator: Emulator, cluster_a: ClusterConfigs
+) -> None:
     machine = machines(emulator)[0]
     await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
-    bad = edit_config(cluster_a.controlplane, lambda d: d["machine"].update(type="bogus", kubelet={"nope": 1}))
+    bad = edit_config(
+        cluster_a.controlplane, lambda d: d["machine"].update(type="bogus", kubelet={"nope": 1})
+    )
     async with MachineClient.insecure(machine.record.endpoint) as client:
         with pytest.raises(InvalidArgument, match="configuration validation failed"):
             await client.apply_configuration(bad)
@@ -51,7 +55,9 @@ async def test_apply_modes_on_a_running_machine(emulator: Emulator, cluster_a: C
     machine = machines(emulator)[0]
     await bring_up(emulator, machine, cluster_a.controlplane)
     immediate = edit_config(cluster_a.controlplane, lambda d: d["machine"].update(certSANs=["cp.example"]))
-    needs_reboot = edit_config(cluster_a.controlplane, lambda d: d["machine"].update(token="abcdef.0123456789abcdef"))
+    needs_reboot = edit_config(
+        cluster_a.controlplane, lambda d: d["machine"].update(token="abcdef.0123456789abcdef")
+    )
     async with admin(cluster_a, machine) as client:
         result = await client.apply_configuration(immediate, mode=ApplyMode.AUTO)
         assert result.mode is ApplyMode.NO_REBOOT
@@ -117,7 +123,9 @@ async def test_failed_upgrade_rolls_back_and_says_so(emulator: Emulator, cluster
     await emulator.wait_for(lambda: machine.stage is MachineStage.RUNNING and bool(machine.last_error), 10)
     async with admin(cluster_a, machine) as client:
         assert (await client.version()).tag == before
-        stop = await _first(client, lambda e: isinstance(e.payload, SequenceEvent) and e.payload.action == "STOP", actor)
+        stop = await _first(
+            client, lambda e: isinstance(e.payload, SequenceEvent) and e.payload.action == "STOP", actor
+        )
     assert isinstance(stop.payload, SequenceEvent)
     assert "rolled back" in stop.payload.error
 
@@ -188,7 +196,11 @@ async def test_reset_reboot_and_shutdown(emulator: Emulator, cluster_a: ClusterC
 
 async def test_etcd_and_kubeconfig(emulator: Emulator, cluster_a: ClusterConfigs) -> None:
     cp1, cp2, worker = machines(emulator)[:3]
-    for machine, config in ((cp1, cluster_a.controlplane), (cp2, cluster_a.controlplane), (worker, cluster_a.worker)):
+    for machine, config in (
+        (cp1, cluster_a.controlplane),
+        (cp2, cluster_a.controlplane),
+        (worker, cluster_a.worker),
+    ):
         await bring_up(emulator, machine, config)
     async with admin(cluster_a, cp1) as client:
         with pytest.raises(FailedPrecondition):
@@ -250,7 +262,7 @@ async def test_node_targeting_proxies_within_the_cluster(
     await bring_up(emulator, stranger, cluster_b.controlplane)
     async with admin(cluster_a, cp, retries=0) as client:
         assert (await client.version(node=worker.address)).node == worker.address
-        assert [s.id for s in await client.service_list(node=worker.hostname)][0] == "apid"
+        assert "kubelet" in {s.id for s in await client.service_list(node=worker.hostname)}
         with pytest.raises(Unavailable, match="authentication handshake failed"):
             await client.version(node=stranger.address)
         with pytest.raises(Unavailable):

@@ -22,7 +22,13 @@ async def test_maintenance_answers_insecure_reads_only(emulator: Emulator) -> No
         version = await client.version()
         assert version.tag == machine.record.talos_version
         assert {s.id for s in await client.service_list()} >= {"apid", "machined"}
-        for call in (client.reboot(), client.upgrade("ghcr.io/siderolabs/installer:v1.14.0"), client.reset(), client.bootstrap(), client.shutdown()):
+        for call in (
+            client.reboot(),
+            client.upgrade("ghcr.io/siderolabs/installer:v1.14.0"),
+            client.reset(),
+            client.bootstrap(),
+            client.shutdown(),
+        ):
             with pytest.raises(PermissionDenied, match="not authorized"):
                 await call
 
@@ -51,10 +57,16 @@ async def test_roles_are_checked_per_method(emulator: Emulator, cluster_a: Clust
     async with reader:
         await reader.version()
         await reader.service_list()
-        for call in (reader.reboot(), reader.apply_configuration(cluster_a.controlplane), reader.kubeconfig()):
+        for call in (
+            reader.reboot(),
+            reader.apply_configuration(cluster_a.controlplane),
+            reader.kubeconfig(),
+        ):
             with pytest.raises(PermissionDenied, match="not authorized"):
                 await call
-    operator = MachineClient.from_talosconfig(cluster_a.talosconfig_with("os:operator"), endpoint=machine.address)
+    operator = MachineClient.from_talosconfig(
+        cluster_a.talosconfig_with("os:operator"), endpoint=machine.address
+    )
     async with operator:
         with pytest.raises(PermissionDenied):
             await operator.reset()
