@@ -74,3 +74,44 @@ def test_unauthenticated_kubectl_gets_401(server: Server, tmp_path: Path) -> Non
     result = server.run("kubectl", "get", "ns", kubeconfig=bogus)
     assert result.returncode != 0
     assert "You must be logged in to the server (invalid bearer token: unknown or revoked)" in result.stderr
+
+
+def test_kubectl_label_annotate_patch_and_herder_keys(server: Server, tmp_path: Path) -> None:
+    manifest = tmp_path / "keys.yaml"
+    manifest.write_text(MANIFEST.replace("ntp", "keys").replace("{description}", "k"))
+    assert server.run("kubectl", "apply", "-f", str(manifest)).returncode == 0
+    assert "labeled" in server.run("kubectl", "label", "cp", "keys", "team=a").stdout
+    assert "annotated" in server.run("kubectl", "annotate", "cp", "keys", "note=x").stdout
+    patched = server.run(
+        "kubectl", "patch", "cp", "keys", "--type", "merge", "-p", '{"spec":{"description":"p"}}'
+    )
+    assert "patched" in patched.stdout, patched.stderr
+    refused = server.run("kubectl", "label", "cp", "keys", "herder.dev/hidden=true")
+    assert refused.returncode != 0
+    assert "Error from server (Forbidden): label herder.dev/hidden is set by herder" in refused.stderr
+
+
+def test_kubectl_revokes_a_token_by_deleting_it(server: Server) -> None:
+    created = server.run("herder", "serviceaccount", "create", "short", "--role", "Reader")
+    token = created.stdout.strip()
+    kubeconfig = server.kubeconfig_for(token, "short")
+    assert server.run("kubectl", "get", "ns", kubeconfig=kubeconfig).returncode == 0
+    name = token.split("_")[1]
+    assert f'token.herder.dev "{name}" deleted' in server.run("kubectl", "delete", "token", name).stdout
+    denied = server.run("kubectl", "get", "ns", kubeconfig=kubeconfig)
+    assert "You must be logged in to the server" in denied.stderr
+
+
+def test_official_python_client_discovers_lists_and_watches(server: Server) -> None:
+    from kubernetes import config, dynamic
+    from kubernetes.client import ApiClient, Configuration
+
+    configuration = Configuration()
+    config.load_kube_config(config_file=str(server.kubeconfig), client_configuration=configuration)
+    client = dynamic.DynamicClient(ApiClient(configuration=configuration))
+    patches = client.resources.get(api_version="herder.dev/v1alpha1", kind="ConfigPatch")
+    body = {"apiVersion": "herder.dev/v1alpha1", "kind": "ConfigPatch", "metadata": {"name": "dynamic"}}
+    patches.create(body={**body, "spec": {"data": "a: 1"}}, namespace="default")
+    assert "dynamic" in [item.metadata.name for item in patches.get(namespace="default").items]
+    seen = [event["object"].metadata.name for event in patches.watch(namespace="default", timeout=1)]
+    assert "dynamic" in seen
