@@ -235,5 +235,18 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
         )
         names = [line.split()[0] for line in ok(listed).splitlines()[1:]]
         assert "ntp" in names and "audit-policy" in names and "kubespan" not in names
+        refused = subprocess.run(
+            [
+                "/usr/bin/kubectl",
+                "--kubeconfig",
+                str(data / "viewer.kubeconfig"),
+                "delete",
+                "configpatch",
+                "ntp",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert "Error from server (Forbidden)" in refused.stderr
     finally:
         stop(process)

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from herder.api.datadir import DEFAULT_LISTEN, KUBECONFIG, default_data_dir
+from herder.api.datadir import DEFAULT_LISTEN, KUBECONFIG, default_data_dir, write_kubeconfig
 from herder.cli.common import fail
+from herder.client.kubeconfig import load
 from herder.resources import Resource
+from herder.resources.access import SERVICE_ACCOUNT
 from herder.resources.catalog import herder_registry
 from herder.state.errors import AlreadyExists
 from herder.state.store import SYSTEM, Store
@@ -107,18 +109,36 @@ def _demo_objects() -> list[Resource]:
 
 
 async def _seed_demo(data_dir: Path, store: Store) -> None:
-    for obj in _demo_objects():
+    from herder.api import tokens
+
+    for obj in [*_demo_objects(), _viewer()]:
         with contextlib.suppress(AlreadyExists):
             await store.create(obj, actor=SYSTEM)
-    kubeconfig = data_dir / KUBECONFIG
+    admin = data_dir / KUBECONFIG
+    viewer = data_dir / "viewer.kubeconfig"
+    credentials = load(admin)
+    issued = await tokens.issue(store, SERVICE_ACCOUNT, "viewer", description="herder demo")
+    write_kubeconfig(viewer, credentials.server, credentials.ca_pem, issued.token, user="viewer")
     print(
         "\nherder demo is running. Try:\n"
-        f"  kubectl --kubeconfig {kubeconfig} get configpatches\n"
-        f"  kubectl --kubeconfig {kubeconfig} api-resources\n"
-        f"  herder --help   (every command takes --kubeconfig {kubeconfig})\n"
-        f"  herder get auditevents --kubeconfig {kubeconfig}\n"
+        f"  kubectl --kubeconfig {admin} get configpatches\n"
+        f"  kubectl --kubeconfig {admin} api-resources\n"
+        f"  kubectl --kubeconfig {admin} get auditevents\n"
+        f"  kubectl --kubeconfig {viewer} delete configpatch ntp    # a Reader: forbidden\n"
+        f"  herder get cp --kubeconfig {admin}    (or export HERDER_KUBECONFIG={admin})\n"
         "Stop it with Ctrl+C.\n",
         flush=True,
+    )
+
+
+def _viewer() -> Resource:
+    return Resource.model_validate(
+        {
+            "apiVersion": SERVICE_ACCOUNT.api_version,
+            "kind": SERVICE_ACCOUNT.kind,
+            "metadata": {"name": "viewer"},
+            "spec": {"role": "Reader", "description": "the demo's read-only account"},
+        }
     )
 
 
