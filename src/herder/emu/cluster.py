@@ -1,8 +1,10 @@
 """What the machines of one cluster share in the emulator: the Talos CA a control plane brought (trustd, for
-workers' API certificates) and an emulated etcd (bootstrapped once, members, leader, data, snapshots).
+workers' API certificates) and an emulated etcd: bootstrapped once, members, a leader, quorum, and a
+keyspace (where the cluster's emulated Kubernetes API keeps its objects, and what a snapshot holds).
 
-Machines belong to a cluster through the cluster id of their config. The cluster's Kubernetes side, quorum
-and health rules build on this (issue 6).
+Machines belong to a cluster through the cluster id of their config. A member is healthy while its machine
+runs reachable (``member_up``, supplied by the emulator); etcd has quorum while a majority of its members is
+healthy, and without quorum it has no leader and refuses writes and membership changes, as etcd does.
 """
 
 from __future__ import annotations
@@ -10,13 +12,63 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
 from herder.emu.errors import ApiError, precondition
+from herder.state.backend import KV
+from herder.state.errors import Unavailable
+from herder.state.memory import MemoryBackend
 from herder.talos.pki import CertificateAndKey
+
+NO_LEADER = "etcdserver: no leader"
+NOT_ENOUGH_STARTED = "etcdserver: re-configuration failed due to not enough started members"
+WATCH_HISTORY = 2000
+"""Changes of a cluster's keyspace kept for watches (Kubernetes clients re-list after a gap)."""
+
+
+class Keyspace(MemoryBackend):
+    """The emulated etcd's keys, as a state backend: writes are refused while etcd has no quorum, and each
+    write is reported (the emulator persists the keyspace)."""
+
+    def __init__(self) -> None:
+        super().__init__(history=WATCH_HISTORY)
+        self.writable: Callable[[], bool] = lambda: True
+        self.written: Callable[[], None] = lambda: None
+
+    def _admit(self) -> None:
+        if not self.writable():
+            raise Unavailable(NO_LEADER)
+
+    async def create(self, key: str, value: bytes) -> int:
+        self._admit()
+        rev = await super().create(key, value)
+        self.written()
+        return rev
+
+    async def replace(self, key: str, value: bytes, expected_rev: int) -> int:
+        self._admit()
+        rev = await super().replace(key, value, expected_rev)
+        self.written()
+        return rev
+
+    async def remove(self, key: str, expected_rev: int) -> int:
+        self._admit()
+        rev = await super().remove(key, expected_rev)
+        self.written()
+        return rev
+
+    def load(self, data: dict[str, str]) -> None:
+        """Fill an empty keyspace (from a snapshot or the emulator's files)."""
+        for key in sorted(data):
+            self._commit(key, data[key].encode())
+
+    def dump(self) -> dict[str, str]:
+        entries: list[KV] = list(self._data.values())
+        return {kv.key: kv.value.decode() for kv in entries}
 
 
 @dataclass
@@ -45,10 +97,16 @@ class Cluster:
     bootstrapped: bool = False
     members: dict[int, EtcdMember] = field(default_factory=dict)
     leader: int | None = None
-    data: dict[str, str] = field(default_factory=dict)
-    """The emulated etcd keyspace (what a snapshot holds)."""
+    keyspace: Keyspace = field(default_factory=Keyspace)
+    api_port: int = 0
+    """The port of the cluster's emulated Kubernetes API (kept, so kubeconfigs survive a restart)."""
     trustd: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once a control plane of the cluster runs: workers can then obtain their API certificate."""
+    member_up: Callable[[str], bool] = field(default=lambda _machine: True, repr=False)
+    """Whether the etcd of a machine (by uuid) runs and is reachable; the emulator supplies it."""
+
+    def __post_init__(self) -> None:
+        self.keyspace.writable = self.has_quorum
 
     def learn_control_plane(self, name: str, os_ca: CertificateAndKey, token: str) -> None:
         """A control plane config carries the CA key and the trustd token: remember them for workers."""
@@ -65,25 +123,53 @@ class Cluster:
 
     # --- etcd ---
 
+    def healthy(self, member: EtcdMember) -> bool:
+        return self.member_up(member.machine)
+
+    def has_quorum(self) -> bool:
+        healthy = sum(1 for m in self.members.values() if self.healthy(m))
+        return healthy > len(self.members) // 2
+
+    def current_leader(self) -> EtcdMember | None:
+        """The leader now: none without quorum; a new one elected when the old one is down or gone."""
+        if not self.has_quorum():
+            return None
+        leader = self.members.get(self.leader) if self.leader is not None else None
+        if leader is None or not self.healthy(leader):
+            leader = next(m for m in self.members.values() if self.healthy(m))
+            self.leader = leader.id
+        return leader
+
+    def member_healthy(self, machine: str) -> bool:
+        """What the machine's etcd service reports: a member, up, in a cluster with quorum."""
+        member = self.member_of(machine)
+        return member is not None and self.healthy(member) and self.has_quorum()
+
     def bootstrap(self, machine: str, hostname: str, address: str, snapshot: bytes | None) -> EtcdMember:
         if self.bootstrapped:
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS, "etcd data directory is not empty")
         if snapshot is not None:
-            self.data = _load_snapshot(snapshot)
+            self.keyspace.load(_load_snapshot(snapshot))
         self.bootstrapped = True
-        member = self.join(machine, hostname, address)
+        member = self._add(machine, hostname, address)
         self.leader = member.id
         return member
 
     def member_of(self, machine: str) -> EtcdMember | None:
         return next((m for m in self.members.values() if m.machine == machine), None)
 
-    def join(self, machine: str, hostname: str, address: str) -> EtcdMember:
-        """A control plane joins the bootstrapped etcd (idempotent)."""
+    def join(self, machine: str, hostname: str, address: str) -> EtcdMember | None:
+        """A control plane joins the bootstrapped etcd (idempotent); None while etcd cannot add members
+        (no quorum): the machine keeps trying, as Talos's etcd service does."""
         existing = self.member_of(machine)
         if existing is not None:
             existing.hostname, existing.address = hostname, address
             return existing
+        if not self.bootstrapped or not self.has_quorum():
+            return None
+        return self._add(machine, hostname, address)
+
+    def _add(self, machine: str, hostname: str, address: str) -> EtcdMember:
         member = EtcdMember(int.from_bytes(os.urandom(8), "big") >> 1, machine, hostname, address)
         self.members[member.id] = member
         if self.leader is None:
@@ -91,27 +177,40 @@ class Cluster:
         return member
 
     def remove(self, member_id: int) -> None:
+        """Remove a member, as etcd with its strict reconfiguration check: only with quorum, and only if
+        the members left still have one."""
         if member_id not in self.members:
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"etcd member {member_id:x} not found")
+        if not self.has_quorum():
+            raise ApiError(grpc.StatusCode.UNAVAILABLE, NO_LEADER)
+        rest = [m for m in self.members.values() if m.id != member_id]
+        if sum(1 for m in rest if self.healthy(m)) <= len(rest) // 2:
+            raise precondition(NOT_ENOUGH_STARTED)
         del self.members[member_id]
         if self.leader == member_id:
-            self.leader = next(iter(self.members), None)
+            self.leader = None
+            self.current_leader()
 
     def forfeit_leadership(self, machine: str) -> str:
         """Move leadership away from ``machine``'s member; the new leader's name, or empty if it did not lead."""
         member = self.member_of(machine)
         if member is None:
             raise precondition("etcd is not running on this node")
-        if self.leader != member.id:
+        leader = self.current_leader()
+        if leader is None:
+            raise ApiError(grpc.StatusCode.UNAVAILABLE, NO_LEADER)
+        if leader.id != member.id:
             return ""
-        others = [m for m in self.members.values() if m.id != member.id]
+        others = [m for m in self.members.values() if m.id != member.id and self.healthy(m)]
         if not others:
             return ""
         self.leader = others[0].id
         return others[0].hostname
 
     def snapshot(self) -> bytes:
-        return json.dumps({"kind": "herder-emu-etcd-snapshot", "data": self.data}, sort_keys=True).encode()
+        return json.dumps(
+            {"kind": "herder-emu-etcd-snapshot", "data": self.keyspace.dump()}, sort_keys=True
+        ).encode()
 
     # --- persistence ---
 
@@ -124,14 +223,15 @@ class Cluster:
             "bootstrapped": self.bootstrapped,
             "members": [vars(m) for m in self.members.values()],
             "leader": self.leader,
-            "data": self.data,
+            "data": self.keyspace.dump(),
+            "api_port": self.api_port,
         }
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Cluster:
         ca = raw.get("os_ca")
         members = [EtcdMember(**m) for m in raw.get("members", ())]
-        return cls(
+        cluster = cls(
             id=raw["id"],
             name=raw.get("name", ""),
             os_ca=CertificateAndKey(crt=ca["crt"].encode(), key=ca["key"].encode()) if ca else None,
@@ -139,8 +239,10 @@ class Cluster:
             bootstrapped=raw.get("bootstrapped", False),
             members={m.id: m for m in members},
             leader=raw.get("leader"),
-            data=dict(raw.get("data", {})),
+            api_port=int(raw.get("api_port", 0)),
         )
+        cluster.keyspace.load({str(k): str(v) for k, v in raw.get("data", {}).items()})
+        return cluster
 
 
 def _load_snapshot(snapshot: bytes) -> dict[str, str]:

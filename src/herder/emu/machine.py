@@ -415,10 +415,9 @@ class Machine:
         self.recover_snapshot = None
         self.record = self.emulator.store.load_machine(self.uuid) or self.record
         self.config = None
+        self._set_stage(MachineStage.UNKNOWN)
         if self.record.powered_on:
             self._run("boot", self._boot, takeover=True)
-        else:
-            self._set_stage(MachineStage.UNKNOWN)
 
     def _cancel_try(self) -> None:
         if self._try_revert is not None:

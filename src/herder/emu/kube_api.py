@@ -1,0 +1,193 @@
+"""The HTTPS endpoint of one emulated cluster's Kubernetes API: ``krm`` served by uvicorn's HTTP protocol on a
+TLS listener of our own, with the serving certificate kube-apiserver would have (signed by the cluster's
+Kubernetes CA, SANs from the config) and client-certificate authentication against that CA.
+
+uvicorn does not pass the client's certificate to the application, so each connection's verified
+certificate is handed to it through the ASGI TLS extension (``scope["extensions"]["tls"]``), which the
+``ClientCertificatePolicy`` reads. The listener stays bound while the emulator runs (the port is the
+cluster's published address); while no control plane serves the API, connections are cut on arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import uvicorn
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from starlette.requests import Request
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from herder.krm.policy import Access, Denied, Identity, Unauthenticated
+from herder.resources import Resource
+from herder.talos import pki
+from herder.talos.machine import tls as machine_tls
+from herder.talos.pki import CertificateAndKey, ExtUsage, Usage
+
+MASTERS = "system:masters"
+SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
+_ASGI = Any  # ASGI callables, as uvicorn types them loosely too
+
+
+def serving_certificate(ca: CertificateAndKey, sans: Sequence[str]) -> CertificateAndKey:
+    """kube-apiserver's serving certificate from the cluster's Kubernetes CA."""
+    now = datetime.now(UTC)
+    return pki.issue_certificate(
+        ca,
+        common_name="kube-apiserver",
+        not_before=now - timedelta(seconds=10),
+        not_after=now + timedelta(days=365),
+        usage=Usage.DIGITAL_SIGNATURE | Usage.KEY_ENCIPHERMENT,
+        ext_usage=ExtUsage.SERVER_AUTH,
+        sans=list(dict.fromkeys(sans)),
+    )
+
+
+def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any]:
+    """The ASGI TLS extension of a connection: the client's verified certificate (PEM) and its name."""
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    chain: list[str] = []
+    name = None
+    if der:
+        cert = x509.load_der_x509_certificate(der)
+        chain = [ssl.DER_cert_to_PEM_cert(der)]
+        name = cert.subject.rfc4514_string()
+    version = ssl_object.version() if ssl_object is not None else None
+    return {
+        "server_cert": None,
+        "client_cert_chain": chain,
+        "client_cert_name": name,
+        "client_cert_error": None,
+        "tls_version": {"TLSv1.3": 0x0304, "TLSv1.2": 0x0303}.get(version or ""),
+        "cipher_suite": None,
+    }
+
+
+def _with_tls(app: _ASGI, tls: dict[str, Any]) -> _ASGI:
+    async def wrapped(scope: dict[str, Any], receive: _ASGI, send: _ASGI) -> None:
+        if scope["type"] == "http":
+            scope = {**scope, "extensions": {**(scope.get("extensions") or {}), "tls": tls}}
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+class ClientCertificatePolicy:
+    """kube-apiserver's x509 authentication: the user is the certificate's CN, its groups the O's. There is no
+    RBAC in the emulator: ``system:masters`` may do anything, every other user nothing."""
+
+    async def authenticate(self, request: Request) -> Identity:
+        tls = (request.scope.get("extensions") or {}).get("tls") or {}
+        chain = tls.get("client_cert_chain") or ()
+        if not chain:
+            raise Unauthenticated("Unauthorized")
+        subject = x509.load_pem_x509_certificate(chain[0].encode()).subject
+        common = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        groups = sorted(str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
+        role = MASTERS if MASTERS in groups else ",".join(groups)
+        return Identity(str(common[0].value) if common else "", role)
+
+    def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
+        if who.role != MASTERS:
+            where = f' in the namespace "{access.namespace}"' if access.namespace else " at the cluster scope"
+            raise Denied(
+                f'{access.kind.plural} is forbidden: User "{who.name}" cannot {access.verb} resource '
+                f'"{access.kind.plural}" in API group "{access.kind.group}"{where}'
+            )
+
+    def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
+        return None
+
+    def visible(self, who: Identity, obj: Resource) -> bool:
+        return True
+
+    def actor(self, who: Identity) -> str:
+        return f"user:{who.name}"
+
+    async def record(
+        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
+    ) -> None:
+        return None
+
+
+class _Protocol(HttpToolsProtocol):
+    endpoint: ApiEndpoint
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if not self.endpoint.serving:
+            transport.abort()
+            return
+        self.app = _with_tls(self.app, tls_extension(transport.get_extra_info("ssl_object")))
+
+
+class ApiEndpoint:
+    """One cluster's API listener on ``host:port`` (port 0: any free one, then kept in ``port``)."""
+
+    def __init__(self, app: _ASGI, host: str, port: int) -> None:
+        self.host = host
+        self.serving = False
+        self._socket = _bind(host, port)
+        self.port: int = self._socket.getsockname()[1]
+        self._config = uvicorn.Config(
+            app, http=_Protocol, lifespan="off", log_config=None, access_log=False, proxy_headers=False
+        )
+        self._config.load()
+        self._state = ServerState()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    def _protocol(self) -> asyncio.Protocol:
+        protocol = _Protocol(config=self._config, server_state=self._state, app_state={})
+        protocol.endpoint = self
+        return protocol
+
+    async def start(self, certificate: CertificateAndKey, client_ca: bytes) -> None:
+        context = machine_tls.server_context(certificate.crt, certificate.key, client_ca=client_ca)
+        # kube-apiserver asks for a client certificate but serves anonymous requests too (/version).
+        context.verify_mode = ssl.CERT_OPTIONAL
+        context.set_alpn_protocols(["http/1.1"])
+        self._server = await asyncio.get_running_loop().create_server(
+            self._protocol, sock=self._socket, ssl=context, backlog=256
+        )
+
+    def set_serving(self, serving: bool) -> None:
+        """Serve, or cut every open connection (watches too) and every new one, as a stopped API server."""
+        self.serving = serving
+        if not serving:
+            for connection in list(self._state.connections):
+                connection.transport.abort()
+
+    async def close(self) -> None:
+        self.set_serving(False)
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        else:
+            self._socket.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``port``, or on any free port if that one is taken."""
+    for candidate in dict.fromkeys((port, 0)):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, candidate))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(256)
+        sock.setblocking(False)
+        return sock
+    raise OSError(f"no free port on {host}")

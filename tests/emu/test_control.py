@@ -1,0 +1,48 @@
+"""The emulator's control API: list, create, power and destroy machines; refuse nonsense with 4xx."""
+
+from __future__ import annotations
+
+import httpx
+
+from herder.emu.control import ControlAPI
+from herder.emu.emulator import Emulator
+from herder.talos.machine import MachineStage
+from tests.emu.support import wait_stage
+
+
+async def test_control_api(emulator: Emulator) -> None:
+    control = ControlAPI(emulator)
+    url = await control.start("127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            assert (await http.get("/healthz")).json() == {"ok": True}
+            listed = (await http.get("/machines")).json()
+            assert len(listed) == 4 and {"uuid", "endpoint", "node", "stage", "hardware"} <= set(listed[0])
+            created = await http.post("/machines", json={"count": 2, "talos_version": "v1.12.5"})
+            assert created.status_code == 201
+            new = created.json()
+            assert [m["talos_version"] for m in new] == ["v1.12.5", "v1.12.5"]
+            machine = emulator.machines[new[0]["uuid"]]
+            await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
+            off = await http.post(f"/machines/{machine.address}/power", json={"state": "off"})
+            assert off.json()["power"] == "off"
+            on = await http.post(f"/machines/{machine.hostname}/power", json={"state": "on"})
+            assert on.json()["power"] == "on"
+            await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
+            assert (await http.post(f"/machines/{machine.uuid}/fault", json={"fault": "slow-boot"})).json()[
+                "faults"
+            ] == ["slow-boot"]
+            assert (
+                await http.post(f"/machines/{machine.uuid}/fault", json={"fault": "nope"})
+            ).status_code == 400
+            assert (
+                await http.post(f"/machines/{machine.uuid}/power", json={"state": "maybe"})
+            ).status_code == 400
+            assert (await http.get("/machines/nothing")).status_code == 404
+            assert (await http.post("/machines", content=b"[1]")).status_code == 400
+            assert (await http.post("/machines", content=b"{not json")).status_code == 400
+            assert (await http.delete(f"/machines/{machine.uuid}")).status_code == 200
+            assert machine.uuid not in emulator.machines
+            assert len((await http.get("/machines")).json()) == 5
+    finally:
+        await control.stop()
