@@ -3,7 +3,8 @@
 Each entry becomes an ``AuditEvent`` (readable by Admin through the API) and a JSON line appended to
 ``audit.log`` in the data directory. Requests that never authenticated go to the file only, so that
 anonymous callers cannot fill the store. Entries hold who, what and the outcome, never a request
-body, a query string or a header, so no secret can reach the trail.
+body, a query string or a header, so no secret can reach the trail. Support's requests on hidden
+objects are shown to admins, who may not know those objects, without the object's name.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from herder.state.store import SYSTEM, Store
 
 log = logging.getLogger(__name__)
 
+# What audit events readable by admins say instead of a hidden object's name.
+HIDDEN_NAME = "(hidden)"
 MUTATING_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
@@ -65,7 +68,9 @@ class AuditLog:
         user_agent: str,
         code: int,
         message: str = "",
+        conceal: bool = False,
     ) -> None:
+        """Record one answered request; ``conceal`` keeps the object's name (a hidden one) out of the store."""
         if not audited(who, access, method):
             return
         now = datetime.now(UTC)
@@ -90,6 +95,9 @@ class AuditLog:
             self._file.flush()
         if who is None:
             return
+        if conceal:
+            # The file is the operator's; the store's events are read by admins, who may not know the name.
+            spec = {**spec, "name": HIDDEN_NAME, "message": message.replace(spec["name"], HIDDEN_NAME)[:1024]}
         try:
             await self._store.create(self._event(now, spec), actor=SYSTEM)
         except StateError:

@@ -4,6 +4,8 @@ objects, herder-owned labels, and the audit trail.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from starlette.requests import Request
 
 from herder.api import roles, tokens
@@ -11,6 +13,15 @@ from herder.api.audit import AuditLog
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
 from herder.resources import Resource
 from herder.state.store import Store
+
+# Hidden objects Support reached in the current request (a request runs in one task, so one context):
+# its audit event, which admins below Support read, must not name them.
+_HIDDEN_REACHED: ContextVar[frozenset[str]] = ContextVar("herder_hidden_reached", default=frozenset())
+
+
+def _note_hidden(who: Identity, obj: Resource) -> None:
+    if roles.sees_hidden(who.role) and roles.HIDDEN_LABEL in obj.metadata.labels:
+        _HIDDEN_REACHED.set(_HIDDEN_REACHED.get() | {obj.name})
 
 
 class HerderPolicy:
@@ -31,6 +42,7 @@ class HerderPolicy:
             raise Denied(_refusal(who, access))
         if obj is None:
             return
+        _note_hidden(who, obj)
         scope = roles.rule_for(access.kind).infra
         if who.role == "InfraProvider" and scope is not None:
             provider = who.scope.get(scope.label)
@@ -74,6 +86,7 @@ class HerderPolicy:
                     )
 
     def visible(self, who: Identity, obj: Resource) -> bool:
+        _note_hidden(who, obj)
         if not roles.sees_hidden(who.role) and roles.HIDDEN_LABEL in obj.metadata.labels:
             return False
         if who.role != "InfraProvider":
@@ -96,6 +109,7 @@ class HerderPolicy:
             user_agent=request.headers.get("user-agent", ""),
             code=status,
             message=message,
+            conceal=access is not None and access.name in _HIDDEN_REACHED.get(),
         )
 
 
