@@ -7,6 +7,7 @@ possibly mounted under a path prefix.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -42,42 +43,53 @@ def build_app(
     """
     resources = ResourceAPI(registry, store, policy, max_body_bytes=max_body_bytes)
     version = version_info or discovery.version_info()
+    documents = openapi.Documents(registry)
 
-    async def authenticated(request: Request, document: dict[str, Any] | None) -> Response:
+    async def authenticated(request: Request, document: Callable[[], bytes | None]) -> Response:
+        """``document`` for callers who authenticate; 404 when there is none."""
         try:
             await policy.authenticate(request)
         except Exception as exc:
             return api_error(exc).response()
-        if document is None:
+        body = document()
+        if body is None:
             return ApiError(404, "the server could not find the requested resource").response()
-        return Response(media.dumps(document), media_type=media.JSON)
+        return Response(body, media_type=media.JSON)
+
+    def encoded(document: dict[str, Any] | None) -> bytes | None:
+        return None if document is None else media.dumps(document)
 
     async def get_version(request: Request) -> Response:
         return Response(media.dumps(version), media_type=media.JSON)
 
     async def get_api(request: Request) -> Response:
-        return await authenticated(request, discovery.api_versions(registry))
+        return await authenticated(request, lambda: encoded(discovery.api_versions(registry)))
 
     async def get_apis(request: Request) -> Response:
-        return await authenticated(request, discovery.api_group_list(registry))
+        return await authenticated(request, lambda: encoded(discovery.api_group_list(registry)))
 
     async def get_group(request: Request) -> Response:
-        return await authenticated(request, discovery.api_group(registry, request.path_params["group"]))
+        group = request.path_params["group"]
+        return await authenticated(request, lambda: encoded(discovery.api_group(registry, group)))
 
     async def get_resources(request: Request) -> Response:
         group, version = request.path_params.get("group", ""), request.path_params["version"]
-        return await authenticated(request, discovery.api_resource_list(registry, group, version))
+        return await authenticated(
+            request, lambda: encoded(discovery.api_resource_list(registry, group, version))
+        )
 
     async def get_openapi_v2(request: Request) -> Response:
         if not openapi.accepts_json(request.headers.get("accept")):
             return ApiError(406, "the OpenAPI v2 document is served as application/json only").response()
-        return await authenticated(request, openapi.v2(registry))
+        return await authenticated(request, documents.v2)
 
     async def get_openapi_v3(request: Request) -> Response:
-        return await authenticated(request, openapi.v3_index(registry, request.scope.get("root_path", "")))
+        root_path = request.scope.get("root_path", "")
+        return await authenticated(request, lambda: documents.v3_index(root_path))
 
     async def get_openapi_v3_group(request: Request) -> Response:
-        return await authenticated(request, openapi.v3(registry, request.path_params["path"]))
+        path = request.path_params["path"]
+        return await authenticated(request, lambda: documents.v3(path))
 
     # Resource paths first: they are nearly every request, and routes are tried in order.
     routes = [
