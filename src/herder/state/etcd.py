@@ -24,6 +24,7 @@ import logging
 import math
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -86,6 +87,13 @@ async def _target(endpoints: list[str]) -> str:
     return f"ipv4:{','.join(v4)}" if v4 else f"ipv6:{','.join(v6)}"
 
 
+@dataclass(frozen=True, slots=True)
+class _Stubs:
+    kv: Any
+    watch: Any
+    lease: Any
+
+
 def _kv(key: str, kv: Any) -> KV:
     return KV(key, bytes(kv.value), int(kv.mod_revision))
 
@@ -104,9 +112,7 @@ class EtcdBackend(Backend):
         # How long an operation keeps retrying through a member failure before giving up.
         self.retry_for = 3 * timeout
         self._channel: grpc.aio.Channel | None = None
-        self._kv_stub: Any = None
-        self._watch_stub: Any = None
-        self._lease_stub: Any = None
+        self._stubs: _Stubs | None = None
         # The highest revision any response has shown: a write sent now can only apply above it.
         self._seen_rev = 0
 
@@ -129,9 +135,9 @@ class EtcdBackend(Backend):
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ],
         )
-        self._kv_stub = rpc.KVStub(self._channel)
-        self._watch_stub = rpc.WatchStub(self._channel)
-        self._lease_stub = rpc.LeaseStub(self._channel)
+        self._stubs = _Stubs(
+            rpc.KVStub(self._channel), rpc.WatchStub(self._channel), rpc.LeaseStub(self._channel)
+        )
         try:
             await self.revision()
         except BaseException:
@@ -140,9 +146,16 @@ class EtcdBackend(Backend):
         return self
 
     async def close(self) -> None:
+        self._stubs = None
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
+
+    @property
+    def _rpc(self) -> _Stubs:
+        if self._stubs is None:
+            raise Unavailable(f"{self!r} is not open")
+        return self._stubs
 
     # keys
 
@@ -188,9 +201,7 @@ class EtcdBackend(Backend):
             delay = min(delay * 2, 1.0)
 
     async def _range(self, what: str, request: Any) -> Any:
-        if self._kv_stub is None:
-            raise Unavailable(f"{self!r} is not open")
-        resp = await self._retrying(what, lambda: self._kv_stub.Range(request, timeout=self.timeout))
+        resp = await self._retrying(what, lambda: self._rpc.kv.Range(request, timeout=self.timeout))
         self._note(resp.header)
         return resp
 
@@ -247,45 +258,39 @@ class EtcdBackend(Backend):
         spent, ``settle(current, seen_before)`` decides from the key's history whether the unknown
         attempt was the one that spent it, and returns that attempt's revision (else None).
         """
-        if self._kv_stub is None:
-            raise Unavailable(f"{self!r} is not open")
         request = rpc.TxnRequest(
             compare=[compare],
             success=[op],
             failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=stored))],
         )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.retry_for
         seen_before = self._seen_rev
-        unknown: grpc.aio.AioRpcError | None = None
-        delay = 0.05
-        while True:
+        unknown: list[str] = []
+
+        async def attempt() -> Any:
             try:
-                resp = await self._kv_stub.Txn(request, timeout=self.timeout)
-                break
+                return await self._rpc.kv.Txn(request, timeout=self.timeout)
             except grpc.aio.AioRpcError as err:
-                if err.code() not in _TRANSIENT:
-                    raise self._fail(what, err) from None
-                unknown = err
-                if loop.time() + delay > deadline:
-                    raise Unavailable(
-                        f"etcd {','.join(self.endpoints)}: {what}: {err.details()}; "
-                        "the write may or may not have been applied"
-                    ) from None
-                log.debug("etcd %s: %s; retrying with the same precondition", what, err.details())
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+                if err.code() in _TRANSIENT:
+                    unknown.append(err.details() or err.code().name)
+                raise
+
+        try:
+            resp = await self._retrying(what, attempt)
+        except Unavailable as err:
+            if unknown:
+                raise Unavailable(f"{err}; the write may or may not have been applied") from None
+            raise
         self._note(resp.header)
         if resp.succeeded:
             return True, int(resp.header.revision), None
         kvs = resp.responses[0].response_range.kvs
         current = kvs[0] if kvs else None
-        if unknown is not None:
+        if unknown:
             try:
                 rev = await settle(current, seen_before)
             except Compacted:
                 raise Unavailable(
-                    f"etcd: {what}: an attempt failed ({unknown.details()}) and the history that would "
+                    f"etcd: {what}: an attempt failed ({unknown[0]}) and the history that would "
                     "tell whether it applied is compacted; read the key to see its state"
                 ) from None
             if rev is not None:
@@ -316,6 +321,9 @@ class EtcdBackend(Backend):
 
     async def _change(self, key: str, value: bytes | None, expected_rev: int) -> int:
         stored = self._key(key)
+        if expected_rev <= 0:
+            # etcd gives a missing key mod revision 0: the comparison below would let this create it.
+            raise RevisionMismatch(await self.get(key))
 
         async def settle(current: Any | None, seen_before: int) -> int | None:
             # Revisions are never reused, so the key held ``expected_rev`` once; the change right after
@@ -350,13 +358,11 @@ class EtcdBackend(Backend):
         return await self._change(key, None, expected_rev)
 
     async def compact(self, revision: int) -> None:
-        if self._kv_stub is None:
-            raise Unavailable(f"{self!r} is not open")
         # etcd refuses a revision it has not reached, or one at or below its last compaction.
         revision = min(revision, await self.revision())
         request = rpc.CompactionRequest(revision=revision, physical=True)
         try:
-            await self._retrying("compact", lambda: self._kv_stub.Compact(request, timeout=self.timeout))
+            await self._retrying("compact", lambda: self._rpc.kv.Compact(request, timeout=self.timeout))
         except StateError as err:
             if _COMPACTED_MARK not in str(err):
                 raise
@@ -365,12 +371,10 @@ class EtcdBackend(Backend):
 
     async def _events(self, key: bytes, range_end: bytes | None, from_rev: int) -> AsyncGenerator[Any, None]:
         """etcd's events on ``key`` (or ``[key, range_end)``) from ``from_rev``, across stream failures."""
-        if self._watch_stub is None:
-            raise Unavailable(f"{self!r} is not open")
         next_rev = from_rev
         delay = 0.05
         while True:
-            call = self._watch_stub.Watch(metadata=_REQUIRE_LEADER)
+            call = self._rpc.watch.Watch(metadata=_REQUIRE_LEADER)
             try:
                 # Progress notifications move the resume point of a quiet watch past revisions that
                 # compaction may remove; etcd sends them only to watchers that have caught up.
@@ -431,12 +435,10 @@ class EtcdBackend(Backend):
 
     async def grant_lease(self, ttl: float) -> int:
         """A new lease of ``ttl`` seconds (rounded up; etcd's own floor may lengthen it)."""
-        if self._lease_stub is None:
-            raise Unavailable(f"{self!r} is not open")
         request = rpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl)))
         # A grant that applied but whose answer was lost leaves an unused lease that expires by itself.
         resp = await self._retrying(
-            "grant a lease", lambda: self._lease_stub.LeaseGrant(request, timeout=self.timeout)
+            "grant a lease", lambda: self._rpc.lease.LeaseGrant(request, timeout=self.timeout)
         )
         if resp.error:
             raise Unavailable(f"etcd: grant a lease: {resp.error}")
@@ -444,11 +446,9 @@ class EtcdBackend(Backend):
 
     async def keep_alive(self, lease: int) -> float:
         """Refresh ``lease``; returns its new time to live in seconds, 0 when it has already expired."""
-        if self._lease_stub is None:
-            raise Unavailable(f"{self!r} is not open")
 
         async def refresh() -> Any:
-            call = self._lease_stub.LeaseKeepAlive(timeout=self.timeout)
+            call = self._rpc.lease.LeaseKeepAlive(timeout=self.timeout)
             try:
                 await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
                 return await call.read()
@@ -462,12 +462,10 @@ class EtcdBackend(Backend):
 
     async def revoke_lease(self, lease: int) -> None:
         """End ``lease`` now; the keys attached to it are deleted."""
-        if self._lease_stub is None:
-            raise Unavailable(f"{self!r} is not open")
         request = rpc.LeaseRevokeRequest(ID=lease)
         try:
             await self._retrying(
-                "revoke a lease", lambda: self._lease_stub.LeaseRevoke(request, timeout=self.timeout)
+                "revoke a lease", lambda: self._rpc.lease.LeaseRevoke(request, timeout=self.timeout)
             )
         except Unavailable as err:
             if "not found" not in str(err):
