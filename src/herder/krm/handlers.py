@@ -333,8 +333,19 @@ class ResourceAPI:
             yield event_line("BOOKMARK", marker)
         try:
             async for event in events:
-                if event.type == "BOOKMARK" or self.policy.visible(call.who, event.object):
+                if event.type == "BOOKMARK":
                     yield line(event)
+                    continue
+                now = self.policy.visible(call.who, event.object)
+                if event.previous is None or self.policy.visible(call.who, event.previous) == now:
+                    if now:
+                        yield line(event)
+                # A change moved the object into, or out of, what this caller may see: for them it
+                # comes, or goes as they last saw it.
+                elif now:
+                    yield line(WatchEvent("ADDED", event.object))
+                else:
+                    yield line(WatchEvent("DELETED", event.previous))
         except StateError as exc:
             # The response has started: the error goes to the client as an ERROR event.
             yield event_line("ERROR", media.dumps(api_error(exc, call.info).status()))

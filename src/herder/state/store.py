@@ -40,10 +40,15 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
-    """A change seen by a watcher. Objects are shared between watchers: copy before changing one."""
+    """A change seen by a watcher. Objects are shared between watchers: copy before changing one.
+
+    ``previous`` is the object before a MODIFIED change, for watchers that filter further (an API
+    that hides some objects from some callers).
+    """
 
     type: EventType
     object: Resource
+    previous: Resource | None = None
 
 
 @dataclass
@@ -447,7 +452,7 @@ def _filter(change: Change, labels: LabelSelector, fields: FieldSelector) -> Wat
 
     now, before = matches(change.obj), matches(change.prev)
     if now and change.obj is not None:
-        return WatchEvent("MODIFIED" if before else "ADDED", change.obj)
+        return WatchEvent("MODIFIED", change.obj, change.prev) if before else WatchEvent("ADDED", change.obj)
     if before and change.prev is not None:
         # Deleted, or changed so that it no longer matches: this watcher sees it go.
         return WatchEvent("DELETED", change.obj if change.obj is not None else change.prev)
