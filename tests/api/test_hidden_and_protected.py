@@ -160,3 +160,39 @@ async def test_controller_owned_objects_refuse_user_writes_naming_the_owner(
         answer = await admin.patch(f"{CP}/owned", json={"spec": {"description": "mine now"}}, headers=MERGE)
     assert answer.status_code == 403
     assert "managed by controller controller:managed-control-plane" in answer.json()["message"]
+
+
+async def test_an_object_hidden_while_watched_goes_away_and_comes_back(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    seen: list[tuple[str, str, dict[str, str]]] = []
+    ready = asyncio.Event()
+
+    async def watch(http: httpx.AsyncClient) -> None:
+        params = {"watch": "1", "timeoutSeconds": "5", "resourceVersion": rv}
+        async with http.stream("GET", CP, params=params) as answer:
+            ready.set()
+            async for line in answer.aiter_lines():
+                if line.strip():
+                    event = json.loads(line)
+                    meta = event["object"]["metadata"]
+                    seen.append((event["type"], meta["name"], meta.get("labels", {})))
+                    if len(seen) == 3:
+                        return
+
+    async with server.http(tokens["Operator"]) as operator, server.http(tokens["Support"]) as support:
+        assert (await support.post(CP, json=patch_body("flicker"))).status_code == 201
+        rv = (await operator.get(CP)).json()["metadata"]["resourceVersion"]
+        watching = asyncio.create_task(watch(operator))
+        await ready.wait()
+        await asyncio.sleep(0.3)
+        for labels in ({"herder.dev/hidden": "true"}, {"herder.dev/hidden": None}):
+            answer = await support.patch(
+                f"{CP}/flicker", json={"metadata": {"labels": labels}}, headers=MERGE
+            )
+            assert answer.status_code == 200, answer.text
+        assert (
+            await support.patch(f"{CP}/flicker", json={"spec": {"description": "d"}}, headers=MERGE)
+        ).status_code == 200
+        await asyncio.wait_for(watching, 10)
+    assert seen == [("DELETED", "flicker", {}), ("ADDED", "flicker", {}), ("MODIFIED", "flicker", {})]
