@@ -21,6 +21,7 @@ import httpx
 
 from herder.api.datadir import write_kubeconfig
 from herder.client import Client
+from herder.client.kubeconfig import load
 
 HERDER = str(Path(sys.executable).with_name("herder"))
 KUBECTL = "/usr/bin/kubectl"
@@ -49,7 +50,9 @@ class Server:
 
     @property
     def ca(self) -> bytes:
-        return (self.data_dir / "ca.crt").read_bytes()
+        ca = load(self.kubeconfig).ca_pem
+        assert ca is not None
+        return ca
 
     def client(self, kubeconfig: Path | None = None) -> Client:
         return Client.from_kubeconfig(kubeconfig or self.kubeconfig)

@@ -110,3 +110,12 @@ async def test_admins_see_support_acting_on_hidden_objects_without_their_names(
     support_events = [e["spec"] for e in answer.json()["items"] if e["spec"]["role"] == "Support"]
     assert {("create", "(hidden)"), ("get", "(hidden)")} <= {(e["verb"], e["name"]) for e in support_events}
     assert any(line["name"] == "quiet-system-patch" for line in _log(server))
+
+
+async def test_unauthenticated_writes_go_to_the_file_only(server: Server, tokens: dict[str, str]) -> None:
+    async with server.http("hdr_forged-00000000_" + "2" * 64) as stranger:
+        assert (await stranger.post(CP, json=_body("by-stranger"))).status_code == 401
+    line = _log(server)[-1]
+    assert line["user"] == "" and line["code"] == 401 and line["verb"] == "post"
+    assert "2" * 64 not in (server.data_dir / "audit.log").read_text()
+    assert not [e for e in await _events(server, tokens) if e["code"] == 401]

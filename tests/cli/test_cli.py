@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.api.server import HERDER, Server, free_port, stop
+from herder.api.tls import ensure_tls
+from tests.api.server import HERDER, Server, free_port, running, stop
 
 PATCHES = """\
 apiVersion: herder.dev/v1alpha1
@@ -250,3 +251,23 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
         assert "Error from server (Forbidden)" in refused.stderr
     finally:
         stop(process)
+
+
+def test_serve_with_operator_certificates_and_memory_state(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    files = ensure_tls(certs, ["127.0.0.1"])
+    assert files.ca is not None
+    flags = (
+        "--tls-cert",
+        str(files.cert),
+        "--tls-key",
+        str(files.key),
+        "--tls-ca",
+        str(files.ca),
+        "--state",
+        "memory://",
+    )
+    with running(tmp_path / "data", *flags) as server:
+        assert not (server.data_dir / "ca.crt").exists() and not (server.data_dir / "herder.db").exists()
+        assert "default" in ok(server.run("kubectl", "get", "ns"))
