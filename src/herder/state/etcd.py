@@ -23,7 +23,7 @@ import ipaddress
 import logging
 import math
 import socket
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -85,6 +85,10 @@ async def _target(endpoints: list[str]) -> str:
         v6 += [f"[{a}]:{port}" for a in sorted(addrs, key=str) if a.version == 6]
     # gRPC takes one address family per target; IPv4 wins when both are there.
     return f"ipv4:{','.join(v4)}" if v4 else f"ipv6:{','.join(v6)}"
+
+
+def _modified_at(stored: bytes, rev: int) -> Any:
+    return rpc.Compare(key=stored, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=rev)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,9 +342,7 @@ class EtcdBackend(Backend):
                 ours = event.type == rpc.Event.PUT and event.kv.value == value
             return int(event.kv.mod_revision) if ours else None
 
-        compare = rpc.Compare(
-            key=stored, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=expected_rev
-        )
+        compare = _modified_at(stored, expected_rev)
         if value is None:
             op = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=stored))
         else:
@@ -356,6 +358,24 @@ class EtcdBackend(Backend):
 
     async def remove(self, key: str, expected_rev: int) -> int:
         return await self._change(key, None, expected_rev)
+
+    async def raw_put(self, key: str, value: bytes, *, expected_rev: int | None = None) -> int:
+        """One plain put, or compare-and-put on ``expected_rev``, with no retry: the benchmarks' baseline."""
+        stored = self._key(key)
+        put = rpc.PutRequest(key=stored, value=value)
+        try:
+            if expected_rev is None:
+                resp = await self._rpc.kv.Put(put, timeout=self.timeout)
+            else:
+                request = rpc.TxnRequest(
+                    compare=[_modified_at(stored, expected_rev)], success=[rpc.RequestOp(request_put=put)]
+                )
+                resp = await self._rpc.kv.Txn(request, timeout=self.timeout)
+                if not resp.succeeded:
+                    raise RevisionMismatch(None)
+        except grpc.aio.AioRpcError as err:
+            raise self._fail(f"put {key}", err) from None
+        return int(resp.header.revision)
 
     async def compact(self, revision: int) -> None:
         # etcd refuses a revision it has not reached, or one at or below its last compaction.
@@ -426,7 +446,7 @@ class EtcdBackend(Backend):
         value = None if event.type == rpc.Event.DELETE else bytes(event.kv.value)
         return RawEvent(int(event.kv.mod_revision), self._unkey(event.kv.key), value, prev)
 
-    async def watch(self, prefix: str, from_rev: int) -> AsyncIterator[RawEvent]:
+    async def watch(self, prefix: str, from_rev: int) -> AsyncGenerator[RawEvent, None]:
         base = self._prefix(prefix)
         async for event in self._events(base, _range_end(base), max(from_rev, 1)):
             yield self._raw_event(event)
@@ -484,7 +504,7 @@ class EtcdBackend(Backend):
         resp = await self._range(f"get {key}", rpc.RangeRequest(key=self._coord_key(key)))
         return _kv(key, resp.kvs[0]) if resp.kvs else None
 
-    async def watch_coordination(self, key: str, from_rev: int) -> AsyncIterator[RawEvent]:
+    async def watch_coordination(self, key: str, from_rev: int) -> AsyncGenerator[RawEvent, None]:
         """Every change of coordination key ``key`` from ``from_rev`` (exactly that key, no prefix)."""
         async for event in self._events(self._coord_key(key), None, max(from_rev, 1)):
             raw = self._raw_event(event)
