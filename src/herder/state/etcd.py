@@ -306,6 +306,9 @@ class EtcdBackend(Backend):
     ) -> tuple[bool, int, Any | None]:
         async def settle(current: Any | None, seen_before: int) -> int | None:
             # Ours, if the key's present life began after our first attempt was sent, with our value.
+            # One case stays open: a lost attempt that applied, then was deleted by another writer
+            # before the retry; the retry then creates the key again. That writer must have deleted
+            # within the retry's backoff a key it could only just have seen.
             if current is None or current.create_revision <= seen_before:
                 return None
             first = current if current.version == 1 else await self._read_at(stored, current.create_revision)
@@ -331,7 +334,8 @@ class EtcdBackend(Backend):
 
         async def settle(current: Any | None, seen_before: int) -> int | None:
             # Revisions are never reused, so the key held ``expected_rev`` once; the change right after
-            # it is the only one our attempt could have been.
+            # it is the only one our attempt could have been. (Another writer's delete from the same
+            # revision would look the same, and leaves the same state.)
             before = await self._read_at(stored, expected_rev)
             if before is None or before.mod_revision != expected_rev:
                 return None
