@@ -257,3 +257,20 @@ def test_hidden_objects_do_not_exist(guarded_server: Server) -> None:
         assert "secret" not in names and "public" in names
         events = watch_events(http, "timeoutSeconds=1", stop_after=100)
         assert [e["object"]["metadata"]["name"] for e in events] == ["public"]
+
+
+def test_an_object_hidden_mid_watch_goes_as_last_seen(guarded_server: Server) -> None:
+    with guarded_server.client() as http, guarded_server.client() as writer:
+        http.post(PATCHES, json=patch_object("flicker", flicker="yes"))
+        hide = json.dumps({"metadata": {"labels": {HIDDEN: "yes"}}})
+        with http.stream(
+            "GET", f"{PATCHES}?watch=1&labelSelector=flicker%3Dyes&timeoutSeconds=5"
+        ) as response:
+            lines = response.iter_lines()
+            assert json.loads(next(lines))["type"] == "ADDED"
+            assert writer.patch(f"{PATCHES}/flicker", content=hide, headers=MERGE).status_code == 200
+            gone = json.loads(next(lines))
+            assert gone["type"] == "DELETED" and gone["object"]["metadata"]["name"] == "flicker"
+            assert HIDDEN not in gone["object"]["metadata"]["labels"]
+            assert list(lines) == []  # nothing more about it until the watch ends
+        assert writer.get(f"{PATCHES}/flicker").status_code == 404

@@ -315,7 +315,10 @@ class ResourceAPI:
                     event.type, self._bookmark(call.info, event.object.metadata.resource_version)
                 )
             if table_include is None:
-                return event_line(event.type, self._encode(event.object))
+                # A DELETED event may carry an earlier state stamped with a later resourceVersion: the
+                # cache, keyed by resourceVersion, is for current states only.
+                encode = media.dump_resource if event.type == "DELETED" else self._encode
+                return event_line(event.type, encode(event.object))
             rows = table(
                 call.info,
                 [event.object.to_dict()],
@@ -496,7 +499,7 @@ class ResourceAPI:
     # rendering
 
     def _encode(self, obj: Resource) -> bytes:
-        """A stored object's JSON, cached: an object's content at one resourceVersion never changes."""
+        """The JSON of an object as stored at its resourceVersion (not an earlier state), cached."""
         key = (obj.metadata.uid or "", obj.metadata.resource_version or "")
         data = self._encoded.get(key)
         if data is None:
