@@ -200,6 +200,9 @@ def test_invalid_manifest_is_refused_naming_the_fields(server: Server) -> None:
     assert invalid.returncode != 0
     assert 'The ConfigPatch "bad-value" is invalid' in invalid.stderr and "spec.data" in invalid.stderr
     assert server.kubectl("get", "cp", "bad-value", check=False).returncode != 0
+    # Asked to warn, the server drops unknown fields and kubectl shows its warnings.
+    warned = server.kubectl("apply", "--validate=warn", "-f", "-", input=manifest("warned", bogus="x"))
+    assert 'Warning: unknown field "spec.bogus"' in warned.stderr
     # With validation off, kubectl asks the server to drop unknown fields.
     server.kubectl("apply", "--validate=false", "-f", "-", input=manifest("unknown-field", bogus="x"))
     assert "bogus" not in get_json(server, "cp", "unknown-field")["spec"]

@@ -238,7 +238,7 @@ class ResourceAPI:
         obj = await self._fetch(call)
         if media.negotiate(call.request.headers.get("accept")) == "table":
             return self._table(call, [obj], obj.metadata.resource_version or "")
-        return self._json(obj)
+        return Response(self._encode(obj), media_type=media.JSON)
 
     async def list_objects(self, call: Call) -> Response:
         representation = media.negotiate(call.request.headers.get("accept"))
