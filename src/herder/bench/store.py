@@ -1,0 +1,215 @@
+"""``python -m herder.bench store --backend sqlite|etcd``: the store's write, list and watch figures.
+
+Writes are ~1 KB objects one at a time, beside the raw store doing the same work with the same
+durability in the same run (plain sqlite3 with WAL and synchronous=FULL; plain etcd puts through the
+same client). Listing is 10,000 objects filtered by a label selector. Fan-out is 100 watchers of
+10,000 events, in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sqlite3
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from herder.bench.report import emit, percentile
+from herder.resources import Resource
+from herder.resources.catalog import herder_registry
+from herder.state.backend import Backend
+from herder.state.store import Store
+
+PAYLOAD = "x" * 900  # with metadata, about 1 KB stored
+
+
+def _patch(name: str, labels: dict[str, str] | None = None, data: str = PAYLOAD) -> Resource:
+    return Resource.model_validate(
+        {
+            "apiVersion": "herder.dev/v1alpha1",
+            "kind": "ConfigPatch",
+            "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
+            "spec": {"data": data},
+        }
+    )
+
+
+async def _rate(n: int, op: Callable[[int], Awaitable[object]]) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        await op(i)
+    return n / (time.perf_counter() - start)
+
+
+def _sqlite_baseline(path: Path, n: int) -> tuple[float, float]:
+    """Plain sqlite3, one row per commit, WAL + synchronous=FULL: inserts/s and updates/s."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE t (key TEXT PRIMARY KEY, value BLOB, rev INTEGER) WITHOUT ROWID")
+    value = (PAYLOAD + "x" * 100).encode()
+    start = time.perf_counter()
+    for i in range(n):
+        conn.execute("INSERT INTO t VALUES (?,?,?)", (f"k{i}", value, i))
+    inserts = n / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for i in range(n):
+        conn.execute("UPDATE t SET value=?, rev=? WHERE key=? AND rev=?", (value, i + n, f"k{i}", i))
+    updates = n / (time.perf_counter() - start)
+    conn.close()
+    return inserts, updates
+
+
+@contextlib.asynccontextmanager
+async def _backend(kind: str, workdir: Path, etcd_url: str | None) -> AsyncIterator[tuple[Backend, str]]:
+    if kind == "sqlite":
+        from herder.state.sqlite import SQLiteBackend
+
+        sqlite = await SQLiteBackend(workdir / "herder.db").open()
+        yield sqlite, "sqlite"
+        return
+    from herder.state.etcd import EtcdBackend
+    from herder.state.etcd_process import EtcdCluster
+
+    with contextlib.ExitStack() as stack:
+        if etcd_url:
+            endpoints = etcd_url.removeprefix("etcd://").split(",")
+        else:
+            endpoints = stack.enter_context(EtcdCluster(members=1, data_dir=workdir / "etcd")).endpoints
+        backend = await EtcdBackend(endpoints, prefix=f"/bench-{int(time.time())}").open()
+        yield backend, "etcd"
+
+
+async def _etcd_baseline(backend: Backend, n: int) -> tuple[float, float]:
+    """Plain etcd puts (and compare-and-put updates) through the same client, one at a time."""
+    from herder.state.etcd import EtcdBackend
+
+    assert isinstance(backend, EtcdBackend)
+    value = (PAYLOAD + "x" * 100).encode()
+    revs: list[int] = []
+
+    async def put(i: int) -> None:
+        revs.append(await backend.raw_put(f"/baseline/k{i}", value))
+
+    inserts = await _rate(n, put)
+
+    async def cas(i: int) -> None:
+        await backend.raw_put(f"/baseline/k{i}", value, expected_rev=revs[i])
+
+    return inserts, await _rate(n, cas)
+
+
+async def _fan_out(store: Store, watchers: int, events: int) -> tuple[float, float]:
+    latencies: list[float] = []
+    done = asyncio.Event()
+    remaining = watchers
+
+    async def watch(ready: asyncio.Event) -> None:
+        nonlocal remaining
+        seen = 0
+        stream = store.watch("configpatches", "fanout")
+        first = asyncio.ensure_future(anext(stream))
+        ready.set()
+        event = await first
+        while True:
+            latencies.append(time.perf_counter() - float(event.object.metadata.annotations["t"]))
+            seen += 1
+            if seen == events:
+                break
+            event = await anext(stream)
+        await stream.aclose()
+        remaining -= 1
+        if remaining == 0:
+            done.set()
+
+    readies = [asyncio.Event() for _ in range(watchers)]
+    tasks = [asyncio.create_task(watch(r)) for r in readies]
+    await asyncio.gather(*(r.wait() for r in readies))
+    await asyncio.sleep(0.2)
+    start = time.perf_counter()
+    sem = asyncio.Semaphore(32)
+
+    async def write(i: int) -> None:
+        async with sem:
+            obj = _patch(f"e{i:05d}", data="x")
+            obj.metadata.namespace = "fanout"
+            obj.metadata.annotations["t"] = repr(time.perf_counter())
+            await store.create(obj)
+
+    await asyncio.gather(*(write(i) for i in range(events)))
+    await asyncio.wait_for(done.wait(), 300)
+    elapsed = time.perf_counter() - start
+    await asyncio.gather(*tasks)
+    return watchers * events / elapsed, percentile(latencies, 99) * 1000
+
+
+async def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="herder-bench-") as tmp:
+        workdir = Path(tmp)
+        async with _backend(args.backend, workdir, args.etcd) as (backend, label):
+            store = await Store(backend, herder_registry()).start()
+            for ns in ("default", "fanout"):
+                await store.create(
+                    Resource.model_validate(
+                        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                    )
+                )
+            n = args.writes
+            if label == "sqlite":
+                base_create, base_update = _sqlite_baseline(workdir / "baseline.db", n)
+            else:
+                base_create, base_update = await _etcd_baseline(backend, n)
+            made: list[Resource] = []
+
+            async def create(i: int) -> None:
+                made.append(await store.create(_patch(f"w{i:06d}")))
+
+            creates = await _rate(n, create)
+
+            async def update(i: int) -> None:
+                obj = made[i]
+                obj.spec = {"data": PAYLOAD[:-1] + "y"}
+                await store.update(obj)
+
+            updates = await _rate(n, update)
+            emit(f"store.{label}.create", creates, "objects/s", baseline=base_create)
+            emit(f"store.{label}.update", updates, "objects/s", baseline=base_update)
+
+            batch = 500
+            for start in range(0, args.list_size, batch):
+                await asyncio.gather(
+                    *(
+                        store.create(_patch(f"l{i:06d}", {"pool": "a" if i % 2 else "b"}))
+                        for i in range(start, min(start + batch, args.list_size))
+                    )
+                )
+            t0 = time.perf_counter()
+            listed = await store.list("configpatches", "default", label_selector="pool=a")
+            list_ms = (time.perf_counter() - t0) * 1000
+            emit(
+                f"store.{label}.list_label_selector",
+                list_ms,
+                "ms",
+                objects=args.list_size,
+                matched=len(listed.items),
+            )
+
+            rate, p99 = await _fan_out(store, args.watchers, args.events)
+            emit(f"store.{label}.watch_fanout", rate, "events/s", watchers=args.watchers, events=args.events)
+            emit(f"store.{label}.watch_p99_latency", p99, "ms")
+            await store.close()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m herder.bench store")
+    parser.add_argument("--backend", choices=["sqlite", "etcd"], default="sqlite")
+    parser.add_argument("--etcd", help="etcd://HOST:PORT[,…] of an existing etcd (default: start one)")
+    parser.add_argument("--writes", type=int, default=2000)
+    parser.add_argument("--list-size", type=int, default=10_000)
+    parser.add_argument("--watchers", type=int, default=100)
+    parser.add_argument("--events", type=int, default=10_000)
+    asyncio.run(run(parser.parse_args(argv)))
+    return 0
