@@ -7,7 +7,7 @@ the emulator's per-cluster Kubernetes API) with different kinds.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -32,8 +32,13 @@ class PrinterColumn:
     type: str = "string"
     description: str = ""
     priority: int = 0
+    compute: Callable[[dict[str, Any]], Any] | None = None
+    """For cells no JSON path can express (a node's Ready state, a pod's ready containers), as the printers
+    compiled into kube-apiserver compute them; ``json_path`` then names the field it reads."""
 
     def value(self, obj: dict[str, Any]) -> Any:
+        if self.compute is not None:
+            return self.compute(obj)
         cur: Any = obj
         for part in _PATH_SPLIT.split(self.json_path.lstrip(".")):
             part = part.replace("\\.", ".")
@@ -62,6 +67,9 @@ class KindInfo:
     # Sensitive kinds are encrypted at rest and readable only by the roles allowed to.
     sensitive: bool = False
     description: str = ""
+    prepare: Callable[[Resource], Resource] | None = None
+    """The kind's own normalization of a valid object on every write (a Secret's ``stringData`` folded
+    into ``data``), as a Kubernetes registry strategy does; it must be idempotent."""
 
     @property
     def singular(self) -> str:
@@ -127,7 +135,8 @@ class KindInfo:
         data = obj.model_dump(by_alias=True, exclude_none=True)
         data.update(updates)
         data.update(extra)
-        return Resource.from_dict(data)
+        valid = Resource.from_dict(data)
+        return self.prepare(valid) if self.prepare is not None else valid
 
 
 def _check_name(obj: Resource) -> list[FieldError]:
