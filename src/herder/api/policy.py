@@ -115,11 +115,8 @@ class HerderPolicy:
 
 def _refusal(who: Identity, access: Access) -> str:
     """A Kubernetes-shaped refusal, naming the object only as the caller named it."""
-    what = access.kind.plural + (f"/{access.subresource}" if access.subresource else "")
-    if access.kind.group:
-        what = f'resource "{what}" in API group "{access.kind.group}"'
-    else:
-        what = f'resource "{what}" in API group ""'
+    resource = access.kind.plural + (f"/{access.subresource}" if access.subresource else "")
+    what = f'resource "{resource}" in API group "{access.kind.group}"'
     target = f' "{access.name}"' if access.name else ""
     where = f' in the namespace "{access.namespace}"' if access.namespace else ""
     if access.namespace is None and access.kind.namespaced and access.verb in roles.READ_VERBS:
