@@ -104,6 +104,8 @@ class Cluster:
     """Set once a control plane of the cluster runs: workers can then obtain their API certificate."""
     member_up: Callable[[str], bool] = field(default=lambda _machine: True, repr=False)
     """Whether the etcd of a machine (by uuid) runs and is reachable; the emulator supplies it."""
+    changed: Callable[[], None] = field(default=lambda: None, repr=False)
+    """Told of every change of membership (the emulator persists the cluster and syncs Kubernetes)."""
 
     def __post_init__(self) -> None:
         self.keyspace.writable = self.has_quorum
@@ -174,6 +176,7 @@ class Cluster:
         self.members[member.id] = member
         if self.leader is None:
             self.leader = member.id
+        self.changed()
         return member
 
     def remove(self, member_id: int) -> None:
@@ -190,6 +193,7 @@ class Cluster:
         if self.leader == member_id:
             self.leader = None
             self.current_leader()
+        self.changed()
 
     def forfeit_leadership(self, machine: str) -> str:
         """Move leadership away from ``machine``'s member; the new leader's name, or empty if it did not lead."""
@@ -205,6 +209,7 @@ class Cluster:
         if not others:
             return ""
         self.leader = others[0].id
+        self.changed()
         return others[0].hostname
 
     def snapshot(self) -> bytes:

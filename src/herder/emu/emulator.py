@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from herder.emu.cluster import Cluster
+from herder.emu.clusters import ClusterServices
 from herder.emu.machine import Hardware, Machine, MachineRecord
 from herder.emu.network import Network
 from herder.emu.service import MachineService
@@ -50,6 +51,8 @@ class Emulator:
         self.clusters: dict[str, Cluster] = {}
         self.network: Network
         self._server: grpc.aio.Server | None = None
+        self.services = ClusterServices(self)
+        """Each cluster's etcd health and emulated Kubernetes API, following the machines."""
         self._changed = asyncio.Event()
         self._network = ipaddress.ip_network(options.machine_cidr)
         self._used: set[int] = set()
@@ -64,6 +67,7 @@ class Emulator:
         self.network = Network(port)
         for cluster in self.store.load_clusters():
             self.clusters[cluster.id] = cluster
+            self.services.adopt(cluster)
         for record in self.store.load_machines():
             self.machines[record.uuid] = Machine(self, record)
             self._used.add(int(ipaddress.ip_address(record.address)))
@@ -77,6 +81,7 @@ class Emulator:
     async def stop(self) -> None:
         for machine in list(self.machines.values()):
             await machine.stop()
+        await self.services.stop()
         await self.network.close()
         if self._server is not None:
             await self._server.stop(grace=0.2)
@@ -141,6 +146,7 @@ class Emulator:
         cluster = self.clusters.get(cluster_id)
         if cluster is None:
             cluster = self.clusters[cluster_id] = Cluster(cluster_id)
+            self.services.adopt(cluster)
         return cluster
 
     def machines_of(self, cluster_id: str) -> list[Machine]:
@@ -150,7 +156,8 @@ class Emulator:
 
     # --- observation ---
 
-    def stage_changed(self, _machine: Machine) -> None:
+    def stage_changed(self, machine: Machine) -> None:
+        self.services.machine_changed(machine)
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -401,10 +401,13 @@ class Machine:
         elif fault == "heal":
             self.faults.clear()
             self.emulator.network.partition(self.uuid, False)
+            self.emulator.stage_changed(self)
         else:
             self.faults.add(fault)
             if fault == "partition":
                 self.emulator.network.partition(self.uuid, True)
+                # Its etcd member and kubelet drop out too.
+                self.emulator.stage_changed(self)
 
     async def crash(self) -> None:
         """The machine dies and comes back: only what it had persisted survives."""
@@ -611,13 +614,17 @@ class Machine:
         actor = str(uuidlib.uuid4())
 
         async def body() -> None:
-            self._set_stage(MachineStage.RESETTING)
             cluster = self.cluster
             if request.graceful and config.is_control_plane and cluster is not None:
                 member = cluster.member_of(self.uuid)
                 if member is not None:
-                    cluster.remove(member.id)
+                    try:
+                        cluster.remove(member.id)
+                    except ApiError as e:
+                        # etcd refused (no quorum, or the last members): the machine stays as it was.
+                        raise SequenceFailed(f"failed to leave etcd: {e.message}") from None
                     self.emulator.store.save_cluster(cluster)
+            self._set_stage(MachineStage.RESETTING)
             await self._sleep("reset")
             self._cancel_try()
             record = self.record

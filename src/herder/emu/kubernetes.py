@@ -1,0 +1,671 @@
+"""The emulated Kubernetes of one cluster: its API server (``krm`` with the core kinds, over the cluster's
+emulated etcd keyspace) and what its kubelets and controllers would write there.
+
+``sync`` brings the API's objects in line with the cluster's machines, as the real components would:
+- each running machine's kubelet registers its Node (labels, taints, capacity, versions, Ready), unless
+  its config skips node registration; a machine that stops answering (reset, off, partitioned, rebooting)
+  leaves its Node NotReady, as the node lifecycle controller marks it, and its pods not ready;
+- control planes' kubelets mirror their static pods (kube-apiserver, kube-controller-manager,
+  kube-scheduler) with the images of their own config;
+- the DaemonSets kube-proxy and kube-flannel run a pod per node, the CoreDNS Deployment two replicas on
+  Ready nodes (a new image is a new ReplicaSet, hence new pod names), all shaped like the manifests a
+  Talos control plane renders at bootstrap;
+- what a fresh cluster has: the namespaces, the ``kubernetes`` and ``kube-dns`` Services, the bootstrap
+  token Secret, ``kube-root-ca.crt``.
+
+Writes are skipped while etcd has no quorum (they would be refused) and made once it is back.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import uuid as uuidlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from herder.emu.cluster import Cluster
+from herder.emu.kube_api import SERVICE_NAMES, ApiEndpoint, ClientCertificatePolicy, serving_certificate
+from herder.emu.kube_config import KubeFacts, image_version
+from herder.krm import discovery
+from herder.krm.app import build_app
+from herder.resources import KindInfo, Resource, now_rfc3339
+from herder.resources.kubernetes import CONFIG_MAP, NODE, POD, SECRET, SERVICE, kubernetes_registry
+from herder.state.errors import NotFound, StateError
+from herder.state.store import Store
+from herder.talos.pki import CertificateAndKey
+
+KUBE_SYSTEM = "kube-system"
+NAMESPACES = ("default", KUBE_SYSTEM, "kube-public", "kube-node-lease")
+COREDNS_REPLICAS = 2
+FLANNEL_IMAGE = "ghcr.io/siderolabs/flannel:v0.26.7"
+CONTAINERD = "containerd://2.1.4"
+_TIMES = frozenset(
+    {"lastHeartbeatTime", "lastTransitionTime", "startTime", "startedAt", "lastProbeTime", "finishedAt"}
+)
+_OWNER_KINDS = frozenset({"Node", "DaemonSet", "ReplicaSet"})
+
+
+@dataclass(frozen=True)
+class Kubelet:
+    """What one machine's kubelet knows: who it is, how it is configured, and whether it is up."""
+
+    uuid: str
+    name: str
+    address: str
+    talos_version: str
+    cpus: int
+    memory_mib: int
+    disk_bytes: int
+    control_plane: bool
+    facts: KubeFacts
+    up: bool
+
+
+def _short_hash(*parts: str, length: int = 5) -> str:
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    value = int.from_bytes(hashlib.sha256("/".join(parts).encode()).digest()[:8], "big")
+    out = []
+    for _ in range(length):
+        value, index = divmod(value, len(alphabet))
+        out.append(alphabet[index])
+    return "".join(out)
+
+
+def _strip_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_times(v) for k, v in value.items() if k not in _TIMES}
+    if isinstance(value, list):
+        return [_strip_times(v) for v in value]
+    return value
+
+
+class ClusterKubernetes:
+    """One cluster's Kubernetes API and the emulated components that write to it."""
+
+    def __init__(self, cluster: Cluster, host: str) -> None:
+        self.cluster = cluster
+        self.registry = kubernetes_registry()
+        self.store = Store(cluster.keyspace, self.registry)
+        # build_app keeps this dict: updating it in place changes what /version answers (an upgrade).
+        self.version = discovery.version_info()
+        app = build_app(self.registry, self.store, ClientCertificatePolicy(), version_info=self.version)
+        self.endpoint = ApiEndpoint(app, host, cluster.api_port)
+        cluster.api_port = self.endpoint.port
+        self._started = False
+        self._seeded = False
+        self._ca_pem = ""
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.url
+
+    async def start(self, ca: CertificateAndKey, sans: Sequence[str]) -> None:
+        """Listen with a serving certificate for the published address and the config's SANs (once)."""
+        if self._started:
+            return
+        self._started = True
+        self._ca_pem = ca.crt.decode()
+        names = [self.endpoint.host, "localhost", *SERVICE_NAMES, *sans]
+        await self.store.start()
+        await self.endpoint.start(serving_certificate(ca, names), ca.crt)
+
+    async def close(self) -> None:
+        await self.endpoint.close()
+        await self.store.close()
+
+    # --- sync ---
+
+    async def sync(self, kubelets: list[Kubelet], cluster_facts: KubeFacts | None, serving: bool) -> None:
+        """Make the API's objects follow the machines; ``serving``: a control plane runs kube-apiserver."""
+        self.endpoint.set_serving(serving)
+        if cluster_facts is not None:
+            self.version.update(discovery.version_info(cluster_facts.apiserver_version))
+        if not serving or not self.cluster.has_quorum():
+            return
+        try:
+            if not self._seeded and cluster_facts is not None:
+                await self._seed(cluster_facts)
+                self._seeded = True
+            nodes = await self._sync_nodes(kubelets)
+            await self._sync_pods(nodes, kubelets, cluster_facts)
+        except StateError:
+            # etcd lost quorum during the sync: the next change of a machine syncs again.
+            return
+
+    async def _put(self, info: KindInfo, desired: dict[str, Any]) -> Resource:
+        """Create or update an object to ``desired``; unchanged fields (timestamps aside) are not written."""
+        meta = desired["metadata"]
+        try:
+            current = await self.store.get(info, meta["name"], meta.get("namespace"))
+        except NotFound:
+            return await self.store.create(Resource.from_dict(desired))
+        now = current.to_dict()
+        body = {k: v for k, v in desired.items() if k != "status"}
+        merged = {**now, **body, "metadata": {**now["metadata"], **meta}}
+        if _strip_times({k: v for k, v in merged.items() if k != "status"}) != _strip_times(
+            {k: v for k, v in now.items() if k != "status"}
+        ):
+            current = await self.store.update(Resource.from_dict(merged))
+        status = desired.get("status")
+        if status is not None and _strip_times(status) != _strip_times(current.status or {}):
+            updated = current.clone()
+            updated.status = status
+            current = await self.store.update_status(updated)
+        return current
+
+    async def _create_missing(self, info: KindInfo, desired: dict[str, Any]) -> None:
+        meta = desired["metadata"]
+        try:
+            await self.store.get(info, meta["name"], meta.get("namespace"))
+        except NotFound:
+            await self.store.create(Resource.from_dict(desired))
+
+    async def _seed(self, facts: KubeFacts) -> None:
+        for name in NAMESPACES:
+            await self._create_missing(
+                self.registry.get("Namespace"),
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name},
+                    "spec": {"finalizers": ["kubernetes"]},
+                    "status": {"phase": "Active"},
+                },
+            )
+        await self._create_missing(
+            SERVICE,
+            _service(
+                "kubernetes",
+                "default",
+                facts.service_ip(1),
+                [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+                None,
+                {"component": "apiserver", "provider": "kubernetes"},
+            ),
+        )
+        if facts.coredns:
+            await self._create_missing(
+                SERVICE,
+                _service(
+                    "kube-dns",
+                    KUBE_SYSTEM,
+                    facts.service_ip(10),
+                    [
+                        {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                        {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+                        {"name": "metrics", "port": 9153, "protocol": "TCP", "targetPort": 9153},
+                    ],
+                    {"k8s-app": "kube-dns"},
+                    {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"},
+                ),
+            )
+        token_id, _, token_secret = facts.bootstrap_token.partition(".")
+        if token_id and token_secret:
+            await self._create_missing(SECRET, _bootstrap_token(token_id, token_secret))
+        if self._ca_pem:
+            for namespace in NAMESPACES:
+                await self._create_missing(
+                    CONFIG_MAP,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "kube-root-ca.crt", "namespace": namespace},
+                        "data": {"ca.crt": self._ca_pem},
+                    },
+                )
+
+    async def _sync_nodes(self, kubelets: list[Kubelet]) -> list[Resource]:
+        registering = {k.uuid: k for k in kubelets if k.facts.register_node}
+        for kubelet in registering.values():
+            if kubelet.up:
+                await self._put(NODE, _node(kubelet))
+        nodes = (await self.store.list(NODE)).items
+        out = []
+        for node in nodes:
+            owner = registering.get(str(((node.status or {}).get("nodeInfo") or {}).get("systemUUID")))
+            if owner is None or not owner.up or owner.name != node.name:
+                node = await self._put(NODE, _node_lost(node))
+            out.append(node)
+        return out
+
+    async def _sync_pods(
+        self, nodes: list[Resource], kubelets: list[Kubelet], facts: KubeFacts | None
+    ) -> None:
+        by_uuid = {k.uuid: k for k in kubelets if k.up and k.facts.register_node}
+        existing = {
+            p.name: p
+            for p in (await self.store.list(POD, KUBE_SYSTEM)).items
+            if any(r.kind in _OWNER_KINDS for r in p.metadata.owner_references)
+        }
+        desired: dict[str, dict[str, Any]] = {}
+        ready_nodes: list[Resource] = []
+        for node in nodes:
+            uuid = str(((node.status or {}).get("nodeInfo") or {}).get("systemUUID"))
+            kubelet = by_uuid.get(uuid)
+            if kubelet is None or kubelet.name != node.name:
+                # Nobody runs this node's pods any more: they stay, not ready, as Kubernetes shows them.
+                for stale in existing.values():
+                    if (stale.spec or {}).get("nodeName") == node.name:
+                        desired[stale.name] = _not_ready(stale)
+                continue
+            ready_nodes.append(node)
+            for wanted in _node_pods(node, kubelet, facts):
+                desired[wanted["metadata"]["name"]] = wanted
+        if facts is not None and facts.coredns:
+            for wanted in _coredns(existing, ready_nodes, facts):
+                desired[wanted["metadata"]["name"]] = wanted
+        for wanted in desired.values():
+            await self._put(POD, wanted)
+        for name in existing:
+            if name not in desired:
+                await self.store.delete(POD, name, KUBE_SYSTEM)
+
+
+# --- objects ---
+
+
+def _owner(kind: str, name: str, uid: str) -> dict[str, Any]:
+    api_version = "v1" if kind == "Node" else "apps/v1"
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _service(
+    name: str,
+    namespace: str,
+    ip: str,
+    ports: list[dict[str, Any]],
+    selector: dict[str, str] | None,
+    labels: dict[str, str],
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip], "ports": ports}
+    if selector:
+        spec["selector"] = selector
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+        "status": {"loadBalancer": {}},
+    }
+
+
+def _bootstrap_token(token_id: str, token_secret: str) -> dict[str, Any]:
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"bootstrap-token-{token_id}", "namespace": KUBE_SYSTEM},
+        "type": "bootstrap.kubernetes.io/token",
+        "data": {
+            "token-id": b64(token_id),
+            "token-secret": b64(token_secret),
+            "usage-bootstrap-authentication": b64("true"),
+            "usage-bootstrap-signing": b64("true"),
+            "auth-extra-groups": b64("system:bootstrappers:nodes"),
+        },
+    }
+
+
+def _conditions(status: str, reason: str, message: str) -> list[dict[str, Any]]:
+    now = now_rfc3339()
+    pressures = [
+        ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ]
+    out = []
+    for kind, ok_reason, ok_message in pressures:
+        known = status == "True"
+        out.append(
+            {
+                "type": kind,
+                "status": "False" if known else "Unknown",
+                "reason": ok_reason if known else reason,
+                "message": ok_message if known else message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        )
+    out.append(
+        {
+            "type": "Ready",
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+    )
+    return out
+
+
+def _node(kubelet: Kubelet) -> dict[str, Any]:
+    facts = kubelet.facts
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": kubelet.name,
+        "kubernetes.io/os": "linux",
+        **dict(facts.labels),
+    }
+    taints = [{"key": k, **({"value": v} if v else {}), "effect": e} for k, v, e in facts.taints]
+    spec: dict[str, Any] = {"podCIDR": _pod_cidr(facts, kubelet.uuid)}
+    spec["podCIDRs"] = [spec["podCIDR"]]
+    if taints:
+        spec["taints"] = taints
+    resources = {
+        "cpu": str(kubelet.cpus),
+        "memory": f"{kubelet.memory_mib * 1024}Ki",
+        "ephemeral-storage": f"{kubelet.disk_bytes // 1024}Ki",
+        "pods": "110",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": kubelet.name,
+            "labels": labels,
+            "annotations": {"talos.dev/owned-labels": "[]", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": spec,
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": _conditions("True", "KubeletReady", "kubelet is posting ready status"),
+            "addresses": [
+                {"type": "InternalIP", "address": kubelet.address},
+                {"type": "Hostname", "address": kubelet.name},
+            ],
+            "nodeInfo": {
+                "machineID": hashlib.sha256(kubelet.uuid.encode()).hexdigest()[:32],
+                "systemUUID": kubelet.uuid,
+                "bootID": "",
+                "kernelVersion": "6.12.48-talos",
+                "osImage": f"Talos ({kubelet.talos_version})",
+                "containerRuntimeVersion": CONTAINERD,
+                "kubeletVersion": facts.kubelet_version,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+
+
+def _node_lost(node: Resource) -> dict[str, Any]:
+    """The node lifecycle controller's verdict on a node whose kubelet stopped posting status."""
+    data = node.to_dict()
+    status = dict(data.get("status") or {})
+    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "Unknown":
+        status["conditions"] = _conditions(
+            "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
+        )
+    data["status"] = status
+    return data
+
+
+def _pod_cidr(facts: KubeFacts, uuid: str) -> str:
+    network = ipaddress.ip_network(facts.pod_subnet, strict=False)
+    subnets = 1 << max(24 - network.prefixlen, 0)
+    index = int(hashlib.sha256(uuid.encode()).hexdigest(), 16) % subnets
+    return str(network.network_address + index * 256) + "/24"
+
+
+def _pod_ip(facts: KubeFacts, name: str) -> str:
+    network = ipaddress.ip_network(facts.pod_subnet, strict=False)
+    offset = int(hashlib.sha256(name.encode()).hexdigest(), 16) % (network.num_addresses - 2)
+    return str(network.network_address + 1 + offset)
+
+
+def _pod(
+    name: str,
+    labels: dict[str, str],
+    owner: dict[str, Any],
+    containers: list[dict[str, Any]],
+    node: Resource | None,
+    pod_ip: str | None,
+    *,
+    annotations: dict[str, str] | None = None,
+    host_network: bool = False,
+    tolerations: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": containers,
+        "priorityClassName": "system-node-critical" if host_network else "system-cluster-critical",
+        "restartPolicy": "Always",
+    }
+    if host_network:
+        spec["hostNetwork"] = True
+    if tolerations:
+        spec["tolerations"] = tolerations
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": KUBE_SYSTEM,
+        "labels": labels,
+        "ownerReferences": [owner],
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    if node is None:
+        status: dict[str, Any] = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/0 nodes are available: no Ready node.",
+                }
+            ],
+            "qosClass": "Burstable",
+        }
+    else:
+        spec["nodeName"] = node.name
+        host_ip = _internal_ip(node)
+        ip = host_ip if host_network else pod_ip
+        status = _running(containers, host_ip, ip or host_ip)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
+
+
+def _internal_ip(node: Resource) -> str:
+    addresses = (node.status or {}).get("addresses") or ()
+    return next((str(a["address"]) for a in addresses if a.get("type") == "InternalIP"), "")
+
+
+def _running(containers: list[dict[str, Any]], host_ip: str, pod_ip: str) -> dict[str, Any]:
+    now = now_rfc3339()
+    conditions = [
+        {"type": kind, "status": "True", "lastTransitionTime": now}
+        for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+    ]
+    return {
+        "phase": "Running",
+        "conditions": conditions,
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": now,
+        "qosClass": "Burstable",
+        "containerStatuses": [
+            {
+                "name": c["name"],
+                "image": c["image"],
+                "imageID": c["image"].split(":")[0]
+                + "@sha256:"
+                + hashlib.sha256(c["image"].encode()).hexdigest(),
+                "containerID": "containerd://" + hashlib.sha256((pod_ip + c["name"]).encode()).hexdigest(),
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+            for c in containers
+        ],
+    }
+
+
+def _not_ready(pod: Resource) -> dict[str, Any]:
+    """A pod on a node that stopped answering: the node lifecycle controller marks it not ready."""
+    data = pod.to_dict()
+    status = dict(data.get("status") or {})
+    status["conditions"] = [
+        {**c, "status": "False"} if c.get("type") in ("Ready", "ContainersReady") else c
+        for c in status.get("conditions") or ()
+    ]
+    status["containerStatuses"] = [{**c, "ready": False} for c in status.get("containerStatuses") or ()]
+    data["status"] = status
+    return data
+
+
+def _container(name: str, image: str, command: list[str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "command": command,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+    }
+
+
+def _node_pods(node: Resource, kubelet: Kubelet, facts: KubeFacts | None) -> list[dict[str, Any]]:
+    """The static pods a node's kubelet mirrors, and the DaemonSets' pods on it."""
+    pods = []
+    own = kubelet.facts
+    if kubelet.control_plane:
+        components = [
+            ("kube-apiserver", own.apiserver_image, True),
+            ("kube-controller-manager", own.controller_manager_image, own.controller_manager),
+            ("kube-scheduler", own.scheduler_image, own.scheduler),
+        ]
+        for component, image, enabled in components:
+            if not enabled:
+                continue
+            config_hash = hashlib.sha256(f"{component}/{image}".encode()).hexdigest()[:32]
+            labels = {
+                "app.kubernetes.io/component": "control-plane",
+                "app.kubernetes.io/managed-by": "Talos",
+                "app.kubernetes.io/name": component,
+                "app.kubernetes.io/version": image_version(image).lstrip("v"),
+                "component": component,
+                "k8s-app": component,
+                "tier": "control-plane",
+            }
+            annotations = {
+                "kubernetes.io/config.hash": config_hash,
+                "kubernetes.io/config.mirror": config_hash,
+                "kubernetes.io/config.source": "file",
+            }
+            owner = _owner("Node", node.name, node.metadata.uid or "")
+            command = [f"/usr/local/bin/{component}"]
+            pods.append(
+                _pod(
+                    f"{component}-{node.name}",
+                    labels,
+                    owner,
+                    [_container(component, image, command)],
+                    node,
+                    None,
+                    annotations=annotations,
+                    host_network=True,
+                )
+            )
+    if facts is None:
+        return pods
+    everywhere = [{"operator": "Exists"}]
+    daemons = []
+    if facts.proxy:
+        command = ["/usr/local/bin/kube-proxy", "--proxy-mode=iptables"]
+        daemons.append(("kube-proxy", {"tier": "node"}, _container("kube-proxy", facts.proxy_image, command)))
+    if facts.flannel:
+        command = ["/opt/bin/flanneld", "--ip-masq", "--kube-subnet-mgr"]
+        daemons.append(
+            (
+                "kube-flannel",
+                {"tier": "node", "app": "flannel"},
+                _container("kube-flannel", FLANNEL_IMAGE, command),
+            )
+        )
+    for name, extra, container in daemons:
+        uid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"daemonset/{name}"))
+        revision = hashlib.sha256(container["image"].encode()).hexdigest()[:10]
+        labels = {
+            "k8s-app": name,
+            "controller-revision-hash": revision,
+            "pod-template-generation": "1",
+            **extra,
+        }
+        pods.append(
+            _pod(
+                f"{name}-{_short_hash(name, node.name)}",
+                labels,
+                _owner("DaemonSet", name, uid),
+                [container],
+                node,
+                None,
+                host_network=True,
+                tolerations=everywhere,
+            )
+        )
+    return pods
+
+
+def _coredns(
+    existing: dict[str, Resource], ready_nodes: list[Resource], facts: KubeFacts
+) -> list[dict[str, Any]]:
+    """The CoreDNS Deployment's replicas: kept where they run on a Ready node with the current image,
+    else (re)scheduled, spread over nodes; Pending while no node is Ready."""
+    template = hashlib.sha256(facts.coredns_image.encode()).hexdigest()[:10]
+    replica_set = f"coredns-{template}"
+    uid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"replicaset/{replica_set}"))
+    ready = {n.name: n for n in ready_nodes}
+    kept = [
+        p
+        for p in existing.values()
+        if p.name.startswith(replica_set + "-") and (p.spec or {}).get("nodeName") in ready
+    ][:COREDNS_REPLICAS]
+    names = [p.name for p in kept]
+    placements: list[Resource | None] = [ready[str((p.spec or {}).get("nodeName"))] for p in kept]
+    used = {n.name for n in placements if n is not None}
+    # The scheduler spreads the replicas and prefers nodes without taints (CoreDNS tolerates control planes').
+    candidates = sorted(
+        ready.values(), key=lambda n: (n.name in used, bool((n.spec or {}).get("taints")), n.name)
+    )
+    index = 0
+    while len(names) < COREDNS_REPLICAS:
+        name = f"{replica_set}-{_short_hash(replica_set, str(index))}"
+        if name not in names:
+            names.append(name)
+            placements.append(candidates[len(placements) % len(candidates)] if candidates else None)
+        index += 1
+    container = _container("coredns", facts.coredns_image, ["/coredns", "-conf", "/etc/coredns/Corefile"])
+    tolerations = [
+        {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
+    ]
+    labels = {"k8s-app": "kube-dns", "pod-template-hash": template}
+    return [
+        _pod(
+            name,
+            labels,
+            _owner("ReplicaSet", replica_set, uid),
+            [container],
+            node,
+            _pod_ip(facts, name),
+            tolerations=tolerations,
+        )
+        for name, node in zip(names, placements, strict=True)
+    ]
