@@ -2,8 +2,9 @@
 
 On first start the data directory gets a CA and serving certificate, an encryption key, the
 ``default`` namespace, the ``admin`` ServiceAccount and ``admin.kubeconfig`` (mode 0600), so that
-``kubectl --kubeconfig DIR/admin.kubeconfig get ns`` works with no other step. Controllers are given
-in by the composition root (the CLI) and run beside the server until it stops.
+``kubectl --kubeconfig DIR/admin.kubeconfig get ns`` works with no other step. Background work
+(the controller manager) is given in by the composition root, the CLI, and runs beside the server
+until it stops.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import socket
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 import yaml
@@ -39,8 +40,24 @@ log = logging.getLogger("herder.serve")
 
 AUDIT_LOG = "audit.log"
 
-# A controller runs until cancelled; the runtime decides whether this replica leads (see ``serve``).
-Controller = Callable[[Store], Coroutine[Any, Any, None]]
+# How long background work (the controllers) gets to stop once the server has.
+STOP_GRACE = 10.0
+
+
+class Background(Protocol):
+    """Work that runs beside the API server until told to stop: the controller manager, which runs
+    the controllers only while this replica leads (``herder.runtime.Manager`` has this shape).
+    """
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+# Makes one piece of background work over the server's store.
+BackgroundFactory = Callable[[Store], Background]
+# Runs once the server listens (the demo seeds its objects and prints how to reach them).
+Ready = Callable[[Store], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True)
@@ -147,13 +164,16 @@ def _tls(options: ServeOptions, host: str) -> TlsFiles:
     return ensure_tls(options.data_dir, [host])
 
 
-async def serve(options: ServeOptions, *, controllers: Sequence[Controller] = ()) -> None:
-    """Serve until SIGTERM or SIGINT, then stop the server and the controllers, and close the store."""
+async def serve(
+    options: ServeOptions, *, background: Sequence[BackgroundFactory] = (), ready: Ready | None = None
+) -> None:
+    """Serve until SIGTERM or SIGINT, then stop the server and the background work, and close the store."""
     host, port = parse_listen(options.listen)
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     tls = _tls(options, host)
     store = await open_store(options.state_url, herder_registry(), key_file=options.data_dir / KEY_FILE)
     audit = AuditLog(store, options.data_dir / AUDIT_LOG)
+    workers = [make(store) for make in background]
     tasks: list[asyncio.Task[None]] = []
     try:
         url = server_url(host, port)
@@ -174,8 +194,11 @@ async def serve(options: ServeOptions, *, controllers: Sequence[Controller] = ()
         def started() -> None:
             log.info("herder serving on %s (state %s)", url, _redacted(options.state_url))
             log.info("admin kubeconfig: %s", kubeconfig)
-            # The seam for the controller runtime: with several replicas, only the leader's run.
-            tasks.extend(asyncio.create_task(controller(store)) for controller in controllers)
+            tasks.extend(asyncio.create_task(worker.run()) for worker in workers)
+            if ready is not None:
+                tasks.append(asyncio.create_task(ready(store)))
+            for task in tasks:
+                task.add_done_callback(_report_failure)
 
         server = _Server(config, started)
         loop = asyncio.get_running_loop()
@@ -183,12 +206,23 @@ async def serve(options: ServeOptions, *, controllers: Sequence[Controller] = ()
             loop.add_signal_handler(sig, _stopper(server, sig))
         await server.serve()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().remove_signal_handler(sig)
+        for worker in workers:
+            worker.stop()
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=STOP_GRACE)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         audit.close()
         await store.close()
     log.info("herder stopped")
+
+
+def _report_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background work failed", exc_info=task.exception())
 
 
 def _stopper(server: uvicorn.Server, sig: signal.Signals) -> Callable[[], None]:

@@ -20,10 +20,11 @@ from herder.state.errors import AlreadyExists
 from herder.state.store import SYSTEM, Store
 
 if TYPE_CHECKING:
-    from herder.api.serve import Controller, ServeOptions
+    from herder.api.serve import BackgroundFactory, Ready, ServeOptions
 
-# The controllers the server runs; the controller runtime and the domain controllers plug in here.
-CONTROLLERS: list[Controller] = []
+# What runs beside the API server: the controller manager (``herder.runtime.Manager`` over the
+# domain controllers, leading through etcd when the state is etcd) is wired in here.
+BACKGROUND: list[BackgroundFactory] = []
 
 DEMO_DIR = Path(".herder-demo")
 
@@ -31,13 +32,13 @@ DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Data dir
 ListenOption = Annotated[str, typer.Option("--listen", help="HOST:PORT to serve HTTPS on.")]
 
 
-def _run(options: ServeOptions, controllers: list[Controller]) -> None:
+def _run(options: ServeOptions, ready: Ready | None = None) -> None:
     # The server's imports (uvicorn, krm) load only for the commands that serve.
     from herder.api.serve import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(options, controllers=controllers))
+        asyncio.run(serve(options, background=BACKGROUND, ready=ready))
     except (OSError, ValueError) as exc:
         raise fail(str(exc)) from None
 
@@ -68,7 +69,7 @@ def serve_command(
         tls_key=tls_key,
         tls_ca=tls_ca,
     )
-    _run(options, CONTROLLERS)
+    _run(options)
 
 
 def _demo_objects() -> list[Resource]:
@@ -147,4 +148,4 @@ def demo(data_dir: DataDirOption = None, listen: ListenOption = DEFAULT_LISTEN) 
     from herder.api.serve import ServeOptions
 
     where = data_dir or DEMO_DIR
-    _run(ServeOptions(data_dir=where, listen=listen), [*CONTROLLERS, lambda store: _seed_demo(where, store)])
+    _run(ServeOptions(data_dir=where, listen=listen), lambda store: _seed_demo(where, store))
