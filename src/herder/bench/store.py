@@ -83,11 +83,15 @@ async def _backend(kind: str, workdir: Path, etcd_url: str | None) -> AsyncItera
         yield backend, "etcd"
 
 
-async def _etcd_baseline(backend: Backend, n: int) -> tuple[float, float]:
-    """Plain etcd puts (and compare-and-put updates) through the same client, one at a time."""
+async def _etcd_baseline(store_backend: Backend, n: int) -> tuple[float, float]:
+    """Plain etcd puts (and compare-and-put updates) through the same client, one at a time.
+
+    They go under a prefix of their own: the store's watch would choke on values it cannot decode.
+    """
     from herder.state.etcd import EtcdBackend
 
-    assert isinstance(backend, EtcdBackend)
+    assert isinstance(store_backend, EtcdBackend)
+    backend = await EtcdBackend(store_backend.endpoints, prefix=store_backend.prefix + "-baseline").open()
     value = (PAYLOAD + "x" * 100).encode()
     revs: list[int] = []
 
@@ -99,7 +103,9 @@ async def _etcd_baseline(backend: Backend, n: int) -> tuple[float, float]:
     async def cas(i: int) -> None:
         await backend.raw_put(f"/baseline/k{i}", value, expected_rev=revs[i])
 
-    return inserts, await _rate(n, cas)
+    updates = await _rate(n, cas)
+    await backend.close()
+    return inserts, updates
 
 
 async def _fan_out(store: Store, watchers: int, events: int) -> tuple[float, float]:

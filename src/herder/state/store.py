@@ -32,6 +32,8 @@ STORE_WRITES = Counter("herder_store_writes_total", "Writes committed to the sto
 CONTROLLER_ANNOTATION = "herder.dev/controller"
 SYSTEM = "system:herder"
 
+_NAMESPACES = "/core/namespaces/"
+
 # How often an update without a resourceVersion is retried when another writer got in first.
 _UNCONDITIONAL_ATTEMPTS = 50
 
@@ -107,16 +109,29 @@ class Store:
         *,
         cipher: Cipher | None = None,
         watch_ring: int = 10_000,
+        recent_cap: int = 100_000,
     ) -> None:
         self.backend = backend
         self.registry = registry
         self._cipher = cipher
         self._hub: WatchHub[Change] = WatchHub(backend, self._decode_change, ring=watch_ring)
         self._started = False
+        # The newest value seen of each recently changed key (value None: deleted), from this store's
+        # own writes and from the watch. Writes start from it instead of reading the backend first;
+        # the backend's compare-and-swap catches a stale entry, and the write is then redone fresh.
+        self._recent: dict[str, tuple[int, bytes | None]] = {}
+        self._recent_cap = recent_cap
+        # Namespaces known to exist, kept current by the watch: a create checks its namespace here,
+        # as Kubernetes's namespace admission checks its informer cache.
+        self._namespaces: set[str] = set()
+        self._ns_kind = next((k for k in registry if k.kind == "Namespace" and k.group == ""), None)
 
     async def start(self) -> Store:
         if not self._started:
             await self._hub.start()
+            if self._ns_kind is not None:
+                listed = await self.list(self._ns_kind)
+                self._namespaces.update(o.name for o in listed.items)
             self._started = True
         return self
 
@@ -173,7 +188,25 @@ class Store:
         return obj
 
     def _decode_change(self, raw: RawEvent) -> Change:
+        self._remember(raw.key, raw.rev, raw.value, from_watch=True)
+        if raw.key.startswith(_NAMESPACES):
+            name = raw.key[len(_NAMESPACES) :]
+            if raw.value is None:
+                self._namespaces.discard(name)
+            else:
+                self._namespaces.add(name)
         return Change(self, raw)
+
+    def _remember(self, key: str, rev: int, value: bytes | None, *, from_watch: bool = False) -> None:
+        known = self._recent.get(key)
+        if known is not None and known[0] > rev:
+            return  # the watch is behind this store's own write: keep the newer value
+        self._recent.pop(key, None)
+        if value is None and from_watch:
+            return  # nothing older than a delete the watch has delivered can still arrive
+        self._recent[key] = (rev, value)
+        if len(self._recent) > self._recent_cap:
+            del self._recent[next(iter(self._recent))]
 
     async def _current(self, info: KindInfo, name: str, namespace: str | None) -> tuple[str, KV, Resource]:
         key = self.key(info, name, namespace)
@@ -181,6 +214,26 @@ class Store:
         if kv is None:
             raise NotFound(info.plural, name)
         return key, kv, self._decode(key, kv.value, kv.mod_rev)
+
+    async def _with_current(
+        self,
+        info: KindInfo,
+        name: str,
+        namespace: str | None,
+        step: Callable[[str, KV, Resource], Awaitable[Resource]],
+    ) -> Resource:
+        """Run a write ``step`` on the current object: first as last seen, and if that proves stale
+        (a failed precondition), again on what the backend holds."""
+        key = self.key(info, name, namespace)
+        known = self._recent.get(key)
+        if known is not None and known[1] is not None:
+            kv = KV(key, known[1], known[0])
+            try:
+                return await step(key, kv, self._decode(key, kv.value, kv.mod_rev))
+            except (Conflict, Forbidden, Invalid):
+                pass  # perhaps decided on a stale copy: decide again on the stored object
+        key, kv, current = await self._current(info, name, namespace)
+        return await step(key, kv, current)
 
     # reads
 
@@ -235,7 +288,7 @@ class Store:
         meta = obj.metadata
         if not meta.name and meta.generate_name:
             meta.name = meta.generate_name + _gen_suffix()
-        if info.namespaced and info.kind != "Namespace":
+        if info.namespaced:
             await self._require_namespace(meta.namespace or "")
         meta.uid = str(uuid.uuid4())
         meta.creation_timestamp = now_rfc3339()
@@ -252,16 +305,20 @@ class Store:
             rev = await self.backend.create(key, value)
         except KeyExists:
             raise AlreadyExists(info.plural, obj.name) from None
+        self._remember(key, rev, value)
+        if info is self._ns_kind:
+            self._namespaces.add(obj.name)
         STORE_WRITES.labels("create", info.kind).inc()
         meta.resource_version = str(rev)
         return obj
 
     async def _require_namespace(self, namespace: str) -> None:
-        ns_info = next((k for k in self.registry if k.kind == "Namespace" and k.group == ""), None)
-        if ns_info is None:
+        if self._ns_kind is None or namespace in self._namespaces:
             return
-        if await self.backend.get(self.key(ns_info, namespace, None)) is None:
+        # Perhaps created through another replica a moment ago: ask the backend before refusing.
+        if await self.backend.get(self.key(self._ns_kind, namespace, None)) is None:
             raise NotFound("namespaces", namespace)
+        self._namespaces.add(namespace)
 
     async def update(self, obj: Resource, *, actor: str | None = None, dry_run: bool = False) -> Resource:
         """Replace an object's metadata and body; its status is kept (see ``update_status``).
@@ -283,7 +340,22 @@ class Store:
 
     async def _update(self, obj: Resource, actor: str | None, dry_run: bool) -> Resource:
         info = self.registry.for_object(obj)
-        key, kv, current = await self._current(info, obj.name, obj.namespace)
+
+        async def step(key: str, kv: KV, current: Resource) -> Resource:
+            return await self._update_step(info, obj, actor, dry_run, key, kv, current)
+
+        return await self._with_current(info, obj.name, obj.namespace, step)
+
+    async def _update_step(
+        self,
+        info: KindInfo,
+        obj: Resource,
+        actor: str | None,
+        dry_run: bool,
+        key: str,
+        kv: KV,
+        current: Resource,
+    ) -> Resource:
         _check_preconditions(info, obj, kv, current)
         new = info.validate(obj)
         meta, old = new.metadata, current.metadata
@@ -310,12 +382,15 @@ class Store:
 
     async def _update_status(self, obj: Resource, dry_run: bool) -> Resource:
         info = self.registry.for_object(obj)
-        key, kv, current = await self._current(info, obj.name, obj.namespace)
-        _check_preconditions(info, obj, kv, current)
-        new = current.model_copy()
-        new.status = obj.status
-        new = info.validate(new)
-        return await self._replace(info, key, kv, current, new, "update_status", dry_run)
+
+        async def step(key: str, kv: KV, current: Resource) -> Resource:
+            _check_preconditions(info, obj, kv, current)
+            new = current.model_copy()
+            new.status = obj.status
+            new = info.validate(new)
+            return await self._replace(info, key, kv, current, new, "update_status", dry_run)
+
+        return await self._with_current(info, obj.name, obj.namespace, step)
 
     async def _replace(
         self, info: KindInfo, key: str, kv: KV, current: Resource, new: Resource, op: str, dry_run: bool
@@ -327,12 +402,15 @@ class Store:
             return new
         try:
             if new.metadata.deletion_timestamp and not new.metadata.finalizers:
+                value = None
                 rev = await self.backend.remove(key, kv.mod_rev)
                 op = "delete"
             else:
-                rev = await self.backend.replace(key, self._encode(info, key, new), kv.mod_rev)
+                value = self._encode(info, key, new)
+                rev = await self.backend.replace(key, value, kv.mod_rev)
         except RevisionMismatch:
             raise _conflict(info, new.name) from None
+        self._remember(key, rev, value)
         STORE_WRITES.labels(op, info.kind).inc()
         new.metadata.resource_version = str(rev)
         return new
@@ -353,27 +431,38 @@ class Store:
         Returns the object as it now is: marked, or its last state (with the deletion's revision).
         """
         info = self.kind(kind)
-        key, kv, current = await self._current(info, name, namespace)
-        if resource_version and resource_version != current.metadata.resource_version:
-            raise _conflict(info, name)
-        if uid and uid != current.metadata.uid:
-            raise Conflict(f'{info.kind} "{name}": precondition failed: uid {uid} does not match')
-        _check_owner(info, current, actor, finalizers_only=False)
-        if current.metadata.finalizers:
-            if current.metadata.deletion_timestamp:
+
+        async def step(key: str, kv: KV, current: Resource) -> Resource:
+            if resource_version and resource_version != current.metadata.resource_version:
+                raise _conflict(info, name)
+            if uid and uid != current.metadata.uid:
+                raise Conflict(f'{info.kind} "{name}": precondition failed: uid {uid} does not match')
+            _check_owner(info, current, actor, finalizers_only=False)
+            if current.metadata.finalizers:
+                if current.metadata.deletion_timestamp:
+                    return current
+                marked = current.clone()
+                marked.metadata.deletion_timestamp = now_rfc3339()
+                return await self._replace(info, key, kv, current, marked, "delete", dry_run)
+            if dry_run:
                 return current
-            marked = current.clone()
-            marked.metadata.deletion_timestamp = now_rfc3339()
-            return await self._replace(info, key, kv, current, marked, "delete", dry_run)
-        if dry_run:
+            try:
+                rev = await self.backend.remove(key, kv.mod_rev)
+            except RevisionMismatch:
+                raise _conflict(info, name) from None
+            self._remember(key, rev, None)
+            STORE_WRITES.labels("delete", info.kind).inc()
+            current.metadata.resource_version = str(rev)
             return current
-        try:
-            rev = await self.backend.remove(key, kv.mod_rev)
-        except RevisionMismatch:
-            raise _conflict(info, name) from None
-        STORE_WRITES.labels("delete", info.kind).inc()
-        current.metadata.resource_version = str(rev)
-        return current
+
+        attempts = 1 if resource_version else _UNCONDITIONAL_ATTEMPTS
+        for attempt in range(attempts):
+            try:
+                return await self._with_current(info, name, namespace, step)
+            except Conflict:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     # watch
 
@@ -411,7 +500,8 @@ class Store:
                 yield WatchEvent("ADDED", obj)
             from_rev = listed.resource_version + 1
         elif resource_version in (None, "", "0", 0):
-            from_rev = self._hub.last_rev + 1
+            # The hub may not have seen the newest writes yet (etcd delivers them a little later).
+            from_rev = max(self._hub.last_rev, await self.backend.revision()) + 1
         else:
             try:
                 from_rev = int(resource_version) + 1
