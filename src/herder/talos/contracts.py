@@ -33,7 +33,9 @@ class VersionContract:
         contract = cls(int(m.group(1)), int(m.group(2)))
         if contract not in SUPPORTED:
             supported = ", ".join(str(c) for c in SUPPORTED)
-            raise UnknownTalosVersion(f"unsupported Talos version {version!r}: supported contracts are {supported}")
+            raise UnknownTalosVersion(
+                f"unsupported Talos version {version!r}: supported contracts are {supported}"
+            )
         return contract
 
     def at_least(self, major: int, minor: int) -> bool:
