@@ -73,7 +73,7 @@ class ServeOptions:
 
     @property
     def state_url(self) -> str:
-        return self.state or f"sqlite:///{(self.data_dir / 'herder.db').resolve()}"
+        return self.state or f"sqlite://{(self.data_dir / 'herder.db').resolve()}"
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

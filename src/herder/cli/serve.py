@@ -16,7 +16,7 @@ from herder.client.kubeconfig import load
 from herder.resources import Resource
 from herder.resources.access import SERVICE_ACCOUNT
 from herder.resources.catalog import herder_registry
-from herder.state.errors import AlreadyExists
+from herder.state.errors import AlreadyExists, StateError
 from herder.state.store import SYSTEM, Store
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def _run(options: ServeOptions, ready: Ready | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(serve(options, background=BACKGROUND, ready=ready))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, StateError) as exc:
         raise fail(str(exc)) from None
 
 
