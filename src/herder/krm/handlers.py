@@ -478,7 +478,11 @@ class ResourceAPI:
             options = media.parse_object(raw, media.JSON)
         preconditions = options.get("preconditions") or {}
         dry_run = options.get("dryRun") or []
-        if not isinstance(preconditions, dict) or not isinstance(dry_run, list) or set(dry_run) - {"All"}:
+        if (
+            not isinstance(preconditions, dict)
+            or not isinstance(dry_run, list)
+            or any(v != "All" for v in dry_run)
+        ):
             raise ApiError(
                 400, "invalid DeleteOptions: preconditions must be an object, dryRun a list of All"
             )

@@ -17,6 +17,8 @@ JSON = "application/json"
 YAML = "application/yaml"
 
 Representation = Literal["json", "table"]
+# The deepest nesting of lists and objects accepted in a request body; objects need a few dozen.
+MAX_DEPTH = 100
 
 
 def dumps(data: Any) -> bytes:
@@ -86,17 +88,37 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _depth(data: Any) -> int:
+    """How deeply ``data`` nests lists and objects, found without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def parse(body: bytes, content_type: str) -> Any:
-    """Decode a JSON or YAML body into JSON data; a malformed one is a 400."""
+    """Decode a JSON or YAML body into JSON data; a malformed or absurdly nested one is a 400.
+
+    The depth limit keeps every later step (patching, validation, encoding) clear of Python's
+    recursion limit.
+    """
     try:
         if content_type in (YAML, "application/x-yaml", "text/yaml"):
             # A round trip through JSON turns YAML's timestamps and other non-JSON scalars into strings.
-            return json.loads(json.dumps(yaml.load(body, Loader=_NoAliasLoader), default=str))
-        return json.loads(body, parse_constant=_reject_constant)
+            data = json.loads(json.dumps(yaml.load(body, Loader=_NoAliasLoader), default=str))
+        else:
+            data = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, yaml.YAMLError, RecursionError) as err:
         raise ApiError(
             400, f"the request body is not valid {'YAML' if 'yaml' in content_type else 'JSON'}: {err}"
         ) from None
+    if _depth(data) > MAX_DEPTH:
+        raise ApiError(400, f"the request body nests more than {MAX_DEPTH} levels deep")
+    return data
 
 
 def parse_object(body: bytes, content_type: str) -> dict[str, Any]:
