@@ -1,6 +1,9 @@
 """The emulator's control API: plain HTTP/1.1 with JSON bodies on a loopback address, for tools and tests.
 
     GET    /healthz                       {"ok": true}
+    GET    /clusters                      every cluster: etcd members, their health, quorum, leader, and the
+                                          address of its emulated Kubernetes API
+    GET    /clusters/{cluster}            one of them, by id or name
     GET    /machines                      every machine's summary (uuid, endpoint, node, stage, power, …)
     POST   /machines                      {"count": N, "talos_version": "v1.x.y", "uuid": "…"} → the new machines
     GET    /machines/{machine}            one machine ({machine} = uuid, address, endpoint or hostname)
@@ -87,6 +90,14 @@ class ControlAPI:
         emulator = self.emulator
         if parts == ["healthz"] and method == "GET":
             return 200, {"ok": True}
+        if parts[:1] == ["clusters"] and method == "GET" and len(parts) <= 2:
+            clusters = [
+                c for c in emulator.clusters.values() if len(parts) == 1 or parts[1] in (c.id, c.name)
+            ]
+            if len(parts) == 2 and not clusters:
+                raise HTTPError(404, f"cluster {parts[1]!r} not found")
+            summaries = [emulator.services.summary(c) for c in clusters]
+            return 200, summaries if len(parts) == 1 else summaries[0]
         if parts == ["machines"]:
             if method == "GET":
                 return 200, [m.summary() for m in emulator.machines.values()]

@@ -502,6 +502,8 @@ class Machine:
             self._register_with_cluster()
             if mode is ApplyMode.REBOOT:
                 self._run("reboot", self._reboot_body, takeover=True)
+        # Its kubelet and static pods follow a config applied without a reboot at once.
+        self.emulator.stage_changed(self)
         return pb.ApplyConfiguration(mode=int(mode), mode_details=details, warnings=list(new.warnings))  # type: ignore[arg-type]
 
     def _apply_in_maintenance(
@@ -675,7 +677,7 @@ class Machine:
             healthy = running or name in ("apid", "machined", "udevd")
             if name == "etcd":
                 cluster = self.cluster
-                healthy = running and cluster is not None and cluster.member_of(self.uuid) is not None
+                healthy = running and cluster is not None and cluster.member_healthy(self.uuid)
             state = "Running" if healthy else "Preparing"
             message = (
                 "" if healthy else ("waiting for etcd bootstrap" if name == "etcd" else "waiting for boot")
@@ -759,11 +761,15 @@ class Machine:
         self.recover_snapshot = snapshot
 
     def kubeconfig(self) -> bytes:
-        config, _cluster = self._control_plane("kubeconfig")
+        config, cluster = self._control_plane("kubeconfig")
         if config.kubernetes_ca is None or not config.endpoint:
             raise precondition("k8s API server CA config is not set")
+        # The config's endpoint names the cluster's API in the real world; here it is where the emulator
+        # serves the cluster's emulated API.
         text = generate_admin_kubeconfig(
-            config.kubernetes_ca, cluster_name=config.cluster_name or "talos", endpoint=config.endpoint
+            config.kubernetes_ca,
+            cluster_name=config.cluster_name or "talos",
+            endpoint=self.emulator.services.api(cluster).url,
         )
         return _tar_gz("kubeconfig", text.encode())
 

@@ -1,0 +1,142 @@
+"""What the cluster tests share: forming an emulated cluster through the Talos API, waiting on it, and the
+real kubectl against its emulated Kubernetes API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from herder.emu.cluster import Cluster
+from herder.emu.emulator import Emulator
+from herder.emu.machine import Machine
+from herder.talos.machine import MachineStage
+from tests.emu.support import ClusterConfigs, admin, bring_up
+
+KUBECTL = "/usr/bin/kubectl"
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float = 10.0
+) -> None:
+    """Wait until ``check()`` holds (it may be a coroutine function); fails the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{getattr(check, '__name__', 'condition')} did not hold within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class Formed:
+    emulator: Emulator
+    configs: ClusterConfigs
+    control_planes: list[Machine]
+    workers: list[Machine]
+    kubeconfig: Path
+
+    @property
+    def cluster(self) -> Cluster:
+        config = self.control_planes[0].config
+        assert config is not None
+        return self.emulator.clusters[config.cluster_id]
+
+    def healthy_members(self) -> int:
+        cluster = self.cluster
+        return sum(1 for m in cluster.members.values() if cluster.healthy(m)) if cluster.has_quorum() else 0
+
+    async def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """The real kubectl with the kubeconfig fetched through the Talos API."""
+        command = [
+            KUBECTL,
+            f"--kubeconfig={self.kubeconfig}",
+            f"--cache-dir={self.kubeconfig.parent / 'kube-cache'}",
+            "--request-timeout=10s",
+            *args,
+        ]
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            command,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "KUBECTL_INTERACTIVE_DELETE": "false"},
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    async def kubectl_json(self, *args: str) -> Any:
+        return json.loads((await self.kubectl(*args, "-o", "json")).stdout)
+
+
+async def form_cluster(
+    emulator: Emulator,
+    configs: ClusterConfigs,
+    directory: Path,
+    *,
+    control_planes: int = 3,
+    workers: int = 2,
+    controlplane_config: str | None = None,
+    snapshot: bytes | None = None,
+) -> Formed:
+    """Bring up machines with the cluster's configs, bootstrap the first control plane (recovering from
+    ``snapshot`` if given), wait for every control plane in etcd, and fetch the admin kubeconfig."""
+    free = [m for m in emulator.machines.values() if m.config is None]
+    while len(free) < control_planes + workers:
+        free.append(emulator.create_machine())
+    cps, wks = free[:control_planes], free[control_planes : control_planes + workers]
+    cp_config = controlplane_config or configs.controlplane
+    await asyncio.gather(
+        *(bring_up(emulator, m, cp_config) for m in cps),
+        *(bring_up(emulator, m, configs.worker) for m in wks),
+    )
+    async with admin(configs, cps[0]) as client:
+        if snapshot is not None:
+            await client.etcd_recover(snapshot)
+        await client.bootstrap(recover_etcd=snapshot is not None)
+        await eventually(lambda: _members(client, control_planes))
+        kubeconfig = await client.kubeconfig()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "kubeconfig"
+    path.write_bytes(kubeconfig)
+    return Formed(emulator, configs, cps, wks, path)
+
+
+async def _members(client: Any, count: int) -> bool:
+    return len(await client.etcd_member_list()) == count
+
+
+async def etcd_healthy(formed: Formed, machine: Machine) -> bool:
+    async with admin(formed.configs, machine) as client:
+        services = {s.id: s for s in await client.service_list()}
+    return services["etcd"].healthy
+
+
+async def nodes_ready(formed: Formed) -> dict[str, bool]:
+    """Each node's readiness as kubectl sees it."""
+    nodes = await formed.kubectl_json("get", "nodes")
+    return {
+        n["metadata"]["name"]: any(
+            c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"]
+        )
+        for n in nodes["items"]
+    }
+
+
+def running(machine: Machine) -> bool:
+    return machine.stage is MachineStage.RUNNING

@@ -1,0 +1,218 @@
+"""Emulated clusters end to end: configs from herder's Talos library applied to 3 control planes and 2 workers
+over the Talos API, one bootstrap, the kubeconfig from the Talos API, and the real kubectl against the
+cluster's emulated Kubernetes API."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herder.emu.emulator import Emulator
+from herder.talos.generate import generate_bundle
+from herder.talos.generate_input import ConfigInput
+from herder.talos.machine import AlreadyExists
+from tests.emu.clusters import KUBECTL, etcd_healthy, eventually, form_cluster, nodes_ready
+from tests.emu.support import CONTRACT, ClusterConfigs, admin, cluster_configs, edit_config
+
+pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
+
+STATIC = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+# kubectl's typed create commands (create namespace, create configmap) send protobuf, which the emulated
+# API does not read; manifests go as JSON.
+APPS = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: apps}
+data: {color: blue}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: token, namespace: apps}
+stringData: {value: s3cret}
+"""
+
+
+async def test_a_cluster_forms_and_kubectl_sees_it(emulator: Emulator, tmp_path: Path) -> None:
+    configs = cluster_configs("kubectl")
+    formed = await form_cluster(emulator, configs, tmp_path)
+    for machine in formed.control_planes:
+        assert await etcd_healthy(formed, machine)
+
+    # A second bootstrap is refused, on the first control plane and on any other.
+    for machine in formed.control_planes[:2]:
+        async with admin(configs, machine) as client:
+            with pytest.raises(AlreadyExists, match="etcd data directory is not empty"):
+                await client.bootstrap()
+
+    names = {m.hostname.lower() for m in formed.control_planes + formed.workers}
+    await eventually(lambda: _all_ready(formed, names))
+    out = (await formed.kubectl("get", "nodes")).stdout
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert len(rows) == 5 and all(r.split()[1] == "Ready" for r in rows)
+    roles = sorted(r.split()[2] for r in rows)
+    assert roles == ["<none>", "<none>", "control-plane", "control-plane", "control-plane"]
+    assert {r.split()[4] for r in rows} == {"v1.33.0"}
+
+    nodes = (await formed.kubectl_json("get", "nodes"))["items"]
+    control_plane = next(
+        n for n in nodes if n["metadata"]["name"] == formed.control_planes[0].hostname.lower()
+    )
+    assert control_plane["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] == ""
+    assert control_plane["spec"]["taints"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+    ]
+    assert control_plane["status"]["nodeInfo"]["kubeletVersion"] == "v1.33.0"
+
+    pods = (await formed.kubectl_json("get", "pods", "-n", "kube-system"))["items"]
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    for machine in formed.control_planes:
+        for component in STATIC:
+            pod = by_name[f"{component}-{machine.hostname.lower()}"]
+            assert pod["status"]["phase"] == "Running"
+            assert pod["spec"]["containers"][0]["image"] == f"registry.k8s.io/{component}:v1.33.0"
+    assert sum(1 for n in by_name if n.startswith("kube-proxy-")) == 5
+    assert sum(1 for n in by_name if n.startswith("coredns-")) == 2
+    table = (await formed.kubectl("get", "pods", "-n", "kube-system")).stdout
+    assert table.splitlines()[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    rows = {r.split()[0]: r.split()[1:4] for r in table.splitlines()[1:]}
+    assert rows[f"kube-apiserver-{formed.control_planes[0].hostname.lower()}"] == ["1/1", "Running", "0"]
+
+    version = json.loads((await formed.kubectl("version", "-o", "json")).stdout)
+    assert version["serverVersion"]["gitVersion"] == "v1.33.0"
+
+
+async def _all_ready(formed: Any, names: set[str]) -> bool:
+    ready = await nodes_ready(formed)
+    return set(ready) == names and all(ready.values())
+
+
+async def test_configmaps_and_secrets_survive_snapshot_and_recovery(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    formed = await form_cluster(
+        emulator, cluster_configs("source"), tmp_path / "source", control_planes=1, workers=0
+    )
+    await formed.kubectl("apply", "-f", "-", input=APPS)
+    header, row = (await formed.kubectl("get", "cm", "settings", "-n", "apps")).stdout.splitlines()
+    assert header.split() == ["NAME", "DATA", "AGE"] and row.split()[:2] == ["settings", "1"]
+    header, row = (await formed.kubectl("get", "secret", "token", "-n", "apps")).stdout.splitlines()
+    assert header.split() == ["NAME", "TYPE", "DATA", "AGE"] and row.split()[:3] == ["token", "Opaque", "1"]
+
+    async with admin(formed.configs, formed.control_planes[0]) as client:
+        snapshot = await client.etcd_snapshot()
+
+    restored = await form_cluster(
+        emulator,
+        cluster_configs("restored"),
+        tmp_path / "restored",
+        control_planes=1,
+        workers=0,
+        snapshot=snapshot,
+    )
+    assert restored.cluster.id != formed.cluster.id
+    cm = await restored.kubectl_json("get", "configmap", "settings", "-n", "apps")
+    assert cm["data"] == {"color": "blue"}
+    secret = await restored.kubectl_json("get", "secret", "token", "-n", "apps")
+    assert base64.b64decode(secret["data"]["value"]) == b"s3cret"
+    # The restored cluster's own control plane registered beside the nodes the snapshot remembers.
+    ready = await nodes_ready(restored)
+    assert ready[restored.control_planes[0].hostname.lower()] is True
+    assert ready[formed.control_planes[0].hostname.lower()] is False
+
+
+async def test_control_planes_that_do_not_register_are_not_nodes(emulator: Emulator, tmp_path: Path) -> None:
+    configs = cluster_configs("managed")
+
+    def skip_registration(doc: dict[str, Any]) -> None:
+        doc["machine"].setdefault("kubelet", {})["skipNodeRegistration"] = True
+
+    formed = await form_cluster(
+        emulator, configs, tmp_path, controlplane_config=edit_config(configs.controlplane, skip_registration)
+    )
+    workers = {m.hostname.lower() for m in formed.workers}
+    await eventually(lambda: _all_ready(formed, workers))
+    rows = (await formed.kubectl("get", "nodes", "--no-headers")).stdout.splitlines()
+    assert {r.split()[0] for r in rows} == workers
+    pods = (await formed.kubectl_json("get", "pods", "-n", "kube-system"))["items"]
+    assert not [p for p in pods if p["metadata"]["name"].startswith(STATIC)]
+    assert {p["spec"].get("nodeName") for p in pods} <= workers
+
+
+async def test_a_kubernetes_upgrade_shows_in_pods_and_nodes(emulator: Emulator, tmp_path: Path) -> None:
+    configs = cluster_configs("upgrade")
+    formed = await form_cluster(emulator, configs, tmp_path, control_planes=1, workers=1)
+    newer = generate_bundle(
+        ConfigInput(
+            cluster_name=configs.name,
+            endpoint=f"https://{configs.name}.example:6443",
+            kubernetes_version="1.33.4",
+            contract=CONTRACT,
+            secrets=configs.secrets,
+        )
+    )
+    upgraded = ClusterConfigs(
+        configs.name, configs.secrets, newer.controlplane, newer.worker, configs.talosconfig
+    )
+    for machine, config in (
+        (formed.control_planes[0], upgraded.controlplane),
+        (formed.workers[0], upgraded.worker),
+    ):
+        async with admin(configs, machine) as client:
+            await client.apply_configuration(config)
+
+    async def upgraded_everywhere() -> bool:
+        nodes = (await formed.kubectl_json("get", "nodes"))["items"]
+        pods = (await formed.kubectl_json("get", "pods", "-n", "kube-system"))["items"]
+        images = {
+            c["image"] for p in pods for c in p["spec"]["containers"] if "registry.k8s.io/kube" in c["image"]
+        }
+        versions = {n["status"]["nodeInfo"]["kubeletVersion"] for n in nodes}
+        return versions == {"v1.33.4"} and {i.rsplit(":", 1)[1] for i in images} == {"v1.33.4"}
+
+    await eventually(upgraded_everywhere)
+    version = json.loads((await formed.kubectl("version", "-o", "json")).stdout)
+    assert version["serverVersion"]["gitVersion"] == "v1.33.4"
+
+
+async def test_failures_show_in_nodes(emulator: Emulator, tmp_path: Path) -> None:
+    formed = await form_cluster(emulator, cluster_configs("failures"), tmp_path)
+    worker, lost_cp = formed.workers[0], formed.control_planes[2]
+    await eventually(
+        lambda: _all_ready(formed, {m.hostname.lower() for m in formed.control_planes + formed.workers})
+    )
+    await worker.power_off()
+    await lost_cp.inject("partition")
+    await eventually(lambda: formed.healthy_members() == 2)
+    member = formed.cluster.member_of(lost_cp.uuid)
+    assert member is not None and not formed.cluster.healthy(member)
+
+    async def dropped_out() -> bool:
+        ready = await nodes_ready(formed)
+        return not ready[worker.hostname.lower()] and not ready[lost_cp.hostname.lower()]
+
+    await eventually(dropped_out)
+    _header, *rows = (await formed.kubectl("get", "nodes")).stdout.splitlines()
+    statuses = {r.split()[0]: r.split()[1] for r in rows}
+    assert statuses[worker.hostname.lower()] == "NotReady"
+    assert statuses[formed.workers[1].hostname.lower()] == "Ready"
+    # The pods of a node that stopped answering are no longer ready.
+    pods = (await formed.kubectl_json("get", "pods", "-n", "kube-system"))["items"]
+    on_lost = [p for p in pods if p["spec"].get("nodeName") == lost_cp.hostname.lower()]
+    assert on_lost and not any(c["ready"] for p in on_lost for c in p["status"]["containerStatuses"])
+
+    await lost_cp.inject("heal")
+    worker.power_on()
+    await eventually(lambda: formed.healthy_members() == 3)
+    await eventually(
+        lambda: _all_ready(formed, {m.hostname.lower() for m in formed.control_planes + formed.workers})
+    )
