@@ -99,6 +99,14 @@ def test_serviceaccount_token_is_printed_once_and_works(server: Server, tmp_path
     listed = ok(server.run("herder", "serviceaccount", "list"))
     row = next(line.split() for line in listed.splitlines() if line.startswith("ci "))
     assert row[:3] == ["ci", "Reader", "1"]
+    second = ok(server.run("herder", "serviceaccount", "token", "ci")).strip()
+    assert second.startswith("hdr_ci-") and second != token
+    row = next(
+        line.split()
+        for line in ok(server.run("herder", "serviceaccount", "list")).splitlines()
+        if line.startswith("ci ")
+    )
+    assert row[:3] == ["ci", "Reader", "2"]
     assert token not in listed and token.rpartition("_")[2] not in ok(
         server.run("herder", "get", "tokens", "-o", "yaml")
     )
@@ -109,7 +117,7 @@ def test_serviceaccount_token_is_printed_once_and_works(server: Server, tmp_path
         server.run("herder", "describe", "ns", "default", kubeconfig=kubeconfig)
     )
 
-    assert "1 token(s) revoked" in ok(server.run("herder", "serviceaccount", "delete", "ci"))
+    assert "2 token(s) revoked" in ok(server.run("herder", "serviceaccount", "delete", "ci"))
     gone = one_line_error(server.run("herder", "get", "ns", kubeconfig=kubeconfig))
     assert "Unauthorized" in gone
 

@@ -11,9 +11,9 @@ import typer
 from rich.table import Table
 
 from herder.api.datadir import write_kubeconfig
-from herder.cli.common import KubeconfigOption, connect, err, kubeconfig_path, out, run
+from herder.cli.common import KubeconfigOption, connect, err, fail, kubeconfig_path, out, run
 from herder.cli.objects import age
-from herder.client import NotFound
+from herder.client import IssuedToken, NotFound
 from herder.client.kubeconfig import load
 from herder.resources import Resource
 from herder.resources.access import ROLES, SERVICE_ACCOUNT, TOKEN_SUBJECT_LABEL
@@ -21,6 +21,15 @@ from herder.resources.access import ROLES, SERVICE_ACCOUNT, TOKEN_SUBJECT_LABEL
 app = typer.Typer(
     help="Service accounts: identities with a role, for scripts and providers.", no_args_is_help=True
 )
+
+
+ExpiresOption = Annotated[
+    int | None, typer.Option("--expires-in", help="Seconds until the token expires (default: never).")
+]
+WriteKubeconfigOption = Annotated[
+    Path | None,
+    typer.Option("--write-kubeconfig", help="Also write a kubeconfig (mode 0600) holding the token."),
+]
 
 
 @app.command()
@@ -31,18 +40,13 @@ def create(
         str | None, typer.Option("--provider-id", help="The infra provider id (role InfraProvider).")
     ] = None,
     description: Annotated[str, typer.Option("--description")] = "",
-    expires_in: Annotated[
-        int | None, typer.Option("--expires-in", help="Seconds until the token expires (default: never).")
-    ] = None,
-    write_to: Annotated[
-        Path | None,
-        typer.Option("--write-kubeconfig", help="Also write a kubeconfig (mode 0600) holding the token."),
-    ] = None,
+    expires_in: ExpiresOption = None,
+    write_to: WriteKubeconfigOption = None,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Create a service account and print its bearer token on stdout: it is shown this once only."""
 
-    async def work() -> None:
+    async def work() -> IssuedToken:
         async with connect(kubeconfig) as client:
             spec = {"role": role, "description": description}
             if provider_id:
@@ -57,15 +61,39 @@ def create(
                     }
                 )
             )
-            issued = await client.issue_token(SERVICE_ACCOUNT, name, expires_in_seconds=expires_in)
-        err.print(f"serviceaccount/{name} created; its token follows, shown this once only", markup=False)
-        if write_to is not None:
-            credentials = load(kubeconfig_path(kubeconfig))
-            write_kubeconfig(write_to, credentials.server, credentials.ca_pem, issued.token)
-            err.print(f"kubeconfig written to {write_to}", markup=False)
-        out.print(issued.token, markup=False)
+            return await client.issue_token(SERVICE_ACCOUNT, name, expires_in_seconds=expires_in)
 
-    run(work)
+    _hand_out(run(work), f"serviceaccount/{name} created", write_to, kubeconfig)
+
+
+@app.command()
+def token(
+    name: Annotated[str, typer.Argument(help="The account's name.")],
+    expires_in: ExpiresOption = None,
+    write_to: WriteKubeconfigOption = None,
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Issue another token for a service account (to rotate: issue, switch, then delete the old one)."""
+
+    async def work() -> IssuedToken:
+        async with connect(kubeconfig) as client:
+            return await client.issue_token(SERVICE_ACCOUNT, name, expires_in_seconds=expires_in)
+
+    _hand_out(run(work), f"serviceaccount/{name}: token issued", write_to, kubeconfig)
+
+
+def _hand_out(issued: IssuedToken, what: str, write_to: Path | None, kubeconfig: Path | None) -> None:
+    """The token on stdout (so that scripts can capture it), everything else on stderr."""
+    err.print(f"{what} (token {issued.name}); the token follows, shown this once only", markup=False)
+    # The token first: whatever fails next, it must not be lost.
+    out.print(issued.token, markup=False)
+    if write_to is not None:
+        credentials = load(kubeconfig_path(kubeconfig))
+        try:
+            write_kubeconfig(write_to, credentials.server, credentials.ca_pem, issued.token)
+        except OSError as exc:
+            raise fail(f"cannot write {write_to}: {exc.strerror}") from None
+        err.print(f"kubeconfig written to {write_to}", markup=False)
 
 
 @app.command("list")
