@@ -85,18 +85,16 @@ class Server:
             base_url=self.url, verify=ssl.create_default_context(cafile=self.tls.ca), timeout=20
         )
 
+    def kubectl_command(self, *args: str) -> list[str]:
+        """The kubectl command line for ``args`` against this server."""
+        return [KUBECTL, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache_dir}", *args]
+
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl against this server; ``check`` fails the test on a non-zero exit."""
         proc = subprocess.run(
-            [
-                KUBECTL,
-                f"--kubeconfig={self.kubeconfig}",
-                f"--cache-dir={self.cache_dir}",
-                "--request-timeout=20s",
-                *args,
-            ],
+            self.kubectl_command("--request-timeout=20s", *args),
             input=input,
             capture_output=True,
             text=True,
@@ -106,9 +104,6 @@ class Server:
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc
-
-    def kubectl_command(self, *args: str) -> list[str]:
-        return [KUBECTL, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache_dir}", *args]
 
 
 def serve_krm(tls: Tls, out: Path, *args: str) -> Iterator[Server]:
