@@ -110,6 +110,12 @@ async def test_upgrade_changes_the_version(emulator: Emulator, cluster_a: Cluste
     await wait_stage(emulator, machine, MachineStage.RUNNING)
     async with admin(cluster_a, machine) as client:
         assert (await client.version()).tag == "v1.14.1"
+        # Talos 1.9 cannot be installed over 1.14: its installer refuses, the machine stays as it is.
+        await client.upgrade("ghcr.io/siderolabs/installer:v1.9.0")
+    await wait_stage(emulator, machine, MachineStage.UPGRADING)
+    await emulator.wait_for(lambda: machine.stage is MachineStage.RUNNING and bool(machine.last_error), 10)
+    assert "cannot be installed over" in machine.last_error
+    assert machine.record.talos_version == "v1.14.1"
 
 
 async def test_failed_upgrade_rolls_back_and_says_so(emulator: Emulator, cluster_a: ClusterConfigs) -> None:
@@ -195,13 +201,10 @@ async def test_reset_reboot_and_shutdown(emulator: Emulator, cluster_a: ClusterC
 
 
 async def test_etcd_and_kubeconfig(emulator: Emulator, cluster_a: ClusterConfigs) -> None:
-    cp1, cp2, worker = machines(emulator)[:3]
-    for machine, config in (
-        (cp1, cluster_a.controlplane),
-        (cp2, cluster_a.controlplane),
-        (worker, cluster_a.worker),
-    ):
-        await bring_up(emulator, machine, config)
+    cp1, cp2, cp3, worker = machines(emulator)[:4]
+    for machine in (cp1, cp2, cp3):
+        await bring_up(emulator, machine, cluster_a.controlplane)
+    await bring_up(emulator, worker, cluster_a.worker)
     async with admin(cluster_a, cp1) as client:
         with pytest.raises(FailedPrecondition):
             await client.etcd_member_list()
@@ -211,20 +214,26 @@ async def test_etcd_and_kubeconfig(emulator: Emulator, cluster_a: ClusterConfigs
         with pytest.raises(AlreadyExists, match="etcd data directory is not empty"):
             await client.bootstrap(node=cp2.address)
         members = await client.etcd_member_list()
-        assert {m.hostname for m in members} == {cp1.hostname, cp2.hostname}
-        assert await client.etcd_forfeit_leadership() == cp2.hostname
-        snapshot = await client.etcd_snapshot()
-        assert snapshot
+        assert {m.hostname for m in members} == {cp1.hostname, cp2.hostname, cp3.hostname}
+        assert await client.etcd_forfeit_leadership() in {cp2.hostname, cp3.hostname}
+        assert await client.etcd_snapshot()
         kubeconfig = yaml.safe_load(await client.kubeconfig())
-        assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://alpha.example:6443"
-        await client.etcd_leave_cluster(node=cp2.address)
-        assert [m.hostname for m in await client.etcd_member_list()] == [cp1.hostname]
+        assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("https://")
+        assert kubeconfig["users"][0]["user"]["client-certificate-data"]
+        # A member whose machine is gone is removed by id, from another member.
+        gone = next(m.id for m in await client.etcd_member_list() if m.hostname == cp3.hostname)
+        await cp3.power_off()
         with pytest.raises(NotFound):
             await client.etcd_remove_member_by_id(12345)
-        own = (await client.etcd_member_list())[0].id
-        await client.etcd_remove_member_by_id(own)
-        with pytest.raises(FailedPrecondition):
-            await client.etcd_member_list()
+        await client.etcd_remove_member_by_id(gone)
+        assert {m.hostname for m in await client.etcd_member_list()} == {cp1.hostname, cp2.hostname}
+        # Scale-down as herder does it: leave etcd, then reset the machine.
+        await client.etcd_leave_cluster(node=cp2.address)
+        await client.reset(graceful=True, reboot=True, node=cp2.address)
+        await wait_stage(emulator, cp2, MachineStage.MAINTENANCE)
+        assert [m.hostname for m in await client.etcd_member_list()] == [cp1.hostname]
+        with pytest.raises(FailedPrecondition, match="control plane"):
+            await client.etcd_member_list(node=worker.address)
 
 
 async def test_etcd_recover_into_a_fresh_cluster(
@@ -233,18 +242,18 @@ async def test_etcd_recover_into_a_fresh_cluster(
     old, new = machines(emulator)[:2]
     await bring_up(emulator, old, cluster_a.controlplane)
     await bring_up(emulator, new, cluster_b.controlplane)
-    cluster = old.cluster
-    assert cluster is not None
     async with admin(cluster_a, old) as client:
         await client.bootstrap()
-        cluster.data["/registry/configmaps/default/kept"] = "value"
+        assert old.cluster is not None
+        await old.cluster.keyspace.create("/registry/configmaps/default/kept", b"value")
         snapshot = await client.etcd_snapshot()
     async with admin(cluster_b, new) as client:
         with pytest.raises(FailedPrecondition):
             await client.bootstrap(recover_etcd=True)
         await client.etcd_recover(snapshot)
         await client.bootstrap(recover_etcd=True)
-    assert new.cluster is not None and new.cluster.data == {"/registry/configmaps/default/kept": "value"}
+    assert new.cluster is not None
+    assert new.cluster.keyspace.dump().get("/registry/configmaps/default/kept") == "value"
 
 
 async def test_node_targeting_proxies_within_the_cluster(

@@ -36,6 +36,7 @@ from herder.talos.kubeconfig import generate_admin_kubeconfig
 from herder.talos.machine import roles as talos_roles
 from herder.talos.machine import tls as machine_tls
 from herder.talos.machine.types import ApplyMode, MachineStage
+from herder.talos.versions import check_talos_upgrade
 
 if TYPE_CHECKING:
     from herder.emu.emulator import Emulator
@@ -592,6 +593,11 @@ class Machine:
             previous = self.record.talos_version
             self._set_stage(MachineStage.UPGRADING)
             await self._sleep("upgrade")
+            # The target's installer checks in preflight that it may be installed over this version.
+            verdict = check_talos_upgrade(previous, target)
+            if not verdict:
+                self._set_stage(MachineStage.RUNNING, ready=True)
+                raise SequenceFailed(f"upgrade to {target} failed: {verdict.reason}")
             self.record.talos_version = target
             await self._reboot_steps()
             if "fail-upgrade" in self.faults:

@@ -9,7 +9,7 @@ in each message's metadata).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import grpc
 from google.protobuf import empty_pb2
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 CHUNK = 1 << 20
 
 _R = TypeVar("_R")
+
+Route: TypeAlias = "Machine | ApiError"
 
 _Context = Any  # grpc.aio.ServicerContext (grpc ships no type information)
 
@@ -57,30 +59,33 @@ class MachineService(pb_grpc.MachineServiceServicer):
             await context.abort(error.code, error.message)
         return peer, machine
 
-    async def _targets(self, entry: Machine, context: _Context) -> tuple[list[Machine], bool]:
+    async def _targets(self, entry: Machine, context: _Context) -> tuple[list[tuple[str, Route]], bool]:
+        """The machines a call goes to, each with the name the caller used (or why it cannot be reached),
+        and whether replies are aggregated (``nodes``) rather than one-to-one (``node`` or none)."""
         metadata = context.invocation_metadata() or ()
         node = [str(v) for k, v in metadata if k == "node"]
         nodes = [n.strip() for k, v in metadata if k == "nodes" for n in str(v).split(",") if n.strip()]
         if any(k == "proxyfrom" for k, _v in metadata):
-            return [entry], False
+            return [(entry.address, entry)], False
         if len(node) > 1:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node metadata must be single-valued")
         if nodes and not (len(nodes) == 1 and entry.answers_to(nodes[0])):
-            return [await self._route(entry, n, context) for n in nodes], True
+            return [(n, self._route(entry, n)) for n in nodes], True
         if node and not entry.answers_to(node[0]):
-            return [await self._route(entry, node[0], context)], False
-        return [entry], False
+            return [(node[0], self._route(entry, node[0]))], False
+        return [(entry.address, entry)], False
 
-    async def _route(self, entry: Machine, target: str, context: _Context) -> Machine:
+    def _route(self, entry: Machine, target: str) -> Route:
+        """The machine apid would proxy to, or the error it would get: only members of the entry machine's
+        cluster accept its certificate."""
         if entry.in_maintenance:
-            await context.abort(
+            return ApiError(
                 grpc.StatusCode.PERMISSION_DENIED, "node routing is not available in maintenance mode"
             )
         machine = self.emulator.find(target)
         network = self.emulator.network
         if machine is None or not network.serving(machine.uuid) or network.is_partitioned(machine.uuid):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"connection error: {target}: no route to host")
-            raise AssertionError("unreachable")
+            return ApiError(grpc.StatusCode.UNAVAILABLE, f"connection error: {target}: no route to host")
         same_cluster = (
             machine.config is not None
             and entry.config is not None
@@ -88,7 +93,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
             and machine.api_secure
         )
         if not same_cluster:
-            await context.abort(
+            return ApiError(
                 grpc.StatusCode.UNAVAILABLE, f"connection error: {target}: authentication handshake failed"
             )
         return machine
@@ -104,18 +109,18 @@ class MachineService(pb_grpc.MachineServiceServicer):
         peer, entry = await self._caller(method, context)
         targets, aggregate = await self._targets(entry, context)
         messages = []
-        for target in targets:
+        for name, target in targets:
             try:
+                if isinstance(target, ApiError):
+                    raise target
                 result = handler(target, peer)
             except ApiError as e:
                 if not aggregate:
                     await context.abort(e.code, e.message)
-                messages.append(
-                    message(metadata=common_pb2.Metadata(hostname=target.address, error=e.message))
-                )
+                messages.append(message(metadata=common_pb2.Metadata(hostname=name, error=e.message)))
                 continue
             if aggregate:
-                result.metadata.hostname = target.address
+                result.metadata.hostname = name
             messages.append(result)
         return reply(messages=messages)
 
@@ -124,7 +129,11 @@ class MachineService(pb_grpc.MachineServiceServicer):
         targets, aggregate = await self._targets(entry, context)
         if aggregate and len(targets) > 1:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method} streams from one node at a time")
-        return peer, targets[0]
+        target = targets[0][1]
+        if isinstance(target, ApiError):
+            await context.abort(target.code, target.message)
+            raise AssertionError("unreachable")
+        return peer, target
 
     async def _abort(self, context: _Context, error: ApiError) -> None:
         await context.abort(error.code, error.message)
