@@ -53,8 +53,12 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _rfc3339(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _expiry(expires_in: timedelta) -> str:
+    """When a token given now expires, in whole seconds rounded up: never sooner than asked."""
+    at = datetime.now(UTC) + expires_in
+    if at.microsecond:
+        at = at.replace(microsecond=0) + timedelta(seconds=1)
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def identity_name(kind: str, name: str) -> str:
@@ -72,7 +76,7 @@ async def issue(
 ) -> IssuedToken:
     """Make a new token for an existing ServiceAccount or User (``NotFound`` when there is none)."""
     owner = await store.get(subject_kind, subject)
-    expires_at = _rfc3339(datetime.now(UTC) + expires_in) if expires_in is not None else None
+    expires_at = _expiry(expires_in) if expires_in is not None else None
     for _ in range(5):
         name = f"{subject[:200]}-{secrets.token_hex(4)}"
         secret = secrets.token_hex(32)
