@@ -204,18 +204,19 @@ def test_serve_defaults_and_clean_stop(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
+        kubeconfig = home / "herder" / "admin.kubeconfig"
+        assert process.stderr is not None
+        log = ""
         try:
-            kubeconfig = home / "herder" / "admin.kubeconfig"
-            deadline = time.monotonic() + 30
-            while not kubeconfig.exists() and time.monotonic() < deadline and process.poll() is None:
-                time.sleep(0.1)
-            time.sleep(0.5)
+            while "admin kubeconfig:" not in log:
+                line = process.stderr.readline()
+                assert line, f"herder serve ended early:\n{log}"
+                log += line
             os.kill(process.pid, sig)
             assert process.wait(15) == 0
         finally:
             stop(process)
-        assert process.stderr is not None
-        log = process.stderr.read()
+        log += process.stderr.read()
         assert f"admin kubeconfig: {kubeconfig}" in log and "herder stopped" in log
         assert "Traceback" not in log
 
