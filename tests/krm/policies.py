@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from herder.krm.policy import Access, AllowAll, Denied, Identity
+from starlette.requests import Request
+
+from herder.krm.policy import Access, AllowAll, Denied, Identity, Unauthenticated
 from herder.resources import Resource
 
 LOCKED = "test.herder.dev/locked"
@@ -12,8 +14,13 @@ READS = ("get", "list", "watch")
 
 class Guarded(AllowAll):
     """Objects labelled ``LOCKED`` may not be written (nor created so); those labelled ``HIDDEN`` do not
-    exist for anyone.
+    exist for anyone; the bearer token ``bad`` is refused.
     """
+
+    async def authenticate(self, request: Request) -> Identity:
+        if request.headers.get("authorization") == "Bearer bad":
+            raise Unauthenticated("Unauthorized")
+        return self.ANONYMOUS
 
     def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
         if access.verb not in READS and obj is not None and obj.metadata.labels.get(LOCKED) == "true":

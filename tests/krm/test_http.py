@@ -277,3 +277,29 @@ def test_an_object_hidden_mid_watch_goes_as_last_seen(guarded_server: Server) ->
             assert HIDDEN not in gone["object"]["metadata"]["labels"]
             assert list(lines) == []  # nothing more about it until the watch ends
         assert writer.get(f"{PATCHES}/flicker").status_code == 404
+
+
+def test_unauthenticated_is_401_except_version(guarded_server: Server) -> None:
+    with guarded_server.client() as http:
+        bad = {"authorization": "Bearer bad"}
+        for path in (PATCHES, f"{PATCHES}/x", "/apis", "/api/v1", "/openapi/v3"):
+            assert_status(http.get(path, headers=bad), 401, "Unauthorized")
+        assert http.get("/version", headers=bad).status_code == 200
+
+
+def test_openapi_v2_is_json_only(http: httpx.Client) -> None:
+    protobuf = {"accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"}
+    assert_status(http.get("/openapi/v2", headers=protobuf), 406, "NotAcceptable")
+    document = http.get("/openapi/v2", headers={"accept": "application/json"}).json()
+    assert document["swagger"] == "2.0"
+    patch_op = document["paths"]["/apis/herder.dev/v1alpha1/namespaces/{namespace}/configpatches/{name}"][
+        "patch"
+    ]
+    assert patch_op["x-kubernetes-group-version-kind"] == {
+        "group": "herder.dev",
+        "version": "v1alpha1",
+        "kind": "ConfigPatch",
+    }
+    assert "fieldValidation" in {p["name"] for p in patch_op["parameters"]}
+    spec = document["definitions"]["dev.herder.v1alpha1.ConfigPatch"]["properties"]["spec"]
+    assert spec["required"] == ["data"] and "nullable" not in json.dumps(document)
