@@ -220,3 +220,9 @@ def test_forbidden_action(guarded_server: Server) -> None:
     guarded_server.kubectl("apply", "-f", "-", input=manifest("lockable"))
     denied = guarded_server.kubectl("label", "cp", "lockable", f"{LOCKED}=true", check=False)
     assert "Error from server (Forbidden)" in denied.stderr
+
+
+def test_unauthenticated(guarded_server: Server) -> None:
+    refused = guarded_server.kubectl("get", "cp", "--token=bad", check=False)
+    assert refused.returncode != 0
+    assert "error: You must be logged in to the server" in refused.stderr
