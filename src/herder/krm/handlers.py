@@ -25,7 +25,7 @@ from herder.krm.status import ApiError, api_error, causes_of
 from herder.krm.table import INCLUDE_OBJECT, table
 from herder.krm.watch import WatchStream, event_line
 from herder.resources import InvalidObject, KindInfo, KindRegistry, Resource, UnknownKind
-from herder.state.errors import Conflict, NotFound, StateError
+from herder.state.errors import Conflict, NotFound
 from herder.state.selectors import FieldSelector, LabelSelector
 from herder.state.store import Store, WatchEvent
 
@@ -349,8 +349,9 @@ class ResourceAPI:
                     yield line(WatchEvent("ADDED", event.object))
                 else:
                     yield line(WatchEvent("DELETED", event.previous))
-        except StateError as exc:
-            # The response has started: the error goes to the client as an ERROR event.
+        except Exception as exc:
+            # The response has started: the error goes to the client as an ERROR event (an unexpected
+            # one is logged, and shown only as an internal error).
             yield event_line("ERROR", media.dumps(api_error(exc, call.info).status()))
 
     @staticmethod
