@@ -45,12 +45,11 @@ class Formed:
     control_planes: list[Machine]
     workers: list[Machine]
     kubeconfig: Path
+    cluster_id: str
 
     @property
     def cluster(self) -> Cluster:
-        config = self.control_planes[0].config
-        assert config is not None
-        return self.emulator.clusters[config.cluster_id]
+        return self.emulator.clusters[self.cluster_id]
 
     def healthy_members(self) -> int:
         cluster = self.cluster
@@ -114,7 +113,8 @@ async def form_cluster(
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "kubeconfig"
     path.write_bytes(kubeconfig)
-    return Formed(emulator, configs, cps, wks, path)
+    assert cps[0].config is not None
+    return Formed(emulator, configs, cps, wks, path, cps[0].config.cluster_id)
 
 
 async def _members(client: Any, count: int) -> bool:
