@@ -267,7 +267,7 @@ def test_an_object_hidden_mid_watch_goes_as_last_seen(guarded_server: Server) ->
         http.post(PATCHES, json=patch_object("flicker", flicker="yes"))
         hide = json.dumps({"metadata": {"labels": {HIDDEN: "yes"}}})
         with http.stream(
-            "GET", f"{PATCHES}?watch=1&labelSelector=flicker%3Dyes&timeoutSeconds=5"
+            "GET", f"{PATCHES}?watch=1&labelSelector=flicker%3Dyes&timeoutSeconds=2"
         ) as response:
             lines = response.iter_lines()
             assert json.loads(next(lines))["type"] == "ADDED"
