@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from herder.bench import emu_clusters
 from herder.bench.report import emit
 from herder.emu.process import EmulatorProcess
 from herder.talos.contracts import VersionContract
@@ -108,6 +109,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--machines", type=int, default=1000)
     parser.add_argument("--in-flight", type=int, default=50)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--clusters",
+        type=int,
+        default=0,
+        help="instead: form this many clusters of 3 control planes and 2 workers (see bench.emu_clusters)",
+    )
     args = parser.parse_args(argv)
+    if args.clusters:
+        asyncio.run(emu_clusters.run(args.clusters, args.in_flight, args.timeout))
+        return 0
     asyncio.run(run(args.machines, args.in_flight, args.timeout))
     return 0
