@@ -329,8 +329,9 @@ class ResourceAPI:
             first = False
             return event_line(event.type, media.dumps(rows))
 
-        for obj in initial:
-            yield line(WatchEvent("ADDED", obj))
+        if initial:
+            # One chunk, not one write per object: a watch may start with thousands of them.
+            yield b"".join(line(WatchEvent("ADDED", obj)) for obj in initial)
         if end_marker is not None:
             marker = self._bookmark(call.info, end_marker, {"k8s.io/initial-events-end": "true"})
             yield event_line("BOOKMARK", marker)
