@@ -4,12 +4,16 @@ subresource through which ServiceAccounts and Users get bearer tokens.
 ``POST /apis/herder.dev/v1alpha1/{serviceaccounts|users}/{name}/token`` with a ``TokenRequest``
 (``spec.expirationSeconds``, ``spec.description``) answers 201 with the new token in
 ``status.token``: the only time it is ever shown.
+
+``GET /metrics`` serves the Prometheus metrics (store writes, reconciles, queue depths) to Admin and
+Support.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,11 +25,13 @@ from herder.api.policy import HerderPolicy
 from herder.api.roles import TOKEN_SUBRESOURCE
 from herder.krm import app as krm
 from herder.krm import media
-from herder.krm.policy import Access, Identity
+from herder.krm.policy import Access, Denied, Identity
 from herder.krm.status import ApiError, api_error, causes_of, invalid
 from herder.resources.configuration import GROUP, VERSION
 from herder.state.errors import NotFound
 from herder.state.store import Store
+
+METRICS_ROLES = frozenset({"Admin", "Support"})
 
 _SUBJECTS = {info.plural: info for info, _ in tokens.SUBJECT_KINDS.values()}
 
@@ -93,9 +99,20 @@ def build_app(store: Store, policy: HerderPolicy) -> Starlette:
         }
         return Response(media.dumps(body), 201, media_type=media.JSON, headers={"Cache-Control": "no-store"})
 
+    async def metrics(request: Request) -> Response:
+        # Counters name controllers and kinds, hidden ones too: platform staff only.
+        try:
+            who = await policy.authenticate(request)
+            if who.role not in METRICS_ROLES:
+                raise Denied(f"{who.role} may not read the server's metrics")
+        except Exception as exc:
+            return api_error(exc).response()
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
     api = krm.build_app(store.registry, store, policy)
     return Starlette(
         routes=[
+            Route("/metrics", metrics, methods=["GET"]),
             Route(
                 f"/apis/{GROUP}/{VERSION}/{{plural}}/{{name}}/{TOKEN_SUBRESOURCE}",
                 issue_token,

@@ -20,11 +20,28 @@ from herder.state.errors import AlreadyExists, StateError
 from herder.state.store import SYSTEM, Store
 
 if TYPE_CHECKING:
-    from herder.api.serve import BackgroundFactory, Ready, ServeOptions
+    from herder.api.serve import Background, BackgroundFactory, Ready, ServeOptions
 
-# What runs beside the API server: the controller manager (``herder.runtime.Manager`` over the
-# domain controllers, leading through etcd when the state is etcd) is wired in here.
-BACKGROUND: list[BackgroundFactory] = []
+
+def controller_manager(store: Store) -> Background:
+    """The controllers, run by whichever replica leads: through etcd when the state is etcd, else
+    this process alone (an embedded store has one writer)."""
+    import os
+    import socket
+
+    from herder.runtime.garbage_collector import GarbageCollector
+    from herder.runtime.leader import AlwaysLeader, EtcdLeaderElection, LeaderElection
+    from herder.runtime.manager import Manager
+    from herder.state.etcd import EtcdBackend
+
+    leader: LeaderElection = AlwaysLeader()
+    if isinstance(store.backend, EtcdBackend):
+        leader = EtcdLeaderElection(store.backend, "controllers", f"{socket.gethostname()}-{os.getpid()}")
+    return Manager(store, [GarbageCollector(store.registry)], leader=leader)
+
+
+# What runs beside the API server.
+BACKGROUND: list[BackgroundFactory] = [controller_manager]
 
 DEMO_DIR = Path(".herder-demo")
 
