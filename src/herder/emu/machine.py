@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import io
 import re
+import ssl
 import tarfile
 import time
 import uuid as uuidlib
@@ -36,6 +37,7 @@ from herder.talos.kubeconfig import generate_admin_kubeconfig
 from herder.talos.machine import roles as talos_roles
 from herder.talos.machine import tls as machine_tls
 from herder.talos.machine.types import ApplyMode, MachineStage
+from herder.talos.pki import CertificateAndKey
 from herder.talos.versions import check_talos_upgrade
 
 if TYPE_CHECKING:
@@ -254,17 +256,24 @@ class Machine:
     # --- apid ---
 
     async def _serve_maintenance(self) -> None:
-        cert = certs.maintenance_certificate(self.address, self.hostname)
-        context = machine_tls.server_context(cert.crt, cert.key, client_ca=None)
+        # Making a TLS context costs milliseconds of OpenSSL work that releases the GIL: a thread does it,
+        # so a thousand machines booting at once use every core.
+        context = await asyncio.to_thread(_maintenance_context, self.address, self.hostname)
         self.api_secure = False
         await self.emulator.network.serve(
             self.uuid, self.address, self.record.port, context, authenticated=False
         )
 
-    async def _serve_secure(self, issuing_ca: Any) -> None:
+    async def _serve_secure(self, issuing_ca: CertificateAndKey) -> None:
         assert self.config is not None
-        cert = certs.api_certificate(issuing_ca, self.address, self.hostname, self.config.cert_sans)
-        context = machine_tls.server_context(cert.crt, cert.key, client_ca=self.config.os_ca.crt)
+        context = await asyncio.to_thread(
+            _api_context,
+            issuing_ca,
+            self.address,
+            self.hostname,
+            self.config.cert_sans,
+            self.config.os_ca.crt,
+        )
         self.api_secure = True
         await self.emulator.network.serve(
             self.uuid, self.address, self.record.port, context, authenticated=True
@@ -274,7 +283,7 @@ class Machine:
         self.api_secure = False
         self.emulator.network.stop(self.uuid, grace=grace)
 
-    def _issuing_ca(self) -> Any:
+    def _issuing_ca(self) -> CertificateAndKey | None:
         """The CA this machine's API certificate comes from now: its own on a control plane, trustd's for a
         worker (once a control plane of its cluster runs), else None."""
         config, cluster = self.config, self.cluster
@@ -778,6 +787,18 @@ class Machine:
             endpoint=self.emulator.services.api(cluster).url,
         )
         return _tar_gz("kubeconfig", text.encode())
+
+
+def _maintenance_context(address: str, hostname: str) -> ssl.SSLContext:
+    cert = certs.maintenance_certificate(address, hostname)
+    return machine_tls.server_context(cert.crt, cert.key, client_ca=None)
+
+
+def _api_context(
+    issuing_ca: CertificateAndKey, address: str, hostname: str, sans: tuple[str, ...], client_ca: bytes
+) -> ssl.SSLContext:
+    cert = certs.api_certificate(issuing_ca, address, hostname, sans)
+    return machine_tls.server_context(cert.crt, cert.key, client_ca=client_ca)
 
 
 def _tar_gz(name: str, content: bytes) -> bytes:

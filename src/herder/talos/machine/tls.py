@@ -7,6 +7,7 @@ with Python's ``ssl`` (OpenSSL) and runs gRPC over the resulting stream (see ``t
 
 from __future__ import annotations
 
+import functools
 import os
 import ssl
 import tempfile
@@ -19,16 +20,22 @@ ALPN = ["h2"]
 """gRPC runs on HTTP/2; gRPC servers refuse a TLS connection that did not negotiate it."""
 
 
-# A memory-backed directory where there is one: a thousand emulated machines load a thousand keys.
-_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-
-
 def _load_chain(context: ssl.SSLContext, crt: bytes, key: bytes) -> None:
-    # ssl only loads certificates and keys from files: write them to a private temporary file.
-    fd, path = tempfile.mkstemp(prefix="herder-tls-", suffix=".pem", dir=_TMP)
+    pem = crt.rstrip(b"\n") + b"\n" + key.replace(_ED25519_LABEL, _PKCS8_LABEL)
+    # ssl loads certificates and keys from files only: an anonymous memory file where Linux has them,
+    # else a private temporary file.
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("herder-tls")
+        try:
+            os.write(fd, pem)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    fd, path = tempfile.mkstemp(prefix="herder-tls-", suffix=".pem")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(crt.rstrip(b"\n") + b"\n" + key.replace(_ED25519_LABEL, _PKCS8_LABEL))
+            f.write(pem)
         context.load_cert_chain(path)
     finally:
         os.unlink(path)
@@ -50,8 +57,11 @@ def client_context(ca: bytes, crt: bytes, key: bytes) -> ssl.SSLContext:
     return context
 
 
+@functools.cache
 def insecure_client_context() -> ssl.SSLContext:
-    """``talosctl --insecure``: encrypted, but the machine's certificate is not verified and none is presented."""
+    """``talosctl --insecure``: encrypted, but the machine's certificate is not verified and none is presented.
+
+    One context serves every insecure client (it holds no identity, and making one costs OpenSSL work)."""
     context = _base(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
