@@ -185,6 +185,13 @@ async def test_reset_reboot_and_shutdown(emulator: Emulator, cluster_a: ClusterC
     async with MachineClient.insecure(first.record.endpoint) as client:
         await client.version()
 
+    async with admin(cluster_a, second) as client:
+        # Wiping only EPHEMERAL keeps the config: the machine reboots into its cluster again.
+        await client.reset(system_partitions=("EPHEMERAL",), reboot=True)
+    await wait_stage(emulator, second, MachineStage.REBOOTING)
+    await wait_stage(emulator, second, MachineStage.RUNNING)
+    assert second.record.config is not None and second.record.installed
+
     async with admin(cluster_a, second, retries=0) as client:
         await client.shutdown()
         await wait_stage(emulator, second, MachineStage.UNKNOWN)

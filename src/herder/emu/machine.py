@@ -644,6 +644,13 @@ class Machine:
             self._set_stage(MachineStage.RESETTING)
             await self._sleep("reset")
             self._cancel_try()
+            if not _wipes_state(request):
+                # Only other partitions (e.g. EPHEMERAL) are wiped: the config on STATE survives.
+                if request.reboot:
+                    await self._reboot_body()
+                else:
+                    await self._power_down()
+                return
             record = self.record
             record.config = record.staged_config = None
             record.installed = False
@@ -787,6 +794,14 @@ class Machine:
             endpoint=self.emulator.services.api(cluster).url,
         )
         return _tar_gz("kubeconfig", text.encode())
+
+
+def _wipes_state(request: pb.ResetRequest) -> bool:
+    """Whether a reset wipes the STATE partition (where the config lives): by default it wipes everything."""
+    if request.mode == pb.ResetRequest.USER_DISKS:
+        return False
+    labels = [p.label for p in request.system_partitions_to_wipe if p.wipe]
+    return not request.system_partitions_to_wipe or "STATE" in labels
 
 
 def _maintenance_context(address: str, hostname: str) -> ssl.SSLContext:

@@ -92,6 +92,11 @@ class EmulatorProcess:
                 return int(line.split()[1]) / 1024
         return float("nan")
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU time the emulator has used so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time; only this process is signalled."""
         process, self.process = self.process, None
