@@ -22,24 +22,6 @@ pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is n
 
 STATIC = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
-# kubectl's typed create commands (create namespace, create configmap) send protobuf, which the emulated
-# API does not read; manifests go as JSON.
-APPS = """
-apiVersion: v1
-kind: Namespace
-metadata: {name: apps}
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: settings, namespace: apps}
-data: {color: blue}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: token, namespace: apps}
-stringData: {value: s3cret}
-"""
-
 
 async def test_a_cluster_forms_and_kubectl_sees_it(emulator: Emulator, tmp_path: Path) -> None:
     configs = cluster_configs("kubectl")
@@ -102,7 +84,10 @@ async def test_configmaps_and_secrets_survive_snapshot_and_recovery(
     formed = await form_cluster(
         emulator, cluster_configs("source"), tmp_path / "source", control_planes=1, workers=0
     )
-    await formed.kubectl("apply", "-f", "-", input=APPS)
+    # kubectl's typed create commands send these as protobuf.
+    await formed.kubectl("create", "namespace", "apps")
+    await formed.kubectl("create", "configmap", "settings", "-n", "apps", "--from-literal=color=blue")
+    await formed.kubectl("create", "secret", "generic", "token", "-n", "apps", "--from-literal=value=s3cret")
     header, row = (await formed.kubectl("get", "cm", "settings", "-n", "apps")).stdout.splitlines()
     assert header.split() == ["NAME", "DATA", "AGE"] and row.split()[:2] == ["settings", "1"]
     header, row = (await formed.kubectl("get", "secret", "token", "-n", "apps")).stdout.splitlines()

@@ -19,7 +19,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from herder.krm import media, patch
+from herder.krm import media, patch, protobuf
 from herder.krm.policy import Access, AccessPolicy, Identity
 from herder.krm.status import ApiError, api_error, causes_of
 from herder.krm.table import INCLUDE_OBJECT, table
@@ -366,11 +366,14 @@ class ResourceAPI:
 
     async def _body(self, call: Call) -> dict[str, Any]:
         content_type = media.media_type(call.request.headers.get("content-type")) or media.JSON
-        if content_type not in (media.JSON, media.YAML, "application/x-yaml", "text/yaml"):
+        if content_type not in (media.JSON, media.YAML, "application/x-yaml", "text/yaml", protobuf.PROTOBUF):
             raise ApiError(
                 415, f"unsupported media type {content_type!r}: send application/json or application/yaml"
             )
-        return media.parse_object(await media.read_body(call.request, self.max_body_bytes), content_type)
+        body = await media.read_body(call.request, self.max_body_bytes)
+        if content_type == protobuf.PROTOBUF:
+            return protobuf.decode(body)
+        return media.parse_object(body, content_type)
 
     def _decode(self, call: Call, data: dict[str, Any]) -> tuple[Resource, list[str]]:
         """The object a body describes, checked against the URL; with ``fieldValidation`` Ignore or Warn,

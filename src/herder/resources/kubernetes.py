@@ -283,7 +283,8 @@ def _fold_string_data(obj: Resource) -> Resource:
         data = dict(extra.get("data") or {})
         data.update({k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()})
         extra["data"] = data
-    extra.setdefault("type", "Opaque")
+    if not extra.get("type"):
+        extra["type"] = "Opaque"
     return obj
 
 
