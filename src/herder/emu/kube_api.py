@@ -24,7 +24,7 @@ from starlette.requests import Request
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from herder.krm.policy import Access, Denied, Identity, Unauthenticated
+from herder.krm.policy import Access, AllowAll, Denied, Identity, Unauthenticated
 from herder.resources import Resource
 from herder.talos import pki
 from herder.talos.machine import tls as machine_tls
@@ -78,9 +78,10 @@ def _with_tls(app: _ASGI, tls: dict[str, Any]) -> _ASGI:
     return wrapped
 
 
-class ClientCertificatePolicy:
+class ClientCertificatePolicy(AllowAll):
     """kube-apiserver's x509 authentication: the user is the certificate's CN, its groups the O's. There is no
-    RBAC in the emulator: ``system:masters`` may do anything, every other user nothing."""
+    RBAC in the emulator: ``system:masters`` may do anything, every other user nothing; nothing is hidden
+    or recorded."""
 
     async def authenticate(self, request: Request) -> Identity:
         tls = (request.scope.get("extensions") or {}).get("tls") or {}
@@ -100,20 +101,6 @@ class ClientCertificatePolicy:
                 f'{access.kind.plural} is forbidden: User "{who.name}" cannot {access.verb} resource '
                 f'"{access.kind.plural}" in API group "{access.kind.group}"{where}'
             )
-
-    def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
-        return None
-
-    def visible(self, who: Identity, obj: Resource) -> bool:
-        return True
-
-    def actor(self, who: Identity) -> str:
-        return f"user:{who.name}"
-
-    async def record(
-        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
-    ) -> None:
-        return None
 
 
 class _Protocol(HttpToolsProtocol):
