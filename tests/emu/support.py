@@ -3,6 +3,7 @@ in-process emulator on a loopback network of its own, and small helpers to edit 
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +12,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from typer.testing import CliRunner
+
+from herder.cli.main import app
 from herder.emu.emulator import Emulator, EmulatorOptions
 from herder.emu.machine import Machine
 from herder.emu.timings import Timings
@@ -100,3 +104,9 @@ async def bring_up(emulator: Emulator, machine: Machine, config: str) -> None:
 
 def admin(configs: ClusterConfigs, machine: Machine, **options: Any) -> MachineClient:
     return MachineClient.from_talosconfig(configs.talosconfig, endpoint=machine.record.endpoint, **options)
+
+
+async def herder_cli(*args: str) -> tuple[int, str, str]:
+    """``herder ARGS`` in a worker thread (its own event loop, as from a shell): exit code, stdout, stderr."""
+    result = await asyncio.to_thread(CliRunner().invoke, app, list(args))
+    return result.exit_code, result.stdout, result.stderr

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from herder.emu.process import EmulatorProcess
 from herder.talos.machine import MachineClient, MachineStage
 from herder.talos.talosconfig import dump_talosconfig
-from tests.emu.support import ClusterConfigs, admin, bring_up, random_cidr, running_emulator, wait_stage
+from tests.emu.support import (
+    ClusterConfigs,
+    admin,
+    bring_up,
+    herder_cli,
+    random_cidr,
+    running_emulator,
+    wait_stage,
+)
 
 
 async def test_restart_keeps_machines_configs_versions_and_etcd(
@@ -42,16 +48,6 @@ async def test_restart_keeps_machines_configs_versions_and_etcd(
             assert [m.hostname for m in await client.etcd_member_list()] == [again.hostname]
 
 
-def _herder(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from herder.cli.main import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 async def test_emu_run_process_survives_kill_and_drives_with_the_cli(
     tmp_path: Path, cluster_a: ClusterConfigs
 ) -> None:
@@ -66,21 +62,25 @@ async def test_emu_run_process_survives_kill_and_drives_with_the_cli(
         talosconfig = tmp_path / "talosconfig"
         talosconfig.write_text(dump_talosconfig(cluster_a.talosconfig))
         await _wait_stage(emulator, first["uuid"], "MAINTENANCE")
-        result = _herder("talos", "apply-config", "--insecure", "-e", first["endpoint"], "-f", str(config))
-        assert result.returncode == 0, result.stderr
+        code, out, err = await herder_cli(
+            "talos", "apply-config", "--insecure", "-e", first["endpoint"], "-f", str(config)
+        )
+        assert code == 0, err
         await _wait_stage(emulator, first["uuid"], "RUNNING")
-        result = _herder(
+        code, out, err = await herder_cli(
             "talos", "version", "--talosconfig", str(talosconfig), "-e", first["node"], "-n", first["node"]
         )
-        assert result.returncode == 0, result.stderr
-        assert "Tag: v1.13.9" in result.stdout
-        result = _herder("emu", "fault", first["uuid"], "partition", "--data-dir", str(tmp_path))
-        assert result.returncode == 0 and '"partition"' in result.stdout
-        result = _herder(
+        assert code == 0, err
+        assert "Tag: v1.13.9" in out
+        code, out, err = await herder_cli(
+            "emu", "fault", first["uuid"], "partition", "--data-dir", str(tmp_path)
+        )
+        assert code == 0 and '"partition"' in out
+        code, out, err = await herder_cli(
             "talos", "version", "--talosconfig", str(talosconfig), "-e", first["node"], "--timeout", "0.5"
         )
-        assert result.returncode == 1 and result.stderr.startswith("error: ")
-        assert _herder("emu", "fault", first["uuid"], "heal", "--data-dir", str(tmp_path)).returncode == 0
+        assert code == 1 and err.startswith("error: ")
+        assert (await herder_cli("emu", "fault", first["uuid"], "heal", "--data-dir", str(tmp_path)))[0] == 0
 
         emulator.kill()
         emulator.start()
@@ -91,8 +91,8 @@ async def test_emu_run_process_survives_kill_and_drives_with_the_cli(
             cluster_a.talosconfig, endpoint=first["endpoint"]
         ) as client:
             assert (await client.version()).tag == "v1.13.9"
-        listing = _herder("emu", "machines", "--data-dir", str(tmp_path))
-        assert first["uuid"] in listing.stdout and "RUNNING" in listing.stdout
+        code, out, err = await herder_cli("emu", "machines", "--data-dir", str(tmp_path))
+        assert first["uuid"] in out and "RUNNING" in out, err
     finally:
         emulator.stop()
 
