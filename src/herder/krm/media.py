@@ -44,7 +44,7 @@ def _parse_range(text: str) -> tuple[str, dict[str, str]]:
 
 def negotiate(accept: str | None) -> Representation:
     """JSON or a meta.k8s.io Table, in the client's order of preference; 406 when neither is accepted."""
-    if not accept:
+    if not accept or accept == JSON:  # what programs send: no parsing needed
         return "json"
     for text in accept.split(","):
         kind, params = _parse_range(text)
