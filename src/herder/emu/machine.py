@@ -129,6 +129,7 @@ class Machine:
         self._sequence: asyncio.Task[None] | None = None
         self._sequence_name = ""
         self._try_revert: asyncio.TimerHandle | None = None
+        self._api_context: tuple[tuple[bytes, str, tuple[str, ...], bytes], ssl.SSLContext] | None = None
 
     # --- identity ---
 
@@ -266,14 +267,13 @@ class Machine:
 
     async def _serve_secure(self, issuing_ca: CertificateAndKey) -> None:
         assert self.config is not None
-        context = await asyncio.to_thread(
-            _api_context,
-            issuing_ca,
-            self.address,
-            self.hostname,
-            self.config.cert_sans,
-            self.config.os_ca.crt,
-        )
+        # apid's certificate stays valid across reboots as long as its CA, names and client CA stay the
+        # same: keep the context rather than pay OpenSSL again at every boot.
+        key = (issuing_ca.crt, self.hostname, self.config.cert_sans, self.config.os_ca.crt)
+        if self._api_context is None or self._api_context[0] != key:
+            context = await asyncio.to_thread(_api_context, issuing_ca, self.address, *key[1:])
+            self._api_context = (key, context)
+        context = self._api_context[1]
         self.api_secure = True
         await self.emulator.network.serve(
             self.uuid, self.address, self.record.port, context, authenticated=True
@@ -426,6 +426,7 @@ class Machine:
         self._api_down(grace=0)
         self.events.clear()
         self.recover_snapshot = None
+        self._api_context = None
         self.record = self.emulator.store.load_machine(self.uuid) or self.record
         self.config = None
         self._set_stage(MachineStage.UNKNOWN)
