@@ -195,9 +195,22 @@ async def test_failures_show_in_nodes(emulator: Emulator, tmp_path: Path) -> Non
     on_lost = [p for p in pods if p["spec"].get("nodeName") == lost_cp.hostname.lower()]
     assert on_lost and not any(c["ready"] for p in on_lost for c in p["status"]["containerStatuses"])
 
+    # What others set on a node (a cordon, a label) stays when its kubelet comes back.
+    await formed.kubectl("cordon", worker.hostname.lower())
+    await formed.kubectl("label", "node", worker.hostname.lower(), "team=blue")
     await lost_cp.inject("heal")
     worker.power_on()
     await eventually(lambda: formed.healthy_members() == 3)
     await eventually(
         lambda: _all_ready(formed, {m.hostname.lower() for m in formed.control_planes + formed.workers})
     )
+    node = await formed.kubectl_json("get", "node", worker.hostname.lower())
+    assert node["spec"]["unschedulable"] is True and node["metadata"]["labels"]["team"] == "blue"
+    # What a drain reads: the pods of one node, by field selector; and kubectl describe works.
+    selector = f"--field-selector=spec.nodeName={worker.hostname.lower()}"
+    names = (await formed.kubectl("get", "pods", "-A", selector, "-o", "name")).stdout.split()
+    assert names and all(
+        n.startswith(("pod/kube-proxy-", "pod/kube-flannel-", "pod/coredns-")) for n in names
+    )
+    described = (await formed.kubectl("describe", "node", worker.hostname.lower())).stdout
+    assert "SchedulingDisabled" not in described and "Unschedulable:      true" in described

@@ -136,15 +136,22 @@ class ClusterKubernetes:
             return
 
     async def _put(self, info: KindInfo, desired: dict[str, Any]) -> Resource:
-        """Create or update an object to ``desired``; unchanged fields (timestamps aside) are not written."""
+        """Create or update an object to ``desired``; unchanged fields (timestamps aside) are not written.
+
+        What others set is kept, as the kubelet keeps it: labels, annotations and spec fields it does not
+        manage (a cordon's ``unschedulable``)."""
         meta = desired["metadata"]
         try:
             current = await self.store.get(info, meta["name"], meta.get("namespace"))
         except NotFound:
             return await self.store.create(Resource.from_dict(desired))
         now = current.to_dict()
-        body = {k: v for k, v in desired.items() if k != "status"}
-        merged = {**now, **body, "metadata": {**now["metadata"], **meta}}
+        merged = {**now, **{k: v for k, v in desired.items() if k != "status"}}
+        merged["metadata"] = {**now["metadata"], **meta}
+        for key in ("labels", "annotations"):
+            merged["metadata"][key] = {**now["metadata"].get(key, {}), **meta.get(key, {})}
+        if "spec" in desired:
+            merged["spec"] = {**now.get("spec", {}), **desired["spec"]}
         if _strip_times({k: v for k, v in merged.items() if k != "status"}) != _strip_times(
             {k: v for k, v in now.items() if k != "status"}
         ):

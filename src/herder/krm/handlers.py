@@ -140,8 +140,9 @@ def _integer(query: QueryParams, name: str) -> int | None:
     return int(value)
 
 
-def _selectors(query: QueryParams) -> tuple[LabelSelector, FieldSelector]:
-    return LabelSelector.parse(query.get("labelSelector")), FieldSelector.parse(query.get("fieldSelector"))
+def _selectors(query: QueryParams, info: KindInfo) -> tuple[LabelSelector, FieldSelector]:
+    fields = FieldSelector.parse(query.get("fieldSelector"), info.field_selectors)
+    return LabelSelector.parse(query.get("labelSelector")), fields
 
 
 def _drop(data: dict[str, Any], path: str) -> bool:
@@ -243,7 +244,7 @@ class ResourceAPI:
     async def list_objects(self, call: Call) -> Response:
         representation = media.negotiate(call.request.headers.get("accept"))
         self.policy.authorize(call.who, call.access)
-        labels, fields = _selectors(call.query)
+        labels, fields = _selectors(call.query, call.info)
         result = await self.store.list(
             call.info,
             call.target.namespace,
@@ -269,7 +270,7 @@ class ResourceAPI:
         representation = media.negotiate(call.request.headers.get("accept"))
         self.policy.authorize(call.who, call.access)
         query = call.query
-        labels, fields = _selectors(query)
+        labels, fields = _selectors(query, call.info)
         rv = query.get("resourceVersion") or ""
         if rv and not rv.isdigit():
             raise ApiError(400, f"invalid resourceVersion {rv!r}: must be an integer")

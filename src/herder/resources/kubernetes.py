@@ -132,6 +132,7 @@ NODE = KindInfo(
     spec_model=NodeSpec,
     status_model=NodeStatus,
     short_names=("no",),
+    field_selectors=("spec.unschedulable",),
     printer_columns=(
         PrinterColumn("Status", ".status.conditions", compute=_node_status),
         PrinterColumn("Roles", ".metadata.labels", compute=_node_roles),
@@ -229,6 +230,16 @@ POD = KindInfo(
     status_model=PodStatus,
     short_names=("po",),
     categories=("all",),
+    field_selectors=(
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
     printer_columns=(
         PrinterColumn("Ready", ".status.containerStatuses", compute=_pod_ready),
         PrinterColumn("Status", ".status.phase", compute=_pod_status),
@@ -298,6 +309,7 @@ SECRET = KindInfo(
         PrinterColumn("Type", ".type"),
         PrinterColumn("Data", ".data", type="integer", compute=_data_count),
     ),
+    field_selectors=("type",),
     prepare=_fold_string_data,
     description="Sensitive data: passwords, tokens, keys.",
 )
@@ -365,7 +377,61 @@ SERVICE = KindInfo(
 )
 
 
-KINDS = (NAMESPACE, NODE, POD, CONFIG_MAP, SECRET, SERVICE)
+# --- Event ---
+
+
+def _event_object(obj: dict[str, Any]) -> str:
+    involved = obj.get("involvedObject") or {}
+    return f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}"
+
+
+EVENT = KindInfo(
+    group="",
+    version="v1",
+    kind="Event",
+    plural="events",
+    extra_fields={
+        "involvedObject": dict[str, Any],
+        "reason": str,
+        "message": str,
+        "source": dict[str, str],
+        "firstTimestamp": str | None,
+        "lastTimestamp": str | None,
+        "eventTime": str | None,
+        "count": int,
+        "type": str,
+        "action": str,
+        "related": dict[str, Any],
+        "series": dict[str, Any],
+        "reportingComponent": str,
+        "reportingInstance": str,
+    },
+    short_names=("ev",),
+    field_selectors=(
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+    printer_columns=(
+        PrinterColumn("Last Seen", ".lastTimestamp", type="date"),
+        PrinterColumn("Type", ".type"),
+        PrinterColumn("Reason", ".reason"),
+        PrinterColumn("Object", ".involvedObject", compute=_event_object),
+        PrinterColumn("Message", ".message"),
+    ),
+    description="Something that happened to an object, as its controller reported it.",
+)
+
+
+KINDS = (NAMESPACE, NODE, POD, CONFIG_MAP, SECRET, SERVICE, EVENT)
 
 
 def kubernetes_registry() -> KindRegistry:

@@ -67,6 +67,9 @@ class KindInfo:
     # Sensitive kinds are encrypted at rest and readable only by the roles allowed to.
     sensitive: bool = False
     description: str = ""
+    field_selectors: tuple[str, ...] = ()
+    """Fields besides ``metadata.name`` and ``metadata.namespace`` that field selectors may use (a pod's
+    ``spec.nodeName``), as each kind's field label conversion allows in Kubernetes."""
     prepare: Callable[[Resource], Resource] | None = None
     """The kind's own normalization of a valid object on every write (a Secret's ``stringData`` folded
     into ``data``), as a Kubernetes registry strategy does; it must be idempotent."""

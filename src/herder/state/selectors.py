@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from herder.resources import Resource
 from herder.state.errors import Invalid
 
 _KEY = re.compile(r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?$")
@@ -108,22 +110,35 @@ FIELD_PATHS = ("metadata.name", "metadata.namespace")
 
 @dataclass(frozen=True)
 class FieldSelector:
-    """A field selector on ``metadata.name`` and ``metadata.namespace`` (``=``, ``==``, ``!=``)."""
+    """A field selector (``=``, ``==``, ``!=``) on ``metadata.name``, ``metadata.namespace`` and the fields
+    a kind allows besides (a pod's ``spec.nodeName``); values compare as their text, a missing field as ""."""
 
     terms: tuple[tuple[str, bool, str], ...] = ()  # (field, equal, value)
 
-    def matches(self, name: str, namespace: str | None) -> bool:
-        fields = {"metadata.name": name, "metadata.namespace": namespace or ""}
-        return all((fields[f] == v) == eq for f, eq, v in self.terms)
+    def matches(self, obj: Resource) -> bool:
+        data: dict[str, Any] | None = None
+        for field, equal, value in self.terms:
+            if field == "metadata.name":
+                actual = obj.name
+            elif field == "metadata.namespace":
+                actual = obj.namespace or ""
+            else:
+                data = data if data is not None else obj.to_dict()
+                actual = _text(_at(data, field))
+            if (actual == value) != equal:
+                return False
+        return True
 
     def equal(self, field: str) -> str | None:
         """The value a term requires this field to equal, if any (used to narrow a scan)."""
         return next((v for f, eq, v in self.terms if f == field and eq), None)
 
     @classmethod
-    def parse(cls, text: str | None) -> FieldSelector:
+    def parse(cls, text: str | None, fields: Iterable[str] = ()) -> FieldSelector:
+        """Parse ``text``; ``fields`` are the paths the kind allows besides the metadata ones."""
         if not text or not text.strip():
             return cls()
+        allowed = (*FIELD_PATHS, *fields)
         terms = []
         for raw in text.split(","):
             term = raw.strip()
@@ -131,12 +146,26 @@ class FieldSelector:
                 if op in term:
                     field, _, value = term.partition(op)
                     field = field.strip()
-                    if field not in FIELD_PATHS:
+                    if field not in allowed:
                         raise Invalid(
-                            f'field label not supported: "{field}" (supported: {", ".join(FIELD_PATHS)})'
+                            f'field label not supported: "{field}" (supported: {", ".join(allowed)})'
                         )
                     terms.append((field, eq, value.strip()))
                     break
             else:
                 raise Invalid(f"invalid field selector term {term!r}: expected FIELD=VALUE or FIELD!=VALUE")
         return cls(tuple(terms))
+
+
+def _at(data: Any, path: str) -> Any:
+    for part in path.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -256,7 +256,7 @@ class Store:
     ) -> ListResult:
         info = self.kind(kind)
         labels = _labels(label_selector)
-        fields = _fields(field_selector)
+        fields = _fields(field_selector, info)
         namespace = namespace or (fields.equal("metadata.namespace") if info.namespaced else None)
         prefix = self.kind_prefix(info, namespace)
         start_after, first_rev = _parse_continue(continue_token, prefix) if continue_token else (None, None)
@@ -271,7 +271,7 @@ class Store:
             for kv in kvs:
                 start_after = kv.key
                 obj = self._decode(kv.key, kv.value, kv.mod_rev)
-                if labels.matches(obj.metadata.labels) and fields.matches(obj.name, obj.namespace):
+                if labels.matches(obj.metadata.labels) and fields.matches(obj):
                     items.append(obj)
                     if limit is not None and len(items) >= limit:
                         more, _ = await self.backend.range(prefix, start_after=start_after, limit=1)
@@ -486,7 +486,7 @@ class Store:
         if not self._started:
             await self.start()
         info = self.kind(kind) if kind is not None else None
-        labels, fields = _labels(label_selector), _fields(field_selector)
+        labels, fields = _labels(label_selector), _fields(field_selector, info)
         if info is not None:
             namespace = namespace or (fields.equal("metadata.namespace") if info.namespaced else None)
             prefix = self.kind_prefix(info, namespace)
@@ -534,11 +534,7 @@ class Store:
 
 def _filter(change: Change, labels: LabelSelector, fields: FieldSelector) -> WatchEvent | None:
     def matches(obj: Resource | None) -> bool:
-        return (
-            obj is not None
-            and labels.matches(obj.metadata.labels)
-            and fields.matches(obj.name, obj.namespace)
-        )
+        return obj is not None and labels.matches(obj.metadata.labels) and fields.matches(obj)
 
     now, before = matches(change.obj), matches(change.prev)
     if now and change.obj is not None:
@@ -559,8 +555,10 @@ def _labels(sel: str | LabelSelector | None) -> LabelSelector:
     return sel if isinstance(sel, LabelSelector) else LabelSelector.parse(sel)
 
 
-def _fields(sel: str | FieldSelector | None) -> FieldSelector:
-    return sel if isinstance(sel, FieldSelector) else FieldSelector.parse(sel)
+def _fields(sel: str | FieldSelector | None, info: KindInfo | None) -> FieldSelector:
+    if isinstance(sel, FieldSelector):
+        return sel
+    return FieldSelector.parse(sel, info.field_selectors if info is not None else ())
 
 
 def _conflict(info: KindInfo, name: str) -> Conflict:
