@@ -23,7 +23,7 @@ async def test_machine_commands(emulator: Emulator, cluster_a: ClusterConfigs, t
     await wait_stage(emulator, cp, MachineStage.MAINTENANCE)
     await wait_stage(emulator, worker, MachineStage.MAINTENANCE)
 
-    code, out, _ = await herder_cli("talos", "version", "--insecure", "-e", cp.record.endpoint)
+    code, out, _ = await herder_cli("talos", "--insecure", "-e", cp.record.endpoint, "version")
     assert code == 0 and "Tag: v1.13.9" in out
     code, _, err = await herder_cli(
         "talos", "apply-config", "--insecure", "-e", cp.address, "-f", str(tmp_path / "nope")
@@ -40,7 +40,8 @@ async def test_machine_commands(emulator: Emulator, cluster_a: ClusterConfigs, t
     await wait_stage(emulator, cp, MachineStage.RUNNING)
     await wait_stage(emulator, worker, MachineStage.RUNNING)
 
-    code, out, err = await herder_cli("talos", "services", *auth, "-n", worker.address)
+    # Connection options may come before the command too, as with talosctl.
+    code, out, err = await herder_cli("talos", *auth, "-n", worker.address, "services")
     assert code == 0 and "kubelet" in out, err
     code, out, err = await herder_cli("talos", "bootstrap", *auth)
     assert code == 0, err

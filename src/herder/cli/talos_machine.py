@@ -98,6 +98,45 @@ class Target:
         return MachineClient.from_talosconfig(config, endpoint=endpoint, timeout=self.timeout)
 
 
+@dataclass(frozen=True)
+class _Defaults:
+    """Connection options given before the command (``herder talos -e E -n N version``), as talosctl allows."""
+
+    talosconfig: Path | None = None
+    insecure: bool = False
+    endpoints: list[str] | None = None
+    nodes: list[str] | None = None
+
+
+def _target(
+    ctx: typer.Context,
+    talosconfig: Path | None,
+    insecure: bool,
+    endpoints: list[str] | None,
+    nodes: list[str] | None,
+    timeout: float,
+) -> Target:
+    """The command's own options, falling back to those given before the command."""
+    given = ctx.obj if isinstance(ctx.obj, _Defaults) else _Defaults()
+    return Target(
+        talosconfig=talosconfig or given.talosconfig,
+        insecure=insecure or given.insecure,
+        endpoints=endpoints or given.endpoints,
+        nodes=nodes or given.nodes,
+        timeout=timeout,
+    )
+
+
+def _connection_options(
+    ctx: typer.Context,
+    talosconfig: TalosconfigOption = None,
+    insecure: InsecureOption = False,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+) -> None:
+    ctx.obj = _Defaults(talosconfig, insecure, endpoints, nodes)
+
+
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(1)
@@ -144,6 +183,7 @@ def _seconds(value: str) -> float:
 
 
 def version(
+    ctx: typer.Context,
     talosconfig: TalosconfigOption = None,
     insecure: InsecureOption = False,
     endpoints: EndpointsOption = None,
@@ -158,10 +198,11 @@ def version(
             f"{_label(client, node)}\tTag: {v.tag}\tSHA: {v.sha}\tOS/Arch: {v.os}/{v.arch}\tPlatform: {v.platform}"
         )
 
-    _run(Target(talosconfig, insecure, endpoints, nodes, timeout), call)
+    _run(_target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
 
 
 def apply_config(
+    ctx: typer.Context,
     file: Annotated[
         Path, typer.Option("--file", "-f", help="The machine config to apply.", show_default=False)
     ],
@@ -196,10 +237,11 @@ def apply_config(
             typer.echo(f"{_label(client, node)}: warning: {warning}", err=True)
         typer.echo(f"{_label(client, node)}: {result.details}")
 
-    _run(Target(talosconfig, insecure, endpoints, nodes, timeout), call)
+    _run(_target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
 
 
 def bootstrap(
+    ctx: typer.Context,
     recover_etcd: Annotated[
         bool, typer.Option("--recover-etcd", help="Restore the snapshot uploaded before.")
     ] = False,
@@ -214,10 +256,11 @@ def bootstrap(
         await client.bootstrap(recover_etcd=recover_etcd, node=node)
         typer.echo(f"{_label(client, node)}: bootstrapped")
 
-    _run(Target(talosconfig, False, endpoints, nodes, timeout), call, single=True)
+    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
 
 
 def upgrade(
+    ctx: typer.Context,
     image: Annotated[
         str,
         typer.Option(
@@ -238,7 +281,7 @@ def upgrade(
         result = await client.upgrade(image, preserve=preserve, stage=stage, force=force, node=node)
         typer.echo(f"{_label(client, node)}: {result.ack} (actor {result.actor_id})")
 
-    _run(Target(talosconfig, False, endpoints, nodes, timeout), call)
+    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call)
 
 
 def _action(name: str, invoke: Callable[[MachineClient, str | None], Awaitable[str]], target: Target) -> None:
@@ -250,6 +293,7 @@ def _action(name: str, invoke: Callable[[MachineClient, str | None], Awaitable[s
 
 
 def reboot(
+    ctx: typer.Context,
     mode: Annotated[str, typer.Option("--mode", "-m", help="default or powercycle.")] = "default",
     talosconfig: TalosconfigOption = None,
     endpoints: EndpointsOption = None,
@@ -264,11 +308,12 @@ def reboot(
     _action(
         "rebooting",
         lambda c, n: c.reboot(mode=reboot_mode, node=n),
-        Target(talosconfig, False, endpoints, nodes, timeout),
+        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
 def reset(
+    ctx: typer.Context,
     graceful: Annotated[
         bool, typer.Option("--graceful/--no-graceful", help="Leave etcd first (control planes).")
     ] = True,
@@ -284,11 +329,12 @@ def reset(
     _action(
         "resetting",
         lambda c, n: c.reset(graceful=graceful, reboot=reboot_after, node=n),
-        Target(talosconfig, False, endpoints, nodes, timeout),
+        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
 def shutdown(
+    ctx: typer.Context,
     force: Annotated[bool, typer.Option("--force", help="Do not cordon and drain first.")] = False,
     talosconfig: TalosconfigOption = None,
     endpoints: EndpointsOption = None,
@@ -299,7 +345,7 @@ def shutdown(
     _action(
         "shutting down",
         lambda c, n: c.shutdown(force=force, node=n),
-        Target(talosconfig, False, endpoints, nodes, timeout),
+        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
@@ -325,6 +371,7 @@ def describe_event(event: MachineEvent) -> str:
 
 
 def events(
+    ctx: typer.Context,
     tail: Annotated[int, typer.Option("--tail", help="Show this many past events first (-1: all).")] = 0,
     since_id: Annotated[str, typer.Option("--since", help="Show the events after this id first.")] = "",
     actor_id: Annotated[str, typer.Option("--actor-id", help="Only the events of this actor.")] = "",
@@ -348,10 +395,11 @@ def events(
             async with asyncio.timeout(duration or None):
                 await follow(client, node)
 
-    _run(Target(talosconfig, insecure, endpoints, nodes, timeout), call, single=True)
+    _run(_target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call, single=True)
 
 
 def services(
+    ctx: typer.Context,
     talosconfig: TalosconfigOption = None,
     insecure: InsecureOption = False,
     endpoints: EndpointsOption = None,
@@ -365,10 +413,11 @@ def services(
             health = "?" if s.health_unknown else ("OK" if s.healthy else "Fail")
             typer.echo(f"{_label(client, node)}\t{s.id}\t{s.state}\t{health}\t{s.last_message}".rstrip())
 
-    _run(Target(talosconfig, insecure, endpoints, nodes, timeout), call)
+    _run(_target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
 
 
 def kubeconfig(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="Where to write the admin kubeconfig.", show_default=False)],
     talosconfig: TalosconfigOption = None,
     endpoints: EndpointsOption = None,
@@ -382,7 +431,7 @@ def kubeconfig(
         _write_private(file, data)
         typer.echo(f"{_label(client, node)}: kubeconfig written to {file}")
 
-    _run(Target(talosconfig, False, endpoints, nodes, timeout), call, single=True)
+    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
 
 
 def _write_private(file: Path, data: bytes) -> None:
@@ -399,6 +448,7 @@ etcd_app = typer.Typer(help="etcd membership and snapshots of control plane node
 
 @etcd_app.command("members")
 def etcd_members(
+    ctx: typer.Context,
     talosconfig: TalosconfigOption = None,
     endpoints: EndpointsOption = None,
     nodes: NodesOption = None,
@@ -413,7 +463,7 @@ def etcd_members(
                 f"{_label(client, node)}\t{m.id:x}\t{m.hostname}\t{','.join(m.peer_urls)}\t{','.join(m.client_urls)}\t{learner}"
             )
 
-    _run(Target(talosconfig, False, endpoints, nodes, timeout), call)
+    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call)
 
 
 def _etcd_call(
@@ -429,6 +479,7 @@ def _etcd_call(
 
 @etcd_app.command("leave")
 def etcd_leave(
+    ctx: typer.Context,
     talosconfig: TalosconfigOption = None,
     endpoints: EndpointsOption = None,
     nodes: NodesOption = None,
@@ -438,12 +489,13 @@ def etcd_leave(
     _etcd_call(
         "left etcd",
         lambda c, n: c.etcd_leave_cluster(node=n),
-        Target(talosconfig, False, endpoints, nodes, timeout),
+        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
 @etcd_app.command("forfeit-leadership")
 def etcd_forfeit_leadership(
+    ctx: typer.Context,
     talosconfig: TalosconfigOption = None,
     endpoints: EndpointsOption = None,
     nodes: NodesOption = None,
@@ -453,12 +505,13 @@ def etcd_forfeit_leadership(
     _etcd_call(
         "leadership forfeited",
         lambda c, n: c.etcd_forfeit_leadership(node=n),
-        Target(talosconfig, False, endpoints, nodes, timeout),
+        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
 @etcd_app.command("remove-member")
 def etcd_remove_member(
+    ctx: typer.Context,
     member_id: Annotated[
         str, typer.Argument(help="Member id (hex, as `etcd members` prints it).", show_default=False)
     ],
@@ -475,12 +528,13 @@ def etcd_remove_member(
     _etcd_call(
         f"removed member {member_id}",
         lambda c, n: c.etcd_remove_member_by_id(ident, node=n),
-        Target(talosconfig, False, endpoints, nodes, timeout),
+        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
 @etcd_app.command("snapshot")
 def etcd_snapshot(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="Where to write the snapshot.", show_default=False)],
     talosconfig: TalosconfigOption = None,
     endpoints: EndpointsOption = None,
@@ -494,7 +548,7 @@ def etcd_snapshot(
         _write_private(file, data)
         typer.echo(f"{_label(client, node)}: etcd snapshot saved to {file} ({len(data)} bytes)")
 
-    _run(Target(talosconfig, False, endpoints, nodes, timeout), call, single=True)
+    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -510,3 +564,4 @@ def register(app: typer.Typer) -> None:
     app.command("services")(services)
     app.command("kubeconfig")(kubeconfig)
     app.add_typer(etcd_app, name="etcd")
+    app.callback()(_connection_options)
