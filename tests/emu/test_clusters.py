@@ -3,6 +3,7 @@ security (client certificates against the cluster's CA), watches and persistence
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
@@ -19,7 +20,7 @@ from herder.emu.emulator import Emulator
 from herder.talos import pki
 from herder.talos.machine import FailedPrecondition, MachineStage, Unavailable
 from tests.emu.clusters import Formed, etcd_healthy, eventually, form_cluster
-from tests.emu.support import admin, cluster_configs, random_cidr, running_emulator, wait_stage
+from tests.emu.support import admin, bring_up, cluster_configs, random_cidr, running_emulator, wait_stage
 
 
 async def test_a_control_plane_removed_as_herder_does_leaves_two_healthy_members(
@@ -32,6 +33,9 @@ async def test_a_control_plane_removed_as_herder_does_leaves_two_healthy_members
         assert await client.etcd_forfeit_leadership() in (second.hostname, third.hostname)
         assert formed.cluster.current_leader() != formed.cluster.member_of(first.uuid)
         await client.etcd_leave_cluster()
+        # Its etcd stays stopped: it does not join again by itself.
+        await asyncio.sleep(0.2)
+        assert formed.cluster.member_of(first.uuid) is None
         await client.reset(graceful=True, reboot=True)
     await wait_stage(emulator, first, MachineStage.MAINTENANCE)
     async with admin(formed.configs, second) as client:
@@ -40,6 +44,10 @@ async def test_a_control_plane_removed_as_herder_does_leaves_two_healthy_members
     assert formed.healthy_members() == 2
     for machine in (second, third):
         assert await etcd_healthy(formed, machine)
+
+    # Configured again, the wiped machine boots and joins as a new member.
+    await bring_up(emulator, first, formed.configs.controlplane)
+    await eventually(lambda: formed.healthy_members() == 3)
 
 
 async def test_quorum_rules(emulator: Emulator, tmp_path: Path) -> None:

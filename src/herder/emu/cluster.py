@@ -106,6 +106,8 @@ class Cluster:
     """Whether the etcd of a machine (by uuid) runs and is reachable; the emulator supplies it."""
     changed: Callable[[], None] = field(default=lambda: None, repr=False)
     """Told of every change of membership (the emulator persists the cluster and syncs Kubernetes)."""
+    removed: set[str] = field(default_factory=set, repr=False)
+    """Machines whose member left or was removed: their etcd stays stopped until they boot again."""
 
     def __post_init__(self) -> None:
         self.keyspace.writable = self.has_quorum
@@ -167,7 +169,7 @@ class Cluster:
         if existing is not None:
             existing.hostname, existing.address = hostname, address
             return existing
-        if not self.bootstrapped or not self.has_quorum():
+        if not self.bootstrapped or not self.has_quorum() or machine in self.removed:
             return None
         return self._add(machine, hostname, address)
 
@@ -189,7 +191,7 @@ class Cluster:
         rest = [m for m in self.members.values() if m.id != member_id]
         if sum(1 for m in rest if self.healthy(m)) <= len(rest) // 2:
             raise precondition(NOT_ENOUGH_STARTED)
-        del self.members[member_id]
+        self.removed.add(self.members.pop(member_id).machine)
         if self.leader == member_id:
             self.leader = None
             self.current_leader()

@@ -58,6 +58,10 @@ class ClusterServices:
 
     def machine_changed(self, machine: Machine) -> None:
         previous = self._seen.pop(machine.uuid, None)
+        if machine.stage is MachineStage.BOOTING:
+            # A machine that left etcd may join again once it has rebooted.
+            for cluster in self.emulator.clusters.values():
+                cluster.removed.discard(machine.uuid)
         if machine.config is not None:
             self._seen[machine.uuid] = machine.config.cluster_id
             self.schedule(machine.config.cluster_id)
