@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import logging
+import resource
 import signal
 
 from herder.emu.control import ControlAPI
@@ -29,7 +30,16 @@ async def _return_freed_memory() -> None:
         trim(0)
 
 
+def _raise_file_limit() -> None:
+    """Each machine holds a listening socket and each call two more: lift the soft limit on open files
+    (often 1024) to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 async def serve(options: EmulatorOptions, listen_host: str, listen_port: int) -> None:
+    _raise_file_limit()
     emulator = Emulator(options)
     await emulator.start()
     control = ControlAPI(emulator)
