@@ -17,6 +17,7 @@ import yaml
 
 from herder.emu.control import ControlAPI
 from herder.emu.emulator import Emulator
+from herder.resources.kubernetes import NODE, node_ready
 from herder.talos import pki
 from herder.talos.machine import FailedPrecondition, MachineStage, Unavailable
 from tests.emu.clusters import Formed, etcd_healthy, eventually, form_cluster
@@ -183,3 +184,20 @@ async def test_the_cluster_and_its_objects_survive_a_restart(tmp_path: Path) -> 
         assert emulator.services.summary(restarted.cluster)["kubernetes"] == url
         cm = await restarted.kubectl_json("get", "configmap", "kept")
         assert cm["metadata"]["name"] == "kept"
+
+
+async def test_a_destroyed_machine_drops_out(emulator: Emulator, tmp_path: Path) -> None:
+    formed = await form_cluster(emulator, cluster_configs("destroyed"), tmp_path, control_planes=1, workers=1)
+    kubernetes = emulator.services.kubernetes[formed.cluster_id]
+    worker = formed.workers[0]
+
+    async def ready() -> bool:
+        node = await kubernetes.store.get(NODE, worker.hostname.lower())
+        return node_ready(node.to_dict())
+
+    async def not_ready() -> bool:
+        return not await ready()
+
+    await eventually(ready)
+    await emulator.destroy_machine(worker)
+    await eventually(not_ready)

@@ -63,7 +63,8 @@ class ClusterServices:
             for cluster in self.emulator.clusters.values():
                 cluster.removed.discard(machine.uuid)
         if machine.config is not None:
-            self._seen[machine.uuid] = machine.config.cluster_id
+            if machine.uuid in self.emulator.machines:
+                self._seen[machine.uuid] = machine.config.cluster_id
             self.schedule(machine.config.cluster_id)
         if previous is not None and (machine.config is None or previous != machine.config.cluster_id):
             self.schedule(previous)

@@ -132,6 +132,8 @@ class Emulator:
         self._cursor = min(self._cursor, freed)
         self.store.delete_machine(machine.uuid)
         self.store.publish([m.record for m in self.machines.values()])
+        # Its cluster sees it gone: its etcd member down, its node NotReady.
+        self.services.machine_changed(machine)
 
     def find(self, ref: str) -> Machine | None:
         """A machine by uuid, address, endpoint or hostname."""
