@@ -21,7 +21,15 @@ from herder.resources.kubernetes import NODE, node_ready
 from herder.talos import pki
 from herder.talos.machine import FailedPrecondition, MachineStage, Unavailable
 from tests.emu.clusters import Formed, etcd_healthy, eventually, form_cluster
-from tests.emu.support import admin, bring_up, cluster_configs, random_cidr, running_emulator, wait_stage
+from tests.emu.support import (
+    admin,
+    bring_up,
+    cluster_configs,
+    herder_cli,
+    random_cidr,
+    running_emulator,
+    wait_stage,
+)
 
 
 async def test_a_control_plane_removed_as_herder_does_leaves_two_healthy_members(
@@ -172,8 +180,10 @@ async def test_the_cluster_and_its_objects_survive_a_restart(tmp_path: Path) -> 
         try:
             async with httpx.AsyncClient(base_url=base, timeout=10) as http:
                 summary = (await http.get(f"/clusters/{configs.name}")).json()
+            code, out, _err = await herder_cli("emu", "clusters", "--url", base)
         finally:
             await control.stop()
+        assert code == 0 and out.split("\t")[:2] == [configs.name, "etcd 1/1 healthy"]
         assert summary["quorum"] and summary["serving"] and len(summary["members"]) == 1
         url = summary["kubernetes"]
     async with running_emulator(data, 1, cidr=cidr) as emulator:

@@ -1,4 +1,5 @@
-"""``herder emu``: run the Talos emulator, and drive it (machines, power, faults) through its control API."""
+"""``herder emu``: run the Talos emulator, and drive it (machines, clusters, power, faults) through its control
+API."""
 
 from __future__ import annotations
 
@@ -134,6 +135,16 @@ def list_machines(url: UrlOption = None, data_dir: DataDirOption = None) -> None
         typer.echo(
             f"{m['uuid']}\t{m['endpoint']}\t{m['hostname']}\t{m['stage']}\t{m['power']}\t{m['talos_version']}\t{faults}"
         )
+
+
+@app.command("clusters")
+def list_clusters(url: UrlOption = None, data_dir: DataDirOption = None) -> None:
+    """List the emulated clusters: name, etcd quorum and healthy members, leader, Kubernetes API address."""
+    for c in _request("GET", _base_url(url, data_dir), "/clusters"):
+        healthy = sum(1 for m in c["members"] if m["healthy"])
+        etcd = f"{healthy}/{len(c['members'])} healthy" + ("" if c["quorum"] else ", no quorum")
+        api = c["kubernetes"] + ("" if c["serving"] else " (down)") if c["kubernetes"] else "-"
+        typer.echo(f"{c['name'] or c['id']}\tetcd {etcd}\tleader {c['leader'] or '-'}\t{api}")
 
 
 @app.command("fault")
