@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from herder.emu.cluster import Cluster
@@ -20,6 +21,8 @@ from herder.talos.machine.types import MachineStage
 if TYPE_CHECKING:
     from herder.emu.emulator import Emulator
     from herder.emu.machine import Machine
+
+log = logging.getLogger(__name__)
 
 API_HOST = "127.0.0.1"
 """Where the clusters' Kubernetes APIs listen, each on its own port."""
@@ -121,7 +124,11 @@ class ClusterServices:
                 self._pending.discard(cluster_id)
                 # Let a burst of changes (a reboot's stages, a bootstrap's joins) land first.
                 await asyncio.sleep(0)
-                await self._sync(cluster_id)
+                try:
+                    await self._sync(cluster_id)
+                except Exception:
+                    # One cluster's trouble must not stop the others; its next change syncs again.
+                    log.exception("syncing cluster %s failed", cluster_id)
         finally:
             self._running.pop(cluster_id, None)
 
