@@ -66,8 +66,8 @@ async def test_a_cluster_forms_and_kubectl_sees_it(emulator: Emulator, tmp_path:
     assert sum(1 for n in by_name if n.startswith("coredns-")) == 2
     table = (await formed.kubectl("get", "pods", "-n", "kube-system")).stdout
     assert table.splitlines()[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
-    rows = {r.split()[0]: r.split()[1:4] for r in table.splitlines()[1:]}
-    assert rows[f"kube-apiserver-{formed.control_planes[0].hostname.lower()}"] == ["1/1", "Running", "0"]
+    cells = {r.split()[0]: r.split()[1:4] for r in table.splitlines()[1:]}
+    assert cells[f"kube-apiserver-{formed.control_planes[0].hostname.lower()}"] == ["1/1", "Running", "0"]
 
     version = json.loads((await formed.kubectl("version", "-o", "json")).stdout)
     assert version["serverVersion"]["gitVersion"] == "v1.33.0"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 
 import pytest
@@ -60,7 +61,7 @@ def test_scheduling_on_control_planes_drops_the_taint(contract: str) -> None:
     assert _facts(controlplane).taints == ()
 
 
-def _edited(text: str, kind: str, change: dict[str, object]) -> str:
+def _edited(text: str, kind: str, change: Mapping[str, object]) -> str:
     documents = load_documents(text)
     for document in documents:
         if (kind == "v1alpha1" and is_legacy(document)) or document.get("kind") == kind:
