@@ -18,15 +18,16 @@ from herder.talos.machine.client import EVENT_TYPE_PREFIX
 HISTORY = 100
 """Events kept per machine for tails (Talos keeps a bounded buffer too)."""
 
+# An xid is seconds, then 5 bytes naming the process, then a counter: no randomness per id (urandom is a
+# system call, and thousands of machines publish events at once).
+_PROCESS = int.from_bytes(os.urandom(5), "big") << 24
 _counter = itertools.count(int.from_bytes(os.urandom(3), "big"))
 _ENCODING = "0123456789abcdefghijklmnopqrstuv"
 
 
 def new_event_id() -> str:
     """A 20-character id ordered by time, shaped like the xids Talos uses."""
-    value = (
-        (int(time.time()) << 64) | (int.from_bytes(os.urandom(5), "big") << 24) | (next(_counter) & 0xFFFFFF)
-    )
+    value = (int(time.time()) << 64) | _PROCESS | (next(_counter) & 0xFFFFFF)
     chars = []
     for _ in range(20):
         chars.append(_ENCODING[value & 31])
