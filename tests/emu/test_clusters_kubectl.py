@@ -190,6 +190,9 @@ async def test_failures_show_in_nodes(emulator: Emulator, tmp_path: Path) -> Non
     statuses = {r.split()[0]: r.split()[1] for r in rows}
     assert statuses[worker.hostname.lower()] == "NotReady"
     assert statuses[formed.workers[1].hostname.lower()] == "Ready"
+    selector = f"--field-selector=involvedObject.kind=Node,involvedObject.name={worker.hostname.lower()}"
+    events = (await formed.kubectl_json("get", "events", selector))["items"]
+    assert [e["reason"] for e in events] == ["RegisteredNode", "NodeReady", "NodeNotReady"]
     # The pods of a node that stopped answering are no longer ready.
     pods = (await formed.kubectl_json("get", "pods", "-n", "kube-system"))["items"]
     on_lost = [p for p in pods if p["spec"].get("nodeName") == lost_cp.hostname.lower()]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import ipaddress
+import time
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -226,6 +227,7 @@ class ClusterKubernetes:
 
     async def _sync_nodes(self, kubelets: list[Kubelet]) -> list[Resource]:
         registering = {k.uuid: k for k in kubelets if k.facts.register_node}
+        before = {n.name: _ready(n) for n in (await self.store.list(NODE)).items}
         for kubelet in registering.values():
             if kubelet.up:
                 await self._put(NODE, _node(kubelet))
@@ -236,6 +238,8 @@ class ClusterKubernetes:
             if owner is None or not owner.up or owner.name != node.name:
                 node = await self._put(NODE, _node_lost(node))
             out.append(node)
+            for reason, message, source in _node_events(node.name, before.get(node.name), _ready(node)):
+                await self.store.create(Resource.from_dict(_event(node, reason, message, source)))
         return out
 
     async def _sync_pods(
@@ -423,6 +427,47 @@ def _node_lost(node: Resource) -> dict[str, Any]:
         )
     data["status"] = status
     return data
+
+
+def _ready(node: Resource) -> str | None:
+    conditions = (node.status or {}).get("conditions") or ()
+    return next((str(c.get("status")) for c in conditions if c.get("type") == "Ready"), None)
+
+
+def _node_events(name: str, was: str | None, now: str | None) -> list[tuple[str, str, str]]:
+    """What the node controller and the kubelet report when a node appears or its readiness changes:
+    (reason, message, source)."""
+    events = []
+    if was is None:
+        events.append(
+            ("RegisteredNode", f"Node {name} event: Registered Node {name} in Controller", "node-controller")
+        )
+    if now == "True" and was != "True":
+        events.append(("NodeReady", f"Node {name} status is now: NodeReady", "kubelet"))
+    elif now != "True" and was == "True":
+        events.append(("NodeNotReady", f"Node {name} status is now: NodeNotReady", "node-controller"))
+    return events
+
+
+def _event(node: Resource, reason: str, message: str, source: str) -> dict[str, Any]:
+    now = now_rfc3339()
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        # Named as Kubernetes names events: the object's name and the time in nanoseconds, in hex.
+        "metadata": {"name": f"{node.name}.{time.time_ns():x}", "namespace": "default"},
+        # Kubernetes names a node by its name in events (the kubelet knows no uid).
+        "involvedObject": {"kind": "Node", "name": node.name, "uid": node.name, "apiVersion": "v1"},
+        "reason": reason,
+        "message": message,
+        "source": {"component": source, "host": node.name} if source == "kubelet" else {"component": source},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "type": "Normal",
+        "reportingComponent": source,
+        "reportingInstance": node.name if source == "kubelet" else "",
+    }
 
 
 def _pod_cidr(facts: KubeFacts, uuid: str) -> str:
