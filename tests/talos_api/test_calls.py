@@ -110,12 +110,18 @@ async def test_upgrade_changes_the_version(emulator: Emulator, cluster_a: Cluste
     await wait_stage(emulator, machine, MachineStage.RUNNING)
     async with admin(cluster_a, machine) as client:
         assert (await client.version()).tag == "v1.14.1"
+        await client.upgrade("ghcr.io/siderolabs/installer:v1.14.2", stage=True)
+    await wait_stage(emulator, machine, MachineStage.REBOOTING)
+    await wait_stage(emulator, machine, MachineStage.UPGRADING)
+    await wait_stage(emulator, machine, MachineStage.RUNNING)
+    async with admin(cluster_a, machine) as client:
+        assert (await client.version()).tag == "v1.14.2"
         # Talos 1.9 cannot be installed over 1.14: its installer refuses, the machine stays as it is.
         await client.upgrade("ghcr.io/siderolabs/installer:v1.9.0")
     await wait_stage(emulator, machine, MachineStage.UPGRADING)
     await emulator.wait_for(lambda: machine.stage is MachineStage.RUNNING and bool(machine.last_error), 10)
     assert "cannot be installed over" in machine.last_error
-    assert machine.record.talos_version == "v1.14.1"
+    assert machine.record.talos_version == "v1.14.2"
 
 
 async def test_failed_upgrade_rolls_back_and_says_so(emulator: Emulator, cluster_a: ClusterConfigs) -> None:

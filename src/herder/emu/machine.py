@@ -600,6 +600,9 @@ class Machine:
         actor = str(uuidlib.uuid4())
 
         async def body() -> None:
+            if request.stage:
+                # A staged upgrade runs early in the next boot, before the system starts: reboot first.
+                await self._reboot_steps()
             previous = self.record.talos_version
             self._set_stage(MachineStage.UPGRADING)
             await self._sleep("upgrade")
