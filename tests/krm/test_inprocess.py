@@ -14,7 +14,7 @@ from starlette.routing import Mount
 
 from herder.krm.app import build_app
 from herder.krm.policy import Denied, Unauthenticated
-from herder.krm.status import api_error
+from herder.krm.status import ApiError, api_error
 from herder.resources import FieldError, InvalidObject, Resource
 from herder.resources.catalog import herder_registry
 from herder.state.errors import AlreadyExists, Conflict, Forbidden, Gone, Invalid, NotFound, Unavailable
@@ -88,6 +88,7 @@ async def test_watch_from_a_compacted_revision_ends_with_a_410_error_event(
         (Invalid("bad selector"), 400, "BadRequest"),
         (InvalidObject("ConfigPatch", "x", [FieldError("spec.data", "required")]), 422, "Invalid"),
         (Unavailable("backend down"), 503, "ServiceUnavailable"),
+        (ApiError(429, "slow down"), 429, "TooManyRequests"),
         (RuntimeError("secret internals"), 500, "InternalError"),
     ],
 )
