@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from herder.emu.emulator import Emulator
 from herder.talos.generate import generate_bundle
 from herder.talos.generate_input import ConfigInput
+from herder.talos.kubeconfig import generate_admin_kubeconfig
 from herder.talos.machine import AlreadyExists
 from tests.emu.clusters import KUBECTL, etcd_healthy, eventually, form_cluster, nodes_ready
 from tests.emu.support import CONTRACT, ClusterConfigs, admin, cluster_configs, edit_config
@@ -217,3 +220,30 @@ async def test_failures_show_in_nodes(emulator: Emulator, tmp_path: Path) -> Non
     )
     described = (await formed.kubectl("describe", "node", worker.hostname.lower())).stdout
     assert "SchedulingDisabled" not in described and "Unschedulable:      true" in described
+
+
+async def test_a_loopback_endpoint_is_where_the_api_listens(emulator: Emulator, tmp_path: Path) -> None:
+    """With the cluster endpoint on a loopback address, the kubeconfig herder generates from the cluster's
+    secrets reaches the emulated API, as it would reach a real cluster's endpoint."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"https://127.0.0.1:{port}"
+    secrets = cluster_configs("loopback").secrets
+    bundle = generate_bundle(
+        ConfigInput(
+            cluster_name="loopback",
+            endpoint=endpoint,
+            kubernetes_version="1.33.0",
+            contract=CONTRACT,
+            secrets=secrets,
+        )
+    )
+    configs = ClusterConfigs("loopback", secrets, bundle.controlplane, bundle.worker, bundle.talosconfig)
+    formed = await form_cluster(emulator, configs, tmp_path, control_planes=1, workers=1)
+    assert yaml.safe_load(formed.kubeconfig.read_text())["clusters"][0]["cluster"]["server"] == endpoint
+    formed.kubeconfig.write_text(
+        generate_admin_kubeconfig(secrets.k8s, cluster_name="loopback", endpoint=endpoint)
+    )
+    names = {m.hostname.lower() for m in formed.control_planes + formed.workers}
+    await eventually(lambda: _all_ready(formed, names))

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from herder.emu.cluster import Cluster
 from herder.emu.kube_config import KubeFacts, kube_facts
@@ -80,10 +82,18 @@ class ClusterServices:
 
     def api(self, cluster: Cluster) -> ClusterKubernetes:
         """The cluster's Kubernetes API (its address is fixed from the first call; it serves once
-        bootstrapped)."""
+        bootstrapped): at the cluster's endpoint when that is a loopback address (so the kubeconfig any
+        tool generates for the cluster reaches it), else on a port of its own."""
         kube = self.kubernetes.get(cluster.id)
         if kube is None:
-            kube = self.kubernetes[cluster.id] = ClusterKubernetes(cluster, API_HOST)
+            endpoints = [
+                m.config.endpoint
+                for m in self.emulator.machines_of(cluster.id)
+                if m.config is not None and m.config.is_control_plane
+            ]
+            at_endpoint = _loopback(endpoints[0]) if endpoints else None
+            host, port = at_endpoint or (API_HOST, cluster.api_port)
+            kube = self.kubernetes[cluster.id] = ClusterKubernetes(cluster, host, port)
             self.emulator.store.save_cluster(cluster)
         return kube
 
@@ -179,6 +189,17 @@ class ClusterServices:
         for kube in self.kubernetes.values():
             await kube.close()
         self.kubernetes.clear()
+
+
+def _loopback(endpoint: str) -> tuple[str, int] | None:
+    """Host and port of an endpoint URL on a loopback IPv4 address, which the emulator can listen on."""
+    try:
+        parts = urlsplit(endpoint)
+        address = ipaddress.ip_address(parts.hostname or "")
+        port = parts.port or 443
+    except ValueError:
+        return None
+    return (str(address), port) if address.version == 4 and address.is_loopback else None
 
 
 def _cluster_facts(running_control_planes: list[Machine]) -> KubeFacts | None:

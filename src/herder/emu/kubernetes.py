@@ -86,14 +86,14 @@ def _strip_times(value: Any) -> Any:
 class ClusterKubernetes:
     """One cluster's Kubernetes API and the emulated components that write to it."""
 
-    def __init__(self, cluster: Cluster, host: str) -> None:
+    def __init__(self, cluster: Cluster, host: str, port: int) -> None:
         self.cluster = cluster
         self.registry = kubernetes_registry()
         self.store = Store(cluster.keyspace, self.registry)
         # build_app keeps this dict: updating it in place changes what /version answers (an upgrade).
         self.version = discovery.version_info()
         app = build_app(self.registry, self.store, ClientCertificatePolicy(), version_info=self.version)
-        self.endpoint = ApiEndpoint(app, host, cluster.api_port)
+        self.endpoint = ApiEndpoint(app, host, port)
         cluster.api_port = self.endpoint.port
         self._started = False
         self._seeded = False
