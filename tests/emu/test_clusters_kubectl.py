@@ -72,6 +72,12 @@ async def test_a_cluster_forms_and_kubectl_sees_it(emulator: Emulator, tmp_path:
     cells = {r.split()[0]: r.split()[1:4] for r in table.splitlines()[1:]}
     assert cells[f"kube-apiserver-{formed.control_planes[0].hostname.lower()}"] == ["1/1", "Running", "0"]
 
+    # The add-ons' workloads, counted from their pods.
+    out = (await formed.kubectl("rollout", "status", "daemonset/kube-proxy", "-n", "kube-system")).stdout
+    assert "successfully rolled out" in out
+    deployment = await formed.kubectl_json("get", "deployment", "coredns", "-n", "kube-system")
+    assert deployment["status"]["readyReplicas"] == 2
+
     version = json.loads((await formed.kubectl("version", "-o", "json")).stdout)
     assert version["serverVersion"]["gitVersion"] == "v1.33.0"
 

@@ -33,7 +33,16 @@ from herder.emu.kube_config import KubeFacts, image_version
 from herder.krm import discovery
 from herder.krm.app import build_app
 from herder.resources import KindInfo, Resource, now_rfc3339
-from herder.resources.kubernetes import CONFIG_MAP, NODE, POD, SECRET, SERVICE, kubernetes_registry
+from herder.resources.kubernetes import (
+    CONFIG_MAP,
+    DAEMON_SET,
+    DEPLOYMENT,
+    NODE,
+    POD,
+    SECRET,
+    SERVICE,
+    kubernetes_registry,
+)
 from herder.state.errors import NotFound, StateError
 from herder.state.store import Store
 from herder.talos.pki import CertificateAndKey
@@ -251,6 +260,11 @@ class ClusterKubernetes:
             for p in (await self.store.list(POD, KUBE_SYSTEM)).items
             if any(r.kind in _OWNER_KINDS for r in p.metadata.owner_references)
         }
+        daemons = _daemons(facts)
+        owners = {
+            name: (await self._put(DAEMON_SET, _daemon_set(name, labels, container))).metadata.uid or ""
+            for name, labels, container in daemons
+        }
         desired: dict[str, dict[str, Any]] = {}
         ready_nodes: list[Resource] = []
         for node in nodes:
@@ -263,16 +277,55 @@ class ClusterKubernetes:
                         desired[stale.name] = _not_ready(stale)
                 continue
             ready_nodes.append(node)
-            for wanted in _node_pods(node, kubelet, facts):
+            for wanted in _node_pods(node, kubelet, daemons, owners):
                 desired[wanted["metadata"]["name"]] = wanted
         if facts is not None and facts.coredns:
+            await self._put(DEPLOYMENT, _deployment(facts))
             for wanted in _coredns(existing, ready_nodes, facts):
                 desired[wanted["metadata"]["name"]] = wanted
-        for wanted in desired.values():
-            await self._put(POD, wanted)
+        pods = [await self._put(POD, wanted) for wanted in desired.values()]
         for name in existing:
             if name not in desired:
                 await self.store.delete(POD, name, KUBE_SYSTEM)
+        await self._workload_status(pods, len(nodes), daemons, facts)
+
+    async def _workload_status(
+        self,
+        pods: list[Resource],
+        nodes: int,
+        daemons: list[tuple[str, dict[str, str], dict[str, Any]]],
+        facts: KubeFacts | None,
+    ) -> None:
+        """The DaemonSets' and the Deployment's status, counted from their pods as their controllers do."""
+
+        def counts(app: str, image: str) -> tuple[int, int, int]:
+            mine = [p for p in pods if p.metadata.labels.get("k8s-app") == app]
+            ready = sum(1 for p in mine if _pod_is_ready(p))
+            updated = sum(1 for p in mine if (p.spec or {})["containers"][0]["image"] == image)
+            return len(mine), ready, updated
+
+        for name, labels, container in daemons:
+            current, ready, updated = counts(name, container["image"])
+            status = {
+                "desiredNumberScheduled": nodes,
+                "currentNumberScheduled": current,
+                "numberMisscheduled": 0,
+                "numberReady": ready,
+                "updatedNumberScheduled": updated,
+                "numberAvailable": ready,
+                "observedGeneration": 1,
+            }
+            await self._put(DAEMON_SET, {**_daemon_set(name, labels, container), "status": status})
+        if facts is not None and facts.coredns:
+            current, ready, updated = counts("kube-dns", facts.coredns_image)
+            status = {
+                "replicas": current,
+                "updatedReplicas": updated,
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "observedGeneration": 1,
+            }
+            await self._put(DEPLOYMENT, {**_deployment(facts), "status": status})
 
 
 # --- objects ---
@@ -594,7 +647,71 @@ def _container(name: str, image: str, command: list[str]) -> dict[str, Any]:
     }
 
 
-def _node_pods(node: Resource, kubelet: Kubelet, facts: KubeFacts | None) -> list[dict[str, Any]]:
+def _daemons(facts: KubeFacts | None) -> list[tuple[str, dict[str, str], dict[str, Any]]]:
+    """The DaemonSets of the cluster's add-ons: name, extra pod labels, container."""
+    if facts is None:
+        return []
+    daemons = []
+    if facts.proxy:
+        command = ["/usr/local/bin/kube-proxy", "--proxy-mode=iptables"]
+        daemons.append(("kube-proxy", {"tier": "node"}, _container("kube-proxy", facts.proxy_image, command)))
+    if facts.flannel:
+        command = ["/opt/bin/flanneld", "--ip-masq", "--kube-subnet-mgr"]
+        container = _container("kube-flannel", FLANNEL_IMAGE, command)
+        daemons.append(("kube-flannel", {"tier": "node", "app": "flannel"}, container))
+    return daemons
+
+
+def _template(labels: dict[str, str], containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"labels": labels}, "spec": {"containers": containers, **spec}}
+
+
+def _daemon_set(name: str, labels: dict[str, str], container: dict[str, Any]) -> dict[str, Any]:
+    selector = {"k8s-app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": KUBE_SYSTEM, "labels": {**selector, **labels}},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": _template(
+                {**selector, **labels}, [container], hostNetwork=True, tolerations=[{"operator": "Exists"}]
+            ),
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        },
+    }
+
+
+def _deployment(facts: KubeFacts) -> dict[str, Any]:
+    selector = {"k8s-app": "kube-dns"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "coredns",
+            "namespace": KUBE_SYSTEM,
+            "labels": {**selector, "kubernetes.io/name": "CoreDNS"},
+        },
+        "spec": {
+            "replicas": COREDNS_REPLICAS,
+            "selector": {"matchLabels": selector},
+            "template": _template(selector, [_coredns_container(facts)], tolerations=_COREDNS_TOLERATIONS),
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        },
+    }
+
+
+def _pod_is_ready(pod: Resource) -> bool:
+    statuses = (pod.status or {}).get("containerStatuses") or ()
+    return bool(statuses) and all(c.get("ready") for c in statuses)
+
+
+def _node_pods(
+    node: Resource,
+    kubelet: Kubelet,
+    daemons: list[tuple[str, dict[str, str], dict[str, Any]]],
+    owners: dict[str, str],
+) -> list[dict[str, Any]]:
     """The static pods a node's kubelet mirrors, and the DaemonSets' pods on it."""
     pods = []
     own = kubelet.facts
@@ -636,24 +753,8 @@ def _node_pods(node: Resource, kubelet: Kubelet, facts: KubeFacts | None) -> lis
                     host_network=True,
                 )
             )
-    if facts is None:
-        return pods
     everywhere = [{"operator": "Exists"}]
-    daemons = []
-    if facts.proxy:
-        command = ["/usr/local/bin/kube-proxy", "--proxy-mode=iptables"]
-        daemons.append(("kube-proxy", {"tier": "node"}, _container("kube-proxy", facts.proxy_image, command)))
-    if facts.flannel:
-        command = ["/opt/bin/flanneld", "--ip-masq", "--kube-subnet-mgr"]
-        daemons.append(
-            (
-                "kube-flannel",
-                {"tier": "node", "app": "flannel"},
-                _container("kube-flannel", FLANNEL_IMAGE, command),
-            )
-        )
     for name, extra, container in daemons:
-        uid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"daemonset/{name}"))
         revision = hashlib.sha256(container["image"].encode()).hexdigest()[:10]
         labels = {
             "k8s-app": name,
@@ -665,7 +766,7 @@ def _node_pods(node: Resource, kubelet: Kubelet, facts: KubeFacts | None) -> lis
             _pod(
                 f"{name}-{_short_hash(name, node.name)}",
                 labels,
-                _owner("DaemonSet", name, uid),
+                _owner("DaemonSet", name, owners[name]),
                 [container],
                 node,
                 None,
@@ -674,6 +775,15 @@ def _node_pods(node: Resource, kubelet: Kubelet, facts: KubeFacts | None) -> lis
             )
         )
     return pods
+
+
+_COREDNS_TOLERATIONS = [
+    {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
+]
+
+
+def _coredns_container(facts: KubeFacts) -> dict[str, Any]:
+    return _container("coredns", facts.coredns_image, ["/coredns", "-conf", "/etc/coredns/Corefile"])
 
 
 def _coredns(
@@ -704,20 +814,16 @@ def _coredns(
             names.append(name)
             placements.append(candidates[len(placements) % len(candidates)] if candidates else None)
         index += 1
-    container = _container("coredns", facts.coredns_image, ["/coredns", "-conf", "/etc/coredns/Corefile"])
-    tolerations = [
-        {"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
-    ]
     labels = {"k8s-app": "kube-dns", "pod-template-hash": template}
     return [
         _pod(
             name,
             labels,
             _owner("ReplicaSet", replica_set, uid),
-            [container],
+            [_coredns_container(facts)],
             node,
             _pod_ip(facts, name),
-            tolerations=tolerations,
+            tolerations=_COREDNS_TOLERATIONS,
         )
         for name, node in zip(names, placements, strict=True)
     ]

@@ -431,7 +431,73 @@ EVENT = KindInfo(
 )
 
 
-KINDS = (NAMESPACE, NODE, POD, CONFIG_MAP, SECRET, SERVICE, EVENT)
+# --- apps/v1 DaemonSet and Deployment ---
+
+
+class WorkloadSpec(BaseModel):
+    model_config = _OPEN
+
+    replicas: int | None = None
+    selector: dict[str, Any]
+    template: dict[str, Any]
+
+
+class WorkloadStatus(BaseModel):
+    model_config = _OPEN
+
+    observed_generation: int | None = Field(default=None, alias="observedGeneration")
+
+
+def _node_selector(obj: dict[str, Any]) -> str:
+    spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    selector = spec.get("nodeSelector") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>"
+
+
+def _deployment_ready(obj: dict[str, Any]) -> str:
+    status = obj.get("status") or {}
+    return f"{status.get('readyReplicas') or 0}/{(obj.get('spec') or {}).get('replicas') or 0}"
+
+
+DAEMON_SET = KindInfo(
+    group="apps",
+    version="v1",
+    kind="DaemonSet",
+    plural="daemonsets",
+    spec_model=WorkloadSpec,
+    status_model=WorkloadStatus,
+    short_names=("ds",),
+    categories=("all",),
+    printer_columns=(
+        PrinterColumn("Desired", ".status.desiredNumberScheduled", type="integer"),
+        PrinterColumn("Current", ".status.currentNumberScheduled", type="integer"),
+        PrinterColumn("Ready", ".status.numberReady", type="integer"),
+        PrinterColumn("Up-to-date", ".status.updatedNumberScheduled", type="integer"),
+        PrinterColumn("Available", ".status.numberAvailable", type="integer"),
+        PrinterColumn("Node Selector", ".spec.template.spec.nodeSelector", compute=_node_selector),
+    ),
+    description="A pod on every node.",
+)
+
+DEPLOYMENT = KindInfo(
+    group="apps",
+    version="v1",
+    kind="Deployment",
+    plural="deployments",
+    spec_model=WorkloadSpec,
+    status_model=WorkloadStatus,
+    short_names=("deploy",),
+    categories=("all",),
+    printer_columns=(
+        PrinterColumn("Ready", ".status.readyReplicas", compute=_deployment_ready),
+        PrinterColumn("Up-to-date", ".status.updatedReplicas", type="integer"),
+        PrinterColumn("Available", ".status.availableReplicas", type="integer"),
+    ),
+    description="Replicas of a pod, rolled out as their template changes.",
+)
+
+
+KINDS = (NAMESPACE, NODE, POD, CONFIG_MAP, SECRET, SERVICE, EVENT, DAEMON_SET, DEPLOYMENT)
 
 
 def kubernetes_registry() -> KindRegistry:
