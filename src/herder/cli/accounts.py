@@ -11,7 +11,8 @@ import typer
 from rich.table import Table
 
 from herder.api.datadir import write_kubeconfig
-from herder.cli.common import KubeconfigOption, connect, err, fail, kubeconfig_path, out, run
+from herder.cli.common import KubeconfigOption, connect, err, kubeconfig_path, out, run
+from herder.cli.errors import fail
 from herder.cli.objects import age
 from herder.client import IssuedToken, NotFound
 from herder.client.kubeconfig import load

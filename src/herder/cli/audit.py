@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from herder.cli.common import KubeconfigOption, connect, fail, out, run
+from herder.cli.common import KubeconfigOption, connect, out, run
+from herder.cli.errors import fail
 from herder.cli.objects import Output, dump
 from herder.resources import Resource
 from herder.resources.access import (

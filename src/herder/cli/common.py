@@ -14,6 +14,7 @@ import yaml
 from rich.console import Console
 
 from herder.api.datadir import KUBECONFIG, default_data_dir
+from herder.cli.errors import fail
 from herder.client import ApiError, Client, KubeconfigError, TransportError
 from herder.resources import InvalidObject, UnknownKind
 
@@ -43,12 +44,6 @@ def kubeconfig_path(given: Path | None) -> Path:
 
 def connect(kubeconfig: Path | None) -> Client:
     return Client.from_kubeconfig(kubeconfig_path(kubeconfig))
-
-
-def fail(message: str) -> typer.Exit:
-    """Print one error line on stderr; raise the returned exit to end the command."""
-    err.print(f"error: {message}", markup=False)
-    return typer.Exit(1)
 
 
 def run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -14,7 +14,8 @@ import typer
 import yaml
 from rich.table import Table
 
-from herder.cli.common import KubeconfigOption, connect, fail, out, run
+from herder.cli.common import KubeconfigOption, connect, out, run
+from herder.cli.errors import fail
 from herder.client import Client, Forbidden, NotFound
 from herder.resources import KindInfo, Resource
 from herder.resources.access import AUDIT_KIND_LABEL, AUDIT_NAME_LABEL, audit_label_value

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from herder.api.datadir import DEFAULT_LISTEN, KUBECONFIG, default_data_dir, write_kubeconfig
-from herder.cli.common import fail
+from herder.cli.errors import fail
 from herder.client.kubeconfig import load
 from herder.resources import Resource
 from herder.resources.access import SERVICE_ACCOUNT

@@ -12,7 +12,9 @@ from typing import Annotated
 
 import typer
 
-from herder.cli.talos_gen import STDOUT, _one_line_errors, _patch_texts, _write
+from herder.cli.errors import one_line_errors
+from herder.cli.files import STDOUT, patch_texts, write_private
+from herder.cli.talos_gen import TALOS_FAILURES
 from herder.talos.contracts import VersionContract
 from herder.talos.patch_layers import check_allowed
 from herder.talos.patches import apply_patches, load_patch
@@ -40,7 +42,7 @@ def validate(
     ],
 ) -> None:
     """Check a machine config as the given Talos version would: its schema and its cross-field rules."""
-    with _one_line_errors():
+    with one_line_errors(*TALOS_FAILURES):
         contract = VersionContract.parse(talos_version)
         text = _read(file)
         try:
@@ -75,9 +77,9 @@ def patch(
     ] = False,
 ) -> None:
     """Apply config patches to a machine config, with Talos's patch semantics."""
-    with _one_line_errors():
+    with one_line_errors(*TALOS_FAILURES):
         text = _read(file)
-        loaded = [load_patch(t) for t in _patch_texts(patches, "--patch")]
+        loaded = [load_patch(t) for t in patch_texts(patches, "--patch")]
         if user:
             for value, one in zip(patches, loaded, strict=True):
                 check_allowed(one, value if value.startswith("@") else f"--patch {value!r}")
@@ -85,7 +87,7 @@ def patch(
         if output == STDOUT:
             typer.echo(patched, nl=False)
         else:
-            _write(Path(output), patched)
+            write_private(Path(output), patched)
 
 
 def register(app: typer.Typer) -> None:

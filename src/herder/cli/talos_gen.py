@@ -6,16 +6,16 @@ patch, an invalid secrets file, an unwritable output) ends with one line on stde
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from herder.cli.errors import UsageFailure, one_line_errors
+from herder.cli.files import STDOUT, patch_texts, write_private
 from herder.talos.contracts import LATEST, UnknownTalosVersion, VersionContract
 from herder.talos.generate import ConfigInput, GenerateError, generate_bundle
 from herder.talos.patches import PatchError
@@ -23,7 +23,8 @@ from herder.talos.pki import PKIError
 from herder.talos.secrets import InvalidSecrets, dump_secrets, generate_secrets, load_secrets_file
 from herder.talos.talosconfig import TalosconfigError, dump_talosconfig
 
-_FAILURES = (
+# The errors of the Talos library a user's input can cause.
+TALOS_FAILURES = (
     UnknownTalosVersion,
     GenerateError,
     InvalidSecrets,
@@ -34,22 +35,6 @@ _FAILURES = (
 )
 _RELEASE = re.compile(r"^v?(\d+\.\d+)(\.\d+.*)?$")
 
-STDOUT = "-"
-
-
-class _UsageFailure(Exception):
-    """A user error detected by this module itself (bad flag value, file in the way)."""
-
-
-@contextmanager
-def _one_line_errors() -> Iterator[None]:
-    try:
-        yield
-    except (*_FAILURES, _UsageFailure) as e:
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        typer.echo("error: " + ("; ".join(lines) or type(e).__name__), err=True)
-        raise typer.Exit(1) from None
-
 
 def _check_writable(paths: Sequence[Path], force: bool) -> None:
     """Refuse to clobber files (as talosctl does without ``--force``) before anything is written."""
@@ -57,20 +42,11 @@ def _check_writable(paths: Sequence[Path], force: bool) -> None:
         return
     existing = [str(p) for p in paths if p.exists()]
     if existing:
-        raise _UsageFailure(f"file {', '.join(existing)} already exists, use --force to overwrite")
+        raise UsageFailure(f"file {', '.join(existing)} already exists, use --force to overwrite")
 
 
 def _write(path: Path, text: str) -> None:
-    # Configs and talosconfigs hold CA keys and tokens: readable by the owner only.
-    if path.parent.exists() and not path.parent.is_dir():
-        raise _UsageFailure(f"cannot write {str(path)!r}: {str(path.parent)!r} is not a directory")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise _UsageFailure(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+    write_private(path, text)
     typer.echo(f"Created {path}", err=True)
 
 
@@ -84,26 +60,11 @@ def _registry_mirrors(specs: Sequence[str]) -> dict[str, list[str]]:
     for spec in _split(specs):
         host, sep, url = spec.partition("=")
         if not sep or not host or not url:
-            raise _UsageFailure(
+            raise UsageFailure(
                 f"invalid registry mirror spec {spec!r}: expected <registry host>=<mirror URL>"
             )
         mirrors.setdefault(host, []).append(url)
     return mirrors
-
-
-def _patch_texts(values: Sequence[str], flag: str) -> list[str]:
-    """Patch flag values: inline YAML/JSON, or ``@FILE`` for a file's content."""
-    texts = []
-    for value in values:
-        if value.startswith("@"):
-            path = Path(value[1:])
-            try:
-                texts.append(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError) as e:
-                raise _UsageFailure(f"{flag}: cannot read patch file {str(path)!r}: {e}") from None
-        else:
-            texts.append(value)
-    return texts
 
 
 def default_install_image(talos_version: str) -> str:
@@ -123,7 +84,7 @@ def gen_secrets(
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Generate a secrets bundle (talosctl's format) to generate configs from later."""
-    with _one_line_errors():
+    with one_line_errors(*TALOS_FAILURES):
         bundle = generate_secrets(VersionContract.parse(talos_version))
         if output_file == STDOUT:
             sys.stdout.write(dump_secrets(bundle))
@@ -178,7 +139,7 @@ def gen_config(
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite existing files.")] = False,
 ) -> None:
     """Generate controlplane.yaml, worker.yaml and talosconfig for a cluster."""
-    with _one_line_errors():
+    with one_line_errors(*TALOS_FAILURES):
         contract = VersionContract.parse(talos_version)
         secrets = load_secrets_file(with_secrets) if with_secrets else generate_secrets(contract)
         inp = ConfigInput(
@@ -199,9 +160,9 @@ def gen_config(
         )
         bundle = generate_bundle(
             inp,
-            patches=_patch_texts(config_patch, "--config-patch"),
-            control_plane_patches=_patch_texts(config_patch_control_plane, "--config-patch-control-plane"),
-            worker_patches=_patch_texts(config_patch_worker, "--config-patch-worker"),
+            patches=patch_texts(config_patch, "--config-patch"),
+            control_plane_patches=patch_texts(config_patch_control_plane, "--config-patch-control-plane"),
+            worker_patches=patch_texts(config_patch_worker, "--config-patch-worker"),
         )
         files = {
             output / "controlplane.yaml": bundle.controlplane,

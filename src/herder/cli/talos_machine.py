@@ -19,6 +19,8 @@ from typing import Annotated
 
 import typer
 
+from herder.cli.errors import UsageFailure, fail
+from herder.cli.files import write_private
 from herder.talos.machine import ApplyMode, MachineAPIError, MachineClient, RebootMode
 from herder.talos.machine.types import (
     ConfigValidationErrorEvent,
@@ -137,11 +139,6 @@ def _connection_options(
     ctx.obj = _Defaults(talosconfig, insecure, endpoints, nodes)
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
-
-
 def _run(
     target: Target, call: Callable[[MachineClient, str | None], Awaitable[None]], *, single: bool = False
 ) -> None:
@@ -150,15 +147,15 @@ def _run(
     async def main() -> None:
         nodes = target.nodes_to_call()
         if single and len(nodes) > 1:
-            raise _fail("this command works on one node at a time: give a single -n")
+            raise fail("this command works on one node at a time: give a single -n")
         async with target.client() as client:
             for node in nodes:
                 await call(client, node)
 
     try:
         asyncio.run(main())
-    except (MachineAPIError, TalosconfigError) as e:
-        raise _fail(str(e)) from None
+    except (MachineAPIError, TalosconfigError, UsageFailure) as e:
+        raise fail(str(e)) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -171,13 +168,13 @@ def _mode(value: str) -> ApplyMode:
     try:
         return ApplyMode[value.upper().replace("-", "_")]
     except KeyError:
-        raise _fail(f"unknown mode {value!r}: expected auto, no-reboot, reboot, staged or try") from None
+        raise fail(f"unknown mode {value!r}: expected auto, no-reboot, reboot, staged or try") from None
 
 
 def _seconds(value: str) -> float:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", value.strip())
     if match is None:
-        raise _fail(f"invalid duration {value!r}: expected e.g. 30s, 2m, 1h")
+        raise fail(f"invalid duration {value!r}: expected e.g. 30s, 2m, 1h")
     scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match.group(2) or "s"]
     return float(match.group(1)) * scale
 
@@ -225,7 +222,7 @@ def apply_config(
     try:
         data = file.read_bytes()
     except OSError as e:
-        raise _fail(f"cannot read {file}: {e.strerror or e}") from None
+        raise fail(f"cannot read {file}: {e.strerror or e}") from None
     apply_mode = _mode(mode)
     try_seconds = _seconds(try_timeout) if apply_mode is ApplyMode.TRY else None
 
@@ -304,7 +301,7 @@ def reboot(
     try:
         reboot_mode = RebootMode[mode.upper()]
     except KeyError:
-        raise _fail(f"unknown reboot mode {mode!r}: expected default or powercycle") from None
+        raise fail(f"unknown reboot mode {mode!r}: expected default or powercycle") from None
     _action(
         "rebooting",
         lambda c, n: c.reboot(mode=reboot_mode, node=n),
@@ -428,19 +425,10 @@ def kubeconfig(
 
     async def call(client: MachineClient, node: str | None) -> None:
         data = await client.kubeconfig(node=node)
-        _write_private(file, data)
+        write_private(file, data)
         typer.echo(f"{_label(client, node)}: kubeconfig written to {file}")
 
     _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
-
-
-def _write_private(file: Path, data: bytes) -> None:
-    try:
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except OSError as e:
-        raise _fail(f"cannot write {file}: {e.strerror or e}") from None
 
 
 etcd_app = typer.Typer(help="etcd membership and snapshots of control plane nodes.", no_args_is_help=True)
@@ -524,7 +512,7 @@ def etcd_remove_member(
     try:
         ident = int(member_id, 16)
     except ValueError:
-        raise _fail(f"invalid member id {member_id!r}: expected hexadecimal") from None
+        raise fail(f"invalid member id {member_id!r}: expected hexadecimal") from None
     _etcd_call(
         f"removed member {member_id}",
         lambda c, n: c.etcd_remove_member_by_id(ident, node=n),
@@ -545,7 +533,7 @@ def etcd_snapshot(
 
     async def call(client: MachineClient, node: str | None) -> None:
         data = await client.etcd_snapshot(node=node)
-        _write_private(file, data)
+        write_private(file, data)
         typer.echo(f"{_label(client, node)}: etcd snapshot saved to {file} ({len(data)} bytes)")
 
     _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
