@@ -346,3 +346,9 @@ async def test_concurrent_unconditional_updates_all_succeed(store: Store) -> Non
     assert len(revs) == 8
     final = await store.get("cp", "shared", "default")
     assert final.spec is not None and final.spec["data"].startswith("writer: ")
+
+
+async def test_a_new_namespace_is_active(store: Store) -> None:
+    made = await store.create(ns("fresh"))
+    assert made.status == {"phase": "Active"}
+    assert (await store.get("namespaces", "fresh")).status == {"phase": "Active"}

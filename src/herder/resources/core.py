@@ -28,6 +28,7 @@ NAMESPACE = KindInfo(
     spec_model=NamespaceSpec,
     status_model=NamespaceStatus,
     short_names=("ns",),
+    initial_status={"phase": "Active"},
     printer_columns=(PrinterColumn("Status", ".status.phase"),),
     description="A scope for names; the future unit of tenancy.",
 )

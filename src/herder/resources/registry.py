@@ -64,6 +64,8 @@ class KindInfo:
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     printer_columns: tuple[PrinterColumn, ...] = ()
+    # The status a new object starts with when its creator gives none (a Namespace is Active).
+    initial_status: dict[str, Any] | None = None
     # Sensitive kinds are encrypted at rest and readable only by the roles allowed to.
     sensitive: bool = False
     description: str = ""

@@ -284,6 +284,8 @@ class Store:
 
     async def create(self, obj: Resource, *, actor: str | None = None, dry_run: bool = False) -> Resource:
         info = self.registry.for_object(obj)
+        if obj.status is None and info.initial_status is not None:
+            obj = obj.model_copy(update={"status": info.initial_status})
         obj = info.validate(obj)
         meta = obj.metadata
         if not meta.name and meta.generate_name:
