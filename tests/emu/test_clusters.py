@@ -75,9 +75,10 @@ async def test_quorum_rules(emulator: Emulator, tmp_path: Path) -> None:
         cluster, ca, crt, key = _client_files(formed, tmp_path)
         async with httpx.AsyncClient(base_url=cluster["server"], verify=_context(ca, crt, key)) as http:
             refused = await http.post("/api/v1/namespaces/default/configmaps", json=_configmap("refused"))
-        assert refused.status_code == 503 and "etcdserver: no leader" in refused.json()["message"], (
-            refused.text
-        )
+            readyz, livez = await http.get("/readyz"), await http.get("/livez")
+        assert refused.status_code == 503 and "etcdserver: no leader" in refused.json()["message"]
+        assert readyz.status_code == 500 and "[-]etcd failed" in readyz.text
+        assert livez.status_code == 200 and livez.text == "ok"
         # A read still works.
         await formed.kubectl("get", "nodes")
 
@@ -93,6 +94,7 @@ async def test_quorum_rules(emulator: Emulator, tmp_path: Path) -> None:
         assert len(await client.etcd_member_list()) == 2
     assert formed.healthy_members() == 2
     await formed.kubectl("apply", "-f", "-", input=json.dumps(_configmap("accepted")))
+    assert (await formed.kubectl("get", "--raw", "/readyz")).stdout == "ok"
 
 
 def _configmap(name: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -74,6 +74,27 @@ def _with_tls(app: _ASGI, tls: dict[str, Any]) -> _ASGI:
         if scope["type"] == "http":
             scope = {**scope, "extensions": {**(scope.get("extensions") or {}), "tls": tls}}
         await app(scope, receive, send)
+
+    return wrapped
+
+
+def with_health_checks(app: _ASGI, etcd_ok: Callable[[], bool]) -> _ASGI:
+    """``/healthz``, ``/livez`` and ``/readyz`` as kube-apiserver answers them, to anyone: ``ok``, or the
+    failed check (etcd, for health and readiness; liveness does not depend on it)."""
+
+    async def wrapped(scope: dict[str, Any], receive: _ASGI, send: _ASGI) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path not in ("/healthz", "/livez", "/readyz"):
+            await app(scope, receive, send)
+            return
+        healthy = path == "/livez" or etcd_ok()
+        body = b"ok" if healthy else f"[-]etcd failed: reason withheld\n{path[1:]} check failed".encode()
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200 if healthy else 500, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     return wrapped
 

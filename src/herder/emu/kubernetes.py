@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from herder.emu.cluster import Cluster
-from herder.emu.kube_api import SERVICE_NAMES, ApiEndpoint, ClientCertificatePolicy, serving_certificate
+from herder.emu.kube_api import (
+    SERVICE_NAMES,
+    ApiEndpoint,
+    ClientCertificatePolicy,
+    serving_certificate,
+    with_health_checks,
+)
 from herder.emu.kube_config import KubeFacts, image_version
 from herder.krm import discovery
 from herder.krm.app import build_app
@@ -102,7 +108,7 @@ class ClusterKubernetes:
         # build_app keeps this dict: updating it in place changes what /version answers (an upgrade).
         self.version = discovery.version_info()
         app = build_app(self.registry, self.store, ClientCertificatePolicy(), version_info=self.version)
-        self.endpoint = ApiEndpoint(app, host, port)
+        self.endpoint = ApiEndpoint(with_health_checks(app, cluster.has_quorum), host, port)
         cluster.api_port = self.endpoint.port
         self._started = False
         self._seeded = False
