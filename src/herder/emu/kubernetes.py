@@ -4,12 +4,13 @@ emulated etcd keyspace) and what its kubelets and controllers would write there.
 ``sync`` brings the API's objects in line with the cluster's machines, as the real components would:
 - each running machine's kubelet registers its Node (labels, taints, capacity, versions, Ready), unless
   its config skips node registration; a machine that stops answering (reset, off, partitioned, rebooting)
-  leaves its Node NotReady, as the node lifecycle controller marks it, and its pods not ready;
+  leaves its Node NotReady, as the node lifecycle controller marks it, and its pods not ready; both
+  report Events (RegisteredNode, NodeReady, NodeNotReady);
 - control planes' kubelets mirror their static pods (kube-apiserver, kube-controller-manager,
   kube-scheduler) with the images of their own config;
 - the DaemonSets kube-proxy and kube-flannel run a pod per node, the CoreDNS Deployment two replicas on
   Ready nodes (a new image is a new ReplicaSet, hence new pod names), all shaped like the manifests a
-  Talos control plane renders at bootstrap;
+  Talos control plane renders at bootstrap, with the workloads' status counted from their pods;
 - what a fresh cluster has: the namespaces, the ``kubernetes`` and ``kube-dns`` Services, the bootstrap
   token Secret, ``kube-root-ca.crt``.
 
