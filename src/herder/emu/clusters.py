@@ -33,6 +33,8 @@ SAVE_DELAY = 0.2
 
 
 class ClusterServices:
+    """Per cluster: etcd health from its machines, its emulated Kubernetes API, and its persistence."""
+
     def __init__(self, emulator: Emulator) -> None:
         self.emulator = emulator
         self.kubernetes: dict[str, ClusterKubernetes] = {}
