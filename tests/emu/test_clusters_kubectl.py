@@ -14,12 +14,14 @@ import pytest
 import yaml
 
 from herder.emu.emulator import Emulator
+from herder.talos.contracts import VersionContract
 from herder.talos.generate import generate_bundle
 from herder.talos.generate_input import ConfigInput
 from herder.talos.kubeconfig import generate_admin_kubeconfig
 from herder.talos.machine import AlreadyExists
+from herder.talos.secrets import generate_secrets
 from tests.emu.clusters import KUBECTL, etcd_healthy, eventually, form_cluster, nodes_ready
-from tests.emu.support import CONTRACT, ClusterConfigs, admin, cluster_configs, edit_config
+from tests.emu.support import CONTRACT, ClusterConfigs, admin, cluster_configs, edit_config, running_emulator
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
 
@@ -253,3 +255,30 @@ async def test_a_loopback_endpoint_is_where_the_api_listens(emulator: Emulator, 
     )
     names = {m.hostname.lower() for m in formed.control_planes + formed.workers}
     await eventually(lambda: _all_ready(formed, names))
+
+
+async def test_a_cluster_of_the_typed_config_documents(tmp_path: Path) -> None:
+    """Contracts from 1.14 carry Kubernetes settings in typed documents (KubeNodeConfig, KubeletConfig…)."""
+    contract = VersionContract.parse("1.14")
+    secrets = generate_secrets(contract)
+    bundle = generate_bundle(
+        ConfigInput(
+            cluster_name="typed",
+            endpoint="https://typed.example:6443",
+            kubernetes_version="1.33.2",
+            contract=contract,
+            secrets=secrets,
+        )
+    )
+    configs = ClusterConfigs("typed", secrets, bundle.controlplane, bundle.worker, bundle.talosconfig)
+    async with running_emulator(tmp_path / "emu", 0) as emulator:
+        for _ in range(2):
+            emulator.create_machine(talos_version="v1.14.0")
+        formed = await form_cluster(emulator, configs, tmp_path, control_planes=1, workers=1)
+        names = {m.hostname.lower() for m in formed.control_planes + formed.workers}
+        await eventually(lambda: _all_ready(formed, names))
+        control_plane = await formed.kubectl_json("get", "node", formed.control_planes[0].hostname.lower())
+        assert control_plane["spec"]["taints"][0]["key"] == "node-role.kubernetes.io/control-plane"
+        assert control_plane["status"]["nodeInfo"]["kubeletVersion"] == "v1.33.2"
+        pods = (await formed.kubectl_json("get", "pods", "-n", "kube-system"))["items"]
+        assert {p["metadata"]["name"].rsplit("-", 3)[0] for p in pods} >= {"kube-apiserver", "kube-scheduler"}
