@@ -10,10 +10,12 @@ import ssl
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import yaml
+from cryptography import x509
 
 from herder.emu.control import ControlAPI
 from herder.emu.emulator import Emulator
@@ -124,6 +126,14 @@ async def test_the_api_authenticates_client_certificates_of_the_cluster_ca(
     formed = await form_cluster(emulator, cluster_configs("certs"), tmp_path, control_planes=1, workers=0)
     cluster, ca, crt, key = _client_files(formed, tmp_path)
     url = cluster["server"]
+    # kube-apiserver's serving certificate, from the cluster's Kubernetes CA, for the endpoint's host too.
+    parts = urlsplit(url)
+    pem = await asyncio.to_thread(ssl.get_server_certificate, (parts.hostname, parts.port))
+    served = x509.load_pem_x509_certificate(pem.encode())
+    names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    dns = names.get_values_for_type(x509.DNSName)
+    assert {"certs.example", "kubernetes.default.svc.cluster.local"} <= set(dns)
+    assert served.issuer == x509.load_pem_x509_certificate(ca.read_bytes()).subject
     async with httpx.AsyncClient(base_url=url, verify=_context(ca), timeout=10) as anonymous:
         assert (await anonymous.get("/version")).json()["gitVersion"] == "v1.33.0"
         response = await anonymous.get("/api/v1/namespaces")

@@ -162,7 +162,7 @@ class ClusterServices:
         kube = self.api(cluster)
         running = [m for m in control_planes if self.etcd_up(m.uuid, cluster_id)]
         facts = _cluster_facts(running)
-        await kube.start(ca, facts.apiserver_sans if facts else ())
+        await kube.start(ca, facts)
         serving = any(cluster.member_of(m.uuid) is not None for m in running)
         await kube.sync([_kubelet(m, self.etcd_up(m.uuid, cluster_id)) for m in machines], facts, serving)
 

@@ -24,7 +24,6 @@ import hashlib
 import ipaddress
 import time
 import uuid as uuidlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,13 +118,16 @@ class ClusterKubernetes:
     def url(self) -> str:
         return self.endpoint.url
 
-    async def start(self, ca: CertificateAndKey, sans: Sequence[str]) -> None:
-        """Listen with a serving certificate for the published address and the config's SANs (once)."""
+    async def start(self, ca: CertificateAndKey, facts: KubeFacts | None) -> None:
+        """Listen with kube-apiserver's serving certificate: for the published address, the ``kubernetes``
+        Service's names and address, and the config's SANs (once)."""
         if self._started:
             return
         self._started = True
         self._ca_pem = ca.crt.decode()
-        names = [self.endpoint.host, "localhost", *SERVICE_NAMES, *sans]
+        names = [self.endpoint.host, "localhost", *SERVICE_NAMES]
+        if facts is not None:
+            names += [f"{SERVICE_NAMES[-1]}.{facts.dns_domain}", facts.service_ip(1), *facts.apiserver_sans]
         await self.store.start()
         await self.endpoint.start(serving_certificate(ca, names), ca.crt)
 
