@@ -282,3 +282,47 @@ async def test_a_cluster_of_the_typed_config_documents(tmp_path: Path) -> None:
         assert control_plane["status"]["nodeInfo"]["kubeletVersion"] == "v1.33.2"
         pods = (await formed.kubectl_json("get", "pods", "-n", "kube-system"))["items"]
         assert {p["metadata"]["name"].rsplit("-", 3)[0] for p in pods} >= {"kube-apiserver", "kube-scheduler"}
+
+
+def _pod(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}], **spec},
+    }
+
+
+async def test_pods_anyone_creates_are_scheduled_and_run(emulator: Emulator, tmp_path: Path) -> None:
+    formed = await form_cluster(emulator, cluster_configs("workloads"), tmp_path, control_planes=1, workers=1)
+    worker, control_plane = formed.workers[0].hostname.lower(), formed.control_planes[0].hostname.lower()
+    on_control_plane = _pod(
+        "on-control-plane",
+        nodeSelector={"node-role.kubernetes.io/control-plane": ""},
+        tolerations=[{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+    )
+    items = [_pod("web"), on_control_plane, _pod("nowhere", nodeSelector={"disk": "ssd"})]
+    await formed.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(item) for item in items))
+
+    async def placed() -> bool:
+        pods = {p["metadata"]["name"]: p for p in (await formed.kubectl_json("get", "pods"))["items"]}
+        return all(p.get("status", {}).get("phase") for p in pods.values())
+
+    await eventually(placed)
+    pods = {p["metadata"]["name"]: p for p in (await formed.kubectl_json("get", "pods"))["items"]}
+    # The control plane's taint keeps a pod that does not tolerate it on the worker.
+    assert pods["web"]["spec"]["nodeName"] == worker and pods["web"]["status"]["phase"] == "Running"
+    assert pods["on-control-plane"]["spec"]["nodeName"] == control_plane
+    assert pods["nowhere"]["status"]["phase"] == "Pending" and "nodeName" not in pods["nowhere"]["spec"]
+    rows = {
+        r.split()[0]: r.split()[1:3] for r in (await formed.kubectl("get", "pods")).stdout.splitlines()[1:]
+    }
+    assert rows["web"] == ["1/1", "Running"] and rows["nowhere"] == ["0/1", "Pending"]
+
+    await formed.workers[0].power_off()
+
+    async def web_not_ready() -> bool:
+        web = await formed.kubectl_json("get", "pod", "web")
+        return not web["status"]["containerStatuses"][0]["ready"]
+
+    await eventually(web_not_ready)

@@ -95,7 +95,9 @@ class ClusterServices:
             ]
             at_endpoint = _loopback(endpoints[0]) if endpoints else None
             host, port = at_endpoint or (API_HOST, cluster.api_port)
-            kube = self.kubernetes[cluster.id] = ClusterKubernetes(cluster, host, port)
+            cluster_id = cluster.id
+            kube = ClusterKubernetes(cluster, host, port, lambda: self.schedule(cluster_id))
+            self.kubernetes[cluster_id] = kube
             self.emulator.store.save_cluster(cluster)
         return kube
 

@@ -12,18 +12,23 @@ emulated etcd keyspace) and what its kubelets and controllers would write there.
   Ready nodes (a new image is a new ReplicaSet, hence new pod names), all shaped like the manifests a
   Talos control plane renders at bootstrap, with the workloads' status counted from their pods;
 - what a fresh cluster has: the namespaces, the ``kubernetes`` and ``kube-dns`` Services, the bootstrap
-  token Secret, ``kube-root-ca.crt``.
+  token Secret, ``kube-root-ca.crt``;
+- pods anyone else creates are placed by a small scheduler (taints, nodeSelector, least loaded) and run
+  by their node's kubelet; no controllers run for other workloads (a Deployment of one's own gets no pods).
 
 Writes are skipped while etcd has no quorum (they would be refused) and made once it is back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hashlib
 import ipaddress
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +67,7 @@ _TIMES = frozenset(
     {"lastHeartbeatTime", "lastTransitionTime", "startTime", "startedAt", "lastProbeTime", "finishedAt"}
 )
 _OWNER_KINDS = frozenset({"Node", "DaemonSet", "ReplicaSet"})
+"""The owners of the pods the emulated components run (mirror pods, add-ons); other pods are anyone's."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +107,11 @@ def _strip_times(value: Any) -> Any:
 class ClusterKubernetes:
     """One cluster's Kubernetes API and the emulated components that write to it."""
 
-    def __init__(self, cluster: Cluster, host: str, port: int) -> None:
+    def __init__(self, cluster: Cluster, host: str, port: int, pods_changed: Callable[[], None]) -> None:
+        """``pods_changed`` is called when someone else's pod is created or changed (it needs scheduling)."""
         self.cluster = cluster
+        self._pods_changed = pods_changed
+        self._watcher: asyncio.Task[None] | None = None
         self.registry = kubernetes_registry()
         self.store = Store(cluster.keyspace, self.registry)
         # build_app keeps this dict: updating it in place changes what /version answers (an upgrade).
@@ -130,8 +139,25 @@ class ClusterKubernetes:
             names += [f"{SERVICE_NAMES[-1]}.{facts.dns_domain}", facts.service_ip(1), *facts.apiserver_sans]
         await self.store.start()
         await self.endpoint.start(serving_certificate(ca, names), ca.crt)
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_pods())
+
+    async def _watch_pods(self) -> None:
+        """The scheduler's watch: a pod of someone else's (not the emulated components') needs a sync."""
+        while True:
+            try:
+                async for event in self.store.watch(POD):
+                    if event.type in ("ADDED", "MODIFIED") and not _managed(event.object):
+                        self._pods_changed()
+            except StateError:
+                # Fell behind the retained history: look at every pod once, then watch again.
+                self._pods_changed()
+                await asyncio.sleep(0.1)
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         await self.endpoint.close()
         await self.store.close()
 
@@ -264,11 +290,7 @@ class ClusterKubernetes:
         self, nodes: list[Resource], kubelets: list[Kubelet], facts: KubeFacts | None
     ) -> None:
         by_uuid = {k.uuid: k for k in kubelets if k.up and k.facts.register_node}
-        existing = {
-            p.name: p
-            for p in (await self.store.list(POD, KUBE_SYSTEM)).items
-            if any(r.kind in _OWNER_KINDS for r in p.metadata.owner_references)
-        }
+        existing = {p.name: p for p in (await self.store.list(POD, KUBE_SYSTEM)).items if _managed(p)}
         daemons = _daemons(facts)
         owners = {
             name: (await self._put(DAEMON_SET, _daemon_set(name, labels, container))).metadata.uid or ""
@@ -297,6 +319,44 @@ class ClusterKubernetes:
             if name not in desired:
                 await self.store.delete(POD, name, KUBE_SYSTEM)
         await self._workload_status(pods, len(nodes), daemons, facts)
+        await self._run_others_pods(ready_nodes, facts)
+
+    async def _run_others_pods(self, ready_nodes: list[Resource], facts: KubeFacts | None) -> None:
+        """Pods anyone else creates: the scheduler places each on a Ready node it may run on (taints,
+        nodeSelector; the least loaded first), and that node's kubelet runs it; a pod whose node stopped
+        answering is not ready any more, one that fits nowhere stays Pending."""
+        ready = {n.name: n for n in ready_nodes}
+        load: dict[str, int] = dict.fromkeys(ready, 0)
+        others = []
+        for pod in (await self.store.list(POD)).items:
+            node_name = (pod.spec or {}).get("nodeName")
+            if node_name in load:
+                load[node_name] += 1
+            if not _managed(pod) and not pod.metadata.deletion_timestamp:
+                others.append(pod)
+        for pod in others:
+            data = pod.to_dict()
+            node_name = data["spec"].get("nodeName")
+            if node_name and node_name not in ready:
+                if _pod_is_ready(pod):
+                    await self._put(POD, _not_ready(pod))
+                continue
+            node = ready.get(node_name) if node_name else _place(data, list(ready.values()), load)
+            if node is None:
+                data["status"] = _unschedulable(len(ready))
+            else:
+                load[node.name] = load.get(node.name, 0) + (0 if node_name else 1)
+                data["spec"]["nodeName"] = node.name
+                host_ip = _internal_ip(node)
+                if facts is None or data["spec"].get("hostNetwork"):
+                    pod_ip = host_ip
+                else:
+                    pod_ip = _pod_ip(facts, pod.name)
+                data["status"] = _running(data["spec"]["containers"], host_ip, pod_ip)
+            # Only a change is written: each write is seen by the watch that asks for this sync.
+            placed = node is not None and not node_name
+            if placed or _strip_times(data["status"]) != _strip_times(pod.status or {}):
+                await self._put(POD, data)
 
     async def _workload_status(
         self,
@@ -593,6 +653,57 @@ def _pod(
         ip = host_ip if host_network else pod_ip
         status = _running(containers, host_ip, ip or host_ip)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
+
+
+def _managed(pod: Resource) -> bool:
+    return pod.namespace == KUBE_SYSTEM and any(r.kind in _OWNER_KINDS for r in pod.metadata.owner_references)
+
+
+def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
+    for toleration in tolerations:
+        exists = toleration.get("operator") == "Exists"
+        if toleration.get("key", "") not in ("", taint.get("key")) or (
+            not toleration.get("key") and not exists
+        ):
+            continue
+        if not exists and toleration.get("value", "") != taint.get("value", ""):
+            continue
+        if toleration.get("effect") in (None, "", taint.get("effect")):
+            return True
+    return False
+
+
+def _place(pod: dict[str, Any], nodes: list[Resource], load: dict[str, int]) -> Resource | None:
+    """The node the scheduler picks: schedulable, tolerated taints, matching nodeSelector, least loaded."""
+    spec = pod["spec"]
+    tolerations = spec.get("tolerations") or []
+    selector = spec.get("nodeSelector") or {}
+    fitting = [
+        n
+        for n in nodes
+        if not (n.spec or {}).get("unschedulable")
+        and all(
+            t.get("effect") == "PreferNoSchedule" or _tolerates(tolerations, t)
+            for t in (n.spec or {}).get("taints") or ()
+        )
+        and all(n.metadata.labels.get(k) == v for k, v in selector.items())
+    ]
+    return min(fitting, key=lambda n: (load.get(n.name, 0), n.name), default=None)
+
+
+def _unschedulable(nodes: int) -> dict[str, Any]:
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": f"0/{nodes} nodes are available: no node fits the pod.",
+            }
+        ],
+        "qosClass": "BestEffort",
+    }
 
 
 def _internal_ip(node: Resource) -> str:
