@@ -43,6 +43,7 @@ class ClusterServices:
         self._pending: set[str] = set()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._saves: dict[str, asyncio.TimerHandle] = {}
+        self._stopped = False
 
     # --- wiring ---
 
@@ -127,6 +128,8 @@ class ClusterServices:
     # --- syncing ---
 
     def schedule(self, cluster_id: str) -> None:
+        if self._stopped:
+            return
         self._pending.add(cluster_id)
         if cluster_id not in self._running:
             task = asyncio.get_running_loop().create_task(self._sync_loop(cluster_id))
@@ -183,6 +186,7 @@ class ClusterServices:
             self.emulator.store.save_cluster(cluster)
 
     async def stop(self) -> None:
+        self._stopped = True
         for task in list(self._running.values()):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

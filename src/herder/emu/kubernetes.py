@@ -61,6 +61,8 @@ from herder.talos.pki import CertificateAndKey
 KUBE_SYSTEM = "kube-system"
 NAMESPACES = ("default", KUBE_SYSTEM, "kube-public", "kube-node-lease")
 COREDNS_REPLICAS = 2
+RETRY_DELAY = 0.5
+"""Seconds before a sync cut short by a failed write runs again."""
 FLANNEL_IMAGE = "ghcr.io/siderolabs/flannel:v0.26.7"
 CONTAINERD = "containerd://2.1.4"
 _TIMES = frozenset(
@@ -107,10 +109,10 @@ def _strip_times(value: Any) -> Any:
 class ClusterKubernetes:
     """One cluster's Kubernetes API and the emulated components that write to it."""
 
-    def __init__(self, cluster: Cluster, host: str, port: int, pods_changed: Callable[[], None]) -> None:
-        """``pods_changed`` is called when someone else's pod is created or changed (it needs scheduling)."""
+    def __init__(self, cluster: Cluster, host: str, port: int, resync: Callable[[], None]) -> None:
+        """``resync`` asks for another sync: someone else's pod needs scheduling, or a sync was cut short."""
         self.cluster = cluster
-        self._pods_changed = pods_changed
+        self._resync = resync
         self._watcher: asyncio.Task[None] | None = None
         self.registry = kubernetes_registry()
         self.store = Store(cluster.keyspace, self.registry)
@@ -147,10 +149,10 @@ class ClusterKubernetes:
             try:
                 async for event in self.store.watch(POD):
                     if event.type in ("ADDED", "MODIFIED") and not _managed(event.object):
-                        self._pods_changed()
+                        self._resync()
             except StateError:
                 # Fell behind the retained history: look at every pod once, then watch again.
-                self._pods_changed()
+                self._resync()
                 await asyncio.sleep(0.1)
 
     async def close(self) -> None:
@@ -177,8 +179,10 @@ class ClusterKubernetes:
             nodes = await self._sync_nodes(kubelets)
             await self._sync_pods(nodes, kubelets, cluster_facts)
         except StateError:
-            # etcd lost quorum during the sync: the next change of a machine syncs again.
-            return
+            # etcd lost quorum (the sync after it is back finishes the job), or someone changed an object
+            # between its read and its write: then sync again, after a pause in case it keeps failing.
+            if self.cluster.has_quorum():
+                asyncio.get_running_loop().call_later(RETRY_DELAY, self._resync)
 
     async def _put(self, info: KindInfo, desired: dict[str, Any]) -> Resource:
         """Create or update an object to ``desired``; unchanged fields (timestamps aside) are not written.
