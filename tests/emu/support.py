@@ -15,8 +15,9 @@ from typing import Any
 from typer.testing import CliRunner
 
 from herder.cli.main import app
-from herder.emu.emulator import Emulator, EmulatorOptions
+from herder.emu.emulator import Emulator
 from herder.emu.machine import Machine
+from herder.emu.options import EmulatorOptions
 from herder.emu.timings import Timings
 from herder.talos.contracts import VersionContract
 from herder.talos.documents import dump_documents, is_legacy, load_documents

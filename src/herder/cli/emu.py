@@ -12,15 +12,14 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from herder.emu.emulator import (
+from herder.cli.errors import fail
+from herder.emu.options import (
     DEFAULT_MACHINE_CIDR,
     DEFAULT_MACHINE_PORT,
     DEFAULT_TALOS_VERSION,
+    FAULTS,
     EmulatorOptions,
 )
-from herder.emu.machine import FAULTS
-from herder.emu.run import serve
-from herder.emu.store import read_info
 from herder.emu.timings import Timings
 
 app = typer.Typer(
@@ -39,15 +38,10 @@ UrlOption = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
-
-
 def _split_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
-        raise _fail(f"invalid --listen {listen!r}: expected HOST:PORT")
+        raise fail(f"invalid --listen {listen!r}: expected HOST:PORT")
     return host, int(port)
 
 
@@ -58,11 +52,11 @@ def _timings(preset: str, overrides: list[str]) -> Timings:
         try:
             values[name.strip()] = float(seconds)
         except ValueError:
-            raise _fail(f"invalid --timing {item!r}: expected STEP=SECONDS") from None
+            raise fail(f"invalid --timing {item!r}: expected STEP=SECONDS") from None
     try:
         return Timings.named(preset).with_overrides(values)
     except ValueError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 @app.command("run")
@@ -89,7 +83,7 @@ def run(
     """Run N emulated Talos machines until SIGTERM or SIGINT; writes DATA_DIR/machines.json."""
     host, port = _split_listen(listen)
     if machines < 0:
-        raise _fail("--machines must not be negative")
+        raise fail("--machines must not be negative")
     options = EmulatorOptions(
         data_dir=data_dir,
         machines=machines,
@@ -98,32 +92,37 @@ def run(
         talos_version=talos_version,
         timings=_timings(timings, timing or []),
     )
+    # The emulator itself (grpc, the emulated Kubernetes API) loads only for the command that runs it.
+    from herder.emu.run import serve
+
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         asyncio.run(serve(options, host, port))
     except (OSError, ValueError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
 
 
 def _base_url(url: str | None, data_dir: Path | None) -> str:
     if url:
         return url.rstrip("/")
     if data_dir is None:
-        raise _fail("give the emulator's --url or its --data-dir")
+        raise fail("give the emulator's --url or its --data-dir")
+    from herder.emu.store import read_info
+
     try:
         return str(read_info(data_dir)["control"])
     except (OSError, KeyError, ValueError) as e:
-        raise _fail(f"no running emulator found in {data_dir}: {e}") from None
+        raise fail(f"no running emulator found in {data_dir}: {e}") from None
 
 
 def _request(method: str, url: str, path: str, body: dict[str, Any] | None = None) -> Any:
     try:
         response = httpx.request(method, url + path, json=body, timeout=30)
     except httpx.HTTPError as e:
-        raise _fail(f"cannot reach the emulator at {url}: {e}") from None
+        raise fail(f"cannot reach the emulator at {url}: {e}") from None
     data = response.json()
     if response.status_code >= 400:
-        raise _fail(str(data.get("error") if isinstance(data, dict) else data))
+        raise fail(str(data.get("error") if isinstance(data, dict) else data))
     return data
 
 
@@ -156,7 +155,7 @@ def fault(
 ) -> None:
     """Inject a fault into a machine (heal clears them)."""
     if kind not in FAULTS:
-        raise _fail(f"unknown fault {kind!r}: expected one of {', '.join(FAULTS)}")
+        raise fail(f"unknown fault {kind!r}: expected one of {', '.join(FAULTS)}")
     result = _request("POST", _base_url(url, data_dir), f"/machines/{machine}/fault", {"fault": kind})
     typer.echo(json.dumps({"uuid": result["uuid"], "stage": result["stage"], "faults": result["faults"]}))
 
@@ -170,6 +169,6 @@ def power(
 ) -> None:
     """Power a machine on or off, as its BMC would."""
     if state not in ("on", "off"):
-        raise _fail("state must be on or off")
+        raise fail("state must be on or off")
     result = _request("POST", _base_url(url, data_dir), f"/machines/{machine}/power", {"state": state})
     typer.echo(json.dumps({"uuid": result["uuid"], "power": result["power"], "stage": result["stage"]}))

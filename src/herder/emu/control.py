@@ -21,7 +21,7 @@ import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from herder.emu.machine import FAULTS
+from herder.emu.options import FAULTS
 
 if TYPE_CHECKING:
     from herder.emu.emulator import Emulator

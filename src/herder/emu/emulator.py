@@ -12,8 +12,6 @@ import asyncio
 import ipaddress
 import uuid as uuidlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import grpc
 
@@ -21,25 +19,10 @@ from herder.emu.cluster import Cluster
 from herder.emu.clusters import ClusterServices
 from herder.emu.machine import Hardware, Machine, MachineRecord
 from herder.emu.network import Network
+from herder.emu.options import EmulatorOptions
 from herder.emu.service import MachineService
 from herder.emu.store import Store
-from herder.emu.timings import Timings
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
-
-DEFAULT_TALOS_VERSION = "v1.13.9"
-DEFAULT_MACHINE_CIDR = "127.100.0.0/16"
-DEFAULT_MACHINE_PORT = 50000
-
-
-@dataclass
-class EmulatorOptions:
-    data_dir: Path
-    machines: int = 0
-    """At least this many machines exist once started (persisted ones count)."""
-    machine_cidr: str = DEFAULT_MACHINE_CIDR
-    machine_port: int = DEFAULT_MACHINE_PORT
-    talos_version: str = DEFAULT_TALOS_VERSION
-    timings: Timings = field(default_factory=Timings)
 
 
 class Emulator:

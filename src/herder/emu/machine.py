@@ -31,6 +31,7 @@ from herder.emu.config import ConfigError, MachineConfig, config_diff, parse_con
 from herder.emu.errors import ApiError, invalid, not_authorized, precondition
 from herder.emu.events import EventLog
 from herder.emu.network import GRACE
+from herder.emu.options import FAULTS
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.kubeconfig import generate_admin_kubeconfig
@@ -43,7 +44,6 @@ from herder.talos.versions import check_talos_upgrade
 if TYPE_CHECKING:
     from herder.emu.emulator import Emulator
 
-FAULTS = ("crash", "partition", "heal", "slow-boot", "fail-upgrade", "fail-install")
 """Faults a machine can be given; ``crash`` and ``heal`` are actions, the others last until ``heal``."""
 
 _IMAGE_TAG = re.compile(r"^[^\s@]+:(v?\d+\.\d+\.\d+[0-9A-Za-z.\-+]*)$")

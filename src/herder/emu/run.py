@@ -11,7 +11,8 @@ import resource
 import signal
 
 from herder.emu.control import ControlAPI
-from herder.emu.emulator import Emulator, EmulatorOptions
+from herder.emu.emulator import Emulator
+from herder.emu.options import EmulatorOptions
 
 log = logging.getLogger("herder.emu")
 

@@ -1,0 +1,26 @@
+"""What an emulator is started with (data directory, machine count, addresses, Talos version, stage
+timings) and the faults it can inject: light enough for the CLI to import without the emulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from herder.emu.timings import Timings
+
+DEFAULT_TALOS_VERSION = "v1.13.9"
+DEFAULT_MACHINE_CIDR = "127.100.0.0/16"
+DEFAULT_MACHINE_PORT = 50000
+
+FAULTS = ("crash", "partition", "heal", "slow-boot", "fail-upgrade", "fail-install")
+
+
+@dataclass
+class EmulatorOptions:
+    data_dir: Path
+    machines: int = 0
+    """At least this many machines exist once started (persisted ones count)."""
+    machine_cidr: str = DEFAULT_MACHINE_CIDR
+    machine_port: int = DEFAULT_MACHINE_PORT
+    talos_version: str = DEFAULT_TALOS_VERSION
+    timings: Timings = field(default_factory=Timings)
