@@ -258,6 +258,18 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
             text=True,
         )
         assert "Error from server (Forbidden)" in refused.stderr
+        # The emulator beside it forms the demo cluster, which kubectl reaches with its kubeconfig.
+        kubeconfig = data / "demo" / "kubeconfig"
+        deadline = time.monotonic() + 60
+        while not kubeconfig.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        nodes = subprocess.run(
+            ["/usr/bin/kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "--no-headers"],
+            capture_output=True,
+            text=True,
+        )
+        statuses = [line.split()[1] for line in ok(nodes).splitlines()]
+        assert statuses == ["Ready"] * 5
     finally:
         stop(process)
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from herder.emu import formation
 from herder.emu.cluster import Cluster
 from herder.emu.emulator import Emulator
 from herder.emu.machine import Machine
 from herder.talos.machine import MachineStage
-from tests.emu.support import ClusterConfigs, admin, bring_up
+from tests.emu.support import ClusterConfigs, admin
 
 KUBECTL = "/usr/bin/kubectl"
 
@@ -99,26 +100,14 @@ async def form_cluster(
     while len(free) < control_planes + workers:
         free.append(emulator.create_machine())
     cps, wks = free[:control_planes], free[control_planes : control_planes + workers]
-    cp_config = controlplane_config or configs.controlplane
-    await asyncio.gather(
-        *(bring_up(emulator, m, cp_config) for m in cps),
-        *(bring_up(emulator, m, configs.worker) for m in wks),
+    kubeconfig = await formation.form_cluster(
+        emulator, configs, cps, wks, controlplane_config=controlplane_config, snapshot=snapshot
     )
-    async with admin(configs, cps[0]) as client:
-        if snapshot is not None:
-            await client.etcd_recover(snapshot)
-        await client.bootstrap(recover_etcd=snapshot is not None)
-        await eventually(lambda: _members(client, control_planes))
-        kubeconfig = await client.kubeconfig()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "kubeconfig"
     path.write_bytes(kubeconfig)
     assert cps[0].config is not None
     return Formed(emulator, configs, cps, wks, path, cps[0].config.cluster_id)
-
-
-async def _members(client: Any, count: int) -> bool:
-    return len(await client.etcd_member_list()) == count
 
 
 async def etcd_healthy(formed: Formed, machine: Machine) -> bool:

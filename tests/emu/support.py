@@ -7,7 +7,6 @@ import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,47 +14,37 @@ from typing import Any
 from typer.testing import CliRunner
 
 from herder.cli.main import app
+from herder.emu import formation
 from herder.emu.emulator import Emulator
+from herder.emu.formation import ClusterConfigs, bring_up
 from herder.emu.machine import Machine
 from herder.emu.options import EmulatorOptions
 from herder.emu.timings import Timings
 from herder.talos.contracts import VersionContract
 from herder.talos.documents import dump_documents, is_legacy, load_documents
-from herder.talos.generate import generate_bundle
-from herder.talos.generate_input import ConfigInput
 from herder.talos.machine import MachineClient, MachineStage
-from herder.talos.secrets import SecretsBundle, generate_secrets
-from herder.talos.talosconfig import Talosconfig, generate_talosconfig
+
+# ClusterConfigs and bring_up are the operator's tools from herder.emu.formation, shared here.
+__all__ = [
+    "CONTRACT",
+    "ClusterConfigs",
+    "admin",
+    "bring_up",
+    "cluster_configs",
+    "edit_config",
+    "herder_cli",
+    "random_cidr",
+    "running_emulator",
+    "wait_stage",
+]
 
 CONTRACT = VersionContract.parse("1.13")
-
-
-@dataclass(frozen=True)
-class ClusterConfigs:
-    name: str
-    secrets: SecretsBundle
-    controlplane: str
-    worker: str
-    talosconfig: Talosconfig
-
-    def talosconfig_with(self, *roles: str) -> Talosconfig:
-        return generate_talosconfig(self.secrets, self.name, roles=roles)
 
 
 @cache
 def cluster_configs(name: str) -> ClusterConfigs:
     """Configs of one cluster (cached: generating the secrets costs an RSA-4096 key)."""
-    secrets = generate_secrets(CONTRACT)
-    bundle = generate_bundle(
-        ConfigInput(
-            cluster_name=name,
-            endpoint=f"https://{name}.example:6443",
-            kubernetes_version="1.33.0",
-            contract=CONTRACT,
-            secrets=secrets,
-        )
-    )
-    return ClusterConfigs(name, secrets, bundle.controlplane, bundle.worker, bundle.talosconfig)
+    return formation.cluster_configs(name, f"https://{name}.example:6443", talos_version=str(CONTRACT))
 
 
 def edit_config(text: str, change: Callable[[dict[str, Any]], None]) -> str:
@@ -93,14 +82,6 @@ async def wait_stage(
     emulator: Emulator, machine: Machine, stage: MachineStage, timeout: float = 10.0
 ) -> None:
     await emulator.wait_for(lambda: machine.stage is stage, timeout)
-
-
-async def bring_up(emulator: Emulator, machine: Machine, config: str) -> None:
-    """Apply a config in maintenance mode and wait until the machine runs."""
-    await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
-    async with MachineClient.insecure(machine.record.endpoint) as client:
-        await client.apply_configuration(config)
-    await wait_stage(emulator, machine, MachineStage.RUNNING)
 
 
 def admin(configs: ClusterConfigs, machine: Machine, **options: Any) -> MachineClient:

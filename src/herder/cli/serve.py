@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -49,13 +50,15 @@ DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Data dir
 ListenOption = Annotated[str, typer.Option("--listen", help="HOST:PORT to serve HTTPS on.")]
 
 
-def _run(options: ServeOptions, ready: Ready | None = None) -> None:
+def _run(
+    options: ServeOptions, ready: Ready | None = None, background: Sequence[BackgroundFactory] = ()
+) -> None:
     # The server's imports (uvicorn, krm) load only for the commands that serve.
     from herder.api.serve import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(options, background=BACKGROUND, ready=ready))
+        asyncio.run(serve(options, background=background or BACKGROUND, ready=ready))
     except (OSError, ValueError, StateError) as exc:
         raise fail(str(exc)) from None
 
@@ -144,6 +147,9 @@ async def _seed_demo(data_dir: Path, store: Store) -> None:
         f"  kubectl --kubeconfig {admin} get auditevents\n"
         f"  kubectl --kubeconfig {viewer} delete configpatch ntp    # a Reader: forbidden\n"
         f"  herder get cp --kubeconfig {admin}    (or export HERDER_KUBECONFIG={admin})\n"
+        "The Talos emulator runs beside it with a demo cluster of 3 control planes and 2 workers:\n"
+        f"  kubectl --kubeconfig {data_dir / 'demo' / 'kubeconfig'} get nodes,pods -A\n"
+        f"  herder emu machines --data-dir {data_dir / 'emulator'}\n"
         "Stop it with Ctrl+C.\n",
         flush=True,
     )
@@ -161,8 +167,11 @@ def _viewer() -> Resource:
 
 
 def demo(data_dir: DataDirOption = None, listen: ListenOption = DEFAULT_LISTEN) -> None:
-    """Run herder with demo objects in ./.herder-demo and print how to use kubectl against it."""
+    """Run herder with demo objects in ./.herder-demo, the Talos emulator beside it with a demo
+    cluster, and print how to use kubectl against both."""
     from herder.api.serve import ServeOptions
+    from herder.emu.demo import DemoEmulator
 
     where = data_dir or DEMO_DIR
-    _run(ServeOptions(data_dir=where, listen=listen), lambda store: _seed_demo(where, store))
+    background = [*BACKGROUND, lambda store: DemoEmulator(where)]
+    _run(ServeOptions(data_dir=where, listen=listen), lambda store: _seed_demo(where, store), background)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import ctypes.util
 import logging
 import resource
 import signal
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from herder.emu.control import ControlAPI
 from herder.emu.emulator import Emulator
@@ -31,6 +32,11 @@ async def _return_freed_memory() -> None:
         trim(0)
 
 
+def _report_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("emulator: %s", task.exception(), exc_info=task.exception())
+
+
 def _raise_file_limit() -> None:
     """Each machine holds a listening socket and each call two more: lift the soft limit on open files
     (often 1024) to the hard one."""
@@ -39,7 +45,18 @@ def _raise_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-async def serve(options: EmulatorOptions, listen_host: str, listen_port: int) -> None:
+async def serve(
+    options: EmulatorOptions,
+    listen_host: str,
+    listen_port: int,
+    *,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[Emulator], Coroutine[Any, Any, None]] | None = None,
+) -> None:
+    """Run the emulator and its control API until ``stop`` is set (default: until SIGTERM or SIGINT).
+
+    ``ready`` runs once everything listens (the demo forms its cluster there); its failure is logged.
+    """
     _raise_file_limit()
     emulator = Emulator(options)
     await emulator.start()
@@ -55,15 +72,19 @@ async def serve(options: EmulatorOptions, listen_host: str, listen_port: int) ->
             url,
             options.data_dir,
         )
-        trimmer = asyncio.get_running_loop().create_task(_return_freed_memory())
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        tasks = [loop.create_task(_return_freed_memory())]
+        if ready is not None:
+            tasks.append(loop.create_task(ready(emulator)))
+            tasks[-1].add_done_callback(_report_failure)
+        if stop is None:
+            stop = asyncio.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        trimmer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await trimmer
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         await control.stop()
         await emulator.stop()
