@@ -66,15 +66,20 @@ async def _memory(tmp_path: Path, request: pytest.FixtureRequest) -> Harness:
     return Harness(Store(backend, herder_registry(), cipher=Cipher(KEY)), backend, _stored_values(backend))
 
 
-async def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> Harness:
+async def _sqlite(tmp_path: Path, request: pytest.FixtureRequest, *, inline: bool = True) -> Harness:
     path = tmp_path / "herder.db"
-    backend = await SQLiteBackend(path).open()
+    backend = await SQLiteBackend(path, inline_commit_budget=1.0 if inline else 0.0).open()
 
     async def raw() -> list[bytes]:
         # The database file and its write-ahead log, as they lie on disk.
         return [path.read_bytes() + Path(f"{path}-wal").read_bytes()]
 
     return Harness(Store(backend, herder_registry(), cipher=Cipher(KEY)), backend, raw)
+
+
+async def _sqlite_threaded(tmp_path: Path, request: pytest.FixtureRequest) -> Harness:
+    """Commits in the writer thread, as on a disk too slow to commit on the event loop."""
+    return await _sqlite(tmp_path, request, inline=False)
 
 
 async def _etcd(endpoints: list[str]) -> Harness:
@@ -96,6 +101,7 @@ async def _etcd_degraded(tmp_path: Path, request: pytest.FixtureRequest) -> Harn
 BACKENDS = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "sqlite-threaded-commits": _sqlite_threaded,
     "etcd": pytest.param(_etcd_single, marks=pytest.mark.etcd),
     "etcd-3-members-one-killed": pytest.param(_etcd_degraded, marks=pytest.mark.etcd),
 }

@@ -32,12 +32,20 @@ class EventLog:
             self._loop = asyncio.get_running_loop()
 
     def append(self, event: RawEvent) -> None:
-        """Record a committed event. Safe to call from the writer thread."""
+        """Record a committed event, from the event loop or from a writer thread."""
         with self._lock:
             self._tail.append(event)
             if self._history is None and len(self._tail) == self._tail.maxlen:
                 self.oldest = self._tail[0].rev
-        if self._loop is not None:
+        if self._loop is None:
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._wake()
+        else:
             self._loop.call_soon_threadsafe(self._wake)
 
     def compact(self, oldest: int) -> None:
