@@ -59,7 +59,14 @@ class EventLog:
     def _from_tail(self, from_rev: int) -> list[RawEvent] | None:
         with self._lock:
             if self._tail and from_rev >= self._tail[0].rev:
-                return [e for e in self._tail if e.rev >= from_rev]
+                # Readers are nearly always at the newest end: walk back from there, not forward.
+                newer: list[RawEvent] = []
+                for event in reversed(self._tail):
+                    if event.rev < from_rev:
+                        break
+                    newer.append(event)
+                newer.reverse()
+                return newer
             if not self._tail or self._history is None:
                 return [] if from_rev >= self.oldest else None
             return None

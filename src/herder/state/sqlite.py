@@ -111,7 +111,10 @@ class SQLiteBackend(Backend):
     async def _write(self, fn: Callable[[], T]) -> T:
         # Inline only when no threaded commit is under way: two commits must never overlap.
         if self._threaded == 0 and self._commit_seconds < self._inline_budget:
-            return fn()
+            result = fn()
+            # Let watchers and requests run between commits, as a thread round trip would.
+            await asyncio.sleep(0)
+            return result
         self._threaded += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self._writer, fn)
