@@ -373,7 +373,7 @@ class Store:
             raise Invalid(
                 f'{info.kind} "{obj.name}" is being deleted: metadata.finalizers: no new finalizers can be added'
             )
-        _check_owner(info, current, actor, finalizers_only=_only_finalizers_differ(current, new))
+        _check_owner(info, current, actor, new)
         return await self._replace(info, key, kv, current, new, "update", dry_run)
 
     async def update_status(
@@ -439,7 +439,7 @@ class Store:
                 raise _conflict(info, name)
             if uid and uid != current.metadata.uid:
                 raise Conflict(f'{info.kind} "{name}": precondition failed: uid {uid} does not match')
-            _check_owner(info, current, actor, finalizers_only=False)
+            _check_owner(info, current, actor)
             if current.metadata.finalizers:
                 if current.metadata.deletion_timestamp:
                     return current
@@ -587,9 +587,13 @@ def _only_finalizers_differ(current: Resource, new: Resource) -> bool:
     return a == b
 
 
-def _check_owner(info: KindInfo, current: Resource, actor: str | None, *, finalizers_only: bool) -> None:
+def _check_owner(info: KindInfo, current: Resource, actor: str | None, new: Resource | None = None) -> None:
+    """Refuse a change (to ``new``, or a deletion) of a controller-owned object by anyone but its
+    controller; a change of finalizers alone is anyone's to make."""
     owner = current.metadata.annotations.get(CONTROLLER_ANNOTATION)
-    if not owner or actor in (owner, SYSTEM) or finalizers_only:
+    if not owner or actor in (owner, SYSTEM):
+        return
+    if new is not None and _only_finalizers_differ(current, new):
         return
     ref = current.metadata.controller_ref()
     of = f" on behalf of {ref.kind} {ref.name!r}" if ref else ""
