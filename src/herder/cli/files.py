@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from herder.api import datadir
 from herder.cli.errors import UsageFailure
 
 # The output file argument that means standard output.
@@ -20,9 +20,7 @@ def write_private(path: Path, data: str | bytes) -> None:
     raw = data.encode() if isinstance(data, str) else data
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
+        datadir.write_private(path, raw)
     except OSError as e:
         raise UsageFailure(f"cannot write {str(path)!r}: {e.strerror or e}") from None
 

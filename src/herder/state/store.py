@@ -327,18 +327,9 @@ class Store:
 
         Without a resourceVersion the update is unconditional: a concurrent write is retried over.
         """
-        return await self._unconditional_retry(obj, lambda: self._update(obj, actor, dry_run))
-
-    async def _unconditional_retry(
-        self, obj: Resource, attempt: Callable[[], Awaitable[Resource]]
-    ) -> Resource:
-        for _ in range(_UNCONDITIONAL_ATTEMPTS - 1):
-            try:
-                return await attempt()
-            except Conflict:
-                if obj.metadata.resource_version:
-                    raise
-        return await attempt()
+        return await _retry_unless_conditional(
+            bool(obj.metadata.resource_version), lambda: self._update(obj, actor, dry_run)
+        )
 
     async def _update(self, obj: Resource, actor: str | None, dry_run: bool) -> Resource:
         info = self.registry.for_object(obj)
@@ -380,7 +371,9 @@ class Store:
         self, obj: Resource, *, actor: str | None = None, dry_run: bool = False
     ) -> Resource:
         """Replace an object's status only; metadata, spec and generation are kept."""
-        return await self._unconditional_retry(obj, lambda: self._update_status(obj, dry_run))
+        return await _retry_unless_conditional(
+            bool(obj.metadata.resource_version), lambda: self._update_status(obj, dry_run)
+        )
 
     async def _update_status(self, obj: Resource, dry_run: bool) -> Resource:
         info = self.registry.for_object(obj)
@@ -457,14 +450,9 @@ class Store:
             current.metadata.resource_version = str(rev)
             return current
 
-        attempts = 1 if resource_version else _UNCONDITIONAL_ATTEMPTS
-        for attempt in range(attempts):
-            try:
-                return await self._with_current(info, name, namespace, step)
-            except Conflict:
-                if attempt == attempts - 1:
-                    raise
-        raise AssertionError("unreachable")
+        return await _retry_unless_conditional(
+            bool(resource_version), lambda: self._with_current(info, name, namespace, step)
+        )
 
     # watch
 
@@ -532,6 +520,20 @@ class Store:
                         yield event
         finally:
             sub.close()
+
+
+async def _retry_unless_conditional(
+    conditional: bool, attempt: Callable[[], Awaitable[Resource]]
+) -> Resource:
+    """Run a write; one without a resourceVersion precondition is tried again when another writer
+    got in first, as Kubernetes does, while a conditional one fails with the Conflict."""
+    for _ in range(1 if conditional else _UNCONDITIONAL_ATTEMPTS - 1):
+        try:
+            return await attempt()
+        except Conflict:
+            if conditional:
+                raise
+    return await attempt()
 
 
 def _filter(change: Change, labels: LabelSelector, fields: FieldSelector) -> WatchEvent | None:
