@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from herder.talos.documents import load_documents
+from tests.data import TALOS
 
-TALOS = Path(__file__).resolve().parents[2].parent / "shared" / "talos"
 VECTORS = TALOS / "patches"
 WORKER_1_12 = TALOS / "golden" / "v1.12" / "base-worker.yaml"
 WORKER_1_11 = TALOS / "golden" / "v1.11" / "base-worker.yaml"

@@ -14,9 +14,9 @@ from herder.talos.documents import load_documents
 from herder.talos.generate import ConfigInput, MachineType, generate_bundle
 from herder.talos.secrets import load_secrets_file
 from herder.talos.talosconfig import load_talosconfig_file
+from tests.data import TALOS
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "talos"
-GOLDEN = SHARED / "golden"
+GOLDEN = TALOS / "golden"
 
 
 def herder(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -187,7 +187,7 @@ GOOD = ["base", "https://base:6443", "--talos-version", "1.14", "--kubernetes-ve
         (["--config-patch", "machine: [unclosed"], ["malformed patch"]),
         (["--config-patch", "@/nonexistent/patch.yaml"], ["--config-patch", "/nonexistent/patch.yaml"]),
         (
-            ["--with-secrets", str(SHARED / "fixtures" / "invalid-secrets.yaml")],
+            ["--with-secrets", str(TALOS / "fixtures" / "invalid-secrets.yaml")],
             ["cluster.secret is required"],
         ),
         (["--registry-mirror", "ghcr.io"], ["invalid registry mirror spec 'ghcr.io'"]),

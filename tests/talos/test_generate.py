@@ -3,7 +3,6 @@ contract's Talos expects it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,9 +20,9 @@ from herder.talos.generate import (
 from herder.talos.generate_input import endpoint_host
 from herder.talos.secrets import SecretsBundle, generate_secrets, load_secrets_file
 from herder.talos.validate import check_config
+from tests.data import TALOS
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "talos"
-GOLDEN = SHARED / "golden"
+GOLDEN = TALOS / "golden"
 SECRETS = load_secrets_file(GOLDEN / "secrets.yaml")
 GOLDEN_CONTRACTS = sorted(
     VersionContract.parse(p.name) for p in GOLDEN.iterdir() if p.is_dir() and p.name.startswith("v")
@@ -42,7 +41,7 @@ def base_input(contract: VersionContract, secrets: SecretsBundle = SECRETS, **ov
 
 
 def overrides_input(contract: VersionContract) -> ConfigInput:
-    """The "overrides" inputs of the golden files (shared/talos/README.md)."""
+    """The "overrides" inputs of the golden files (tests/data/talos/README.md)."""
     return base_input(
         contract,
         additional_sans=["foo", "bar"],

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from herder.talos.documents import load_documents
 from herder.talos.patch_layers import ForbiddenPatch, LayeredPatch, PatchLayer, apply_layers
 from herder.talos.patches import PatchError
+from tests.data import GOLDEN
 
-GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "talos" / "golden"
 CONFIG = (GOLDEN / "v1.11" / "base-worker.yaml").read_text()
 
 

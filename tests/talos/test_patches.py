@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +17,7 @@ from herder.talos.patches import (
     load_patches,
     patch_documents,
 )
-
-VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "talos" / "patches"
+from tests.data import PATCH_VECTORS
 
 # (folder, config, patches in order, expected output file or the error the patcher must raise), as
 # Talos's own tests use the files of each folder.
@@ -70,8 +68,8 @@ def _without_zero_values(value: Any) -> Any:
 
 
 def _apply(folder: str, config: str, patches: list[str]) -> str:
-    loaded = load_patches([(VECTORS / folder / name).read_text() for name in patches])
-    return apply_patches((VECTORS / folder / config).read_text(), loaded)
+    loaded = load_patches([(PATCH_VECTORS / folder / name).read_text() for name in patches])
+    return apply_patches((PATCH_VECTORS / folder / config).read_text(), loaded)
 
 
 @pytest.mark.parametrize(("folder", "config", "patches", "expected"), CASES, ids=lambda v: str(v)[:40])
@@ -82,7 +80,7 @@ def test_vector(folder: str, config: str, patches: list[str], expected: str) -> 
         assert str(caught.value) == expected.removeprefix("error: ")
         return
     got = load_documents(_apply(folder, config, patches))
-    want = load_documents((VECTORS / folder / expected).read_text())
+    want = load_documents((PATCH_VECTORS / folder / expected).read_text())
     assert [_without_zero_values(d) for d in got] == [_without_zero_values(d) for d in want]
 
 
@@ -96,20 +94,20 @@ def test_every_vector_file_is_used() -> None:
         "patch.yaml",
         "strategic.yaml",
     }
-    present = {str(p.relative_to(VECTORS)) for p in VECTORS.rglob("*") if p.is_file()}
+    present = {str(p.relative_to(PATCH_VECTORS)) for p in PATCH_VECTORS.rglob("*") if p.is_file()}
     assert present == used
 
 
 def test_inline_manifest_loses_leading_newlines_as_talos_decodes_it() -> None:
     out = load_documents(_apply("apply", "config.yaml", ["strategic4.yaml"]))
-    want = load_documents((VECTORS / "apply" / "expected_manifests.yaml").read_text())
+    want = load_documents((PATCH_VECTORS / "apply" / "expected_manifests.yaml").read_text())
     contents = out[0]["cluster"]["inlineManifests"][0]["contents"]
     assert contents.startswith("---\n")
     assert contents == want[0]["cluster"]["inlineManifests"][0]["contents"]
 
 
 def test_delete_extraction_vector() -> None:
-    patch = load_patch((VECTORS / "delete" / "delete.yaml").read_text())
+    patch = load_patch((PATCH_VECTORS / "delete" / "delete.yaml").read_text())
     assert isinstance(patch, StrategicMergePatch)
     legacy = DocumentID("", "v1alpha1")
     assert patch.deletes == [
@@ -123,33 +121,33 @@ def test_delete_extraction_vector() -> None:
         DeleteSelector(legacy, ("machine", "hostname")),
         DeleteSelector(legacy, ("machine", "network", "[0]"), "interface", "eth0"),
     ]
-    assert patch.documents == load_documents((VECTORS / "delete" / "delete_expected.yaml").read_text())
+    assert patch.documents == load_documents((PATCH_VECTORS / "delete" / "delete_expected.yaml").read_text())
 
 
 def test_deletes_apply_before_the_rest_of_their_document() -> None:
-    patch = load_patch((VECTORS / "patchdelete" / "strategic1.yaml").read_text())
+    patch = load_patch((PATCH_VECTORS / "patchdelete" / "strategic1.yaml").read_text())
     assert isinstance(patch, StrategicMergePatch)
     kinds = [type(step).__name__ for step in patch.steps]
     assert kinds == ["DeleteSelector", "DeleteSelector", "dict", "DeleteSelector", "DeleteSelector", "dict"]
 
 
 def test_load_json_patch() -> None:
-    patch = load_patch((VECTORS / "patch.json").read_text())
+    patch = load_patch((PATCH_VECTORS / "patch.json").read_text())
     assert patch == JSON6902Patch(({"op": "add", "path": "/machine/certSANs", "value": ["foo.com"]},))
 
 
 def test_load_yaml_json_patch() -> None:
-    patch = load_patch((VECTORS / "patch.yaml").read_text())
+    patch = load_patch((PATCH_VECTORS / "patch.yaml").read_text())
     assert patch == JSON6902Patch(({"op": "add", "path": "/some/path", "value": ["a", "b", "c"]},))
 
 
 def test_load_strategic_patch() -> None:
-    patch = load_patch((VECTORS / "strategic.yaml").read_text())
+    patch = load_patch((PATCH_VECTORS / "strategic.yaml").read_text())
     assert patch == StrategicMergePatch(({"machine": {"network": {"hostname": "foo.bar"}}},))
 
 
 def test_consecutive_json_patches_are_joined() -> None:
-    texts = [(VECTORS / "patch.json").read_text(), (VECTORS / "patch.yaml").read_text()]
+    texts = [(PATCH_VECTORS / "patch.json").read_text(), (PATCH_VECTORS / "patch.yaml").read_text()]
     patches = load_patches([*texts, '[{"op":"replace","path":"/some","value": []}]'])
     assert len(patches) == 1
     assert isinstance(patches[0], JSON6902Patch)
@@ -157,7 +155,7 @@ def test_consecutive_json_patches_are_joined() -> None:
 
 
 def test_mixed_patches_keep_their_order() -> None:
-    texts = [(VECTORS / name).read_text() for name in ("patch.json", "strategic.yaml", "patch.yaml")]
+    texts = [(PATCH_VECTORS / name).read_text() for name in ("patch.json", "strategic.yaml", "patch.yaml")]
     patches = load_patches([*texts, '[{"op":"replace","path":"/some","value": []}]'])
     assert [type(p) for p in patches] == [JSON6902Patch, StrategicMergePatch, JSON6902Patch]
     assert len(patches[2].operations) == 2  # type: ignore[union-attr]
@@ -273,7 +271,7 @@ def test_bad_patches_are_refused_with_the_problem_named(config: str, patch: str,
 
 
 def test_patching_an_empty_config_appends_the_patch_documents() -> None:
-    docs = _patch("", (VECTORS / "multidoc" / "strategic2.yaml").read_text())
+    docs = _patch("", (PATCH_VECTORS / "multidoc" / "strategic2.yaml").read_text())
     assert [d["kind"] for d in docs] == ["SideroLinkConfig", "ExtensionServiceConfig"]
 
 

@@ -30,8 +30,8 @@ from herder.talos.secrets import (
     load_secrets_file,
     save_secrets,
 )
+from tests.data import TALOS
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "talos"
 TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -43,7 +43,7 @@ def bundle() -> SecretsBundle:
 
 @pytest.mark.parametrize("path", ["golden/secrets.yaml", "fixtures/secrets.yaml"])
 def test_talosctl_bundles_round_trip(path: str) -> None:
-    text = (SHARED / path).read_text()
+    text = (TALOS / path).read_text()
     dumped = dump_secrets(load_secrets(text))
     assert yaml.safe_load(dumped) == yaml.safe_load(text)
     # Same bytes as talosctl wrote, bar the comment line of the golden file.
@@ -51,7 +51,7 @@ def test_talosctl_bundles_round_trip(path: str) -> None:
 
 
 def test_loaded_bundle_holds_the_decoded_pems() -> None:
-    loaded = load_secrets_file(SHARED / "golden" / "secrets.yaml")
+    loaded = load_secrets_file(TALOS / "golden" / "secrets.yaml")
     assert loaded.trustd_token == "d8cwfa.eyvpi0xwxyarbfid"
     assert loaded.bootstrap_token == "inn7ol.u4ehnti8qyls9ymo"
     assert loaded.os.key.startswith(b"-----BEGIN ED25519 PRIVATE KEY-----")
@@ -62,7 +62,7 @@ def test_loaded_bundle_holds_the_decoded_pems() -> None:
 
 def test_invalid_fixture_is_refused_naming_each_field() -> None:
     with pytest.raises(InvalidSecrets) as err:
-        load_secrets_file(SHARED / "fixtures" / "invalid-secrets.yaml")
+        load_secrets_file(TALOS / "fixtures" / "invalid-secrets.yaml")
     message = str(err.value)
     assert "\n" not in message
     for field in (
@@ -94,7 +94,7 @@ def test_invalid_fixture_is_refused_naming_each_field() -> None:
     ],
 )
 def test_broken_bundles_name_the_field(mutate: Callable[[dict[str, Any]], object], expected: str) -> None:
-    data = yaml.safe_load((SHARED / "golden" / "secrets.yaml").read_text())
+    data = yaml.safe_load((TALOS / "golden" / "secrets.yaml").read_text())
     mutate(data)
     with pytest.raises(InvalidSecrets, match=re.escape(expected)):
         load_secrets(yaml.safe_dump(data))
@@ -153,7 +153,7 @@ def test_generated_cas_match_talos(
     assert _organizations(cert) == organizations
     assert cert.subject == cert.issuer
     # Encoded as Go encodes it (PrintableString), byte for byte like the CAs talosctl made.
-    talos_made = getattr(load_secrets_file(SHARED / "golden" / "secrets.yaml"), attr).certificate()
+    talos_made = getattr(load_secrets_file(TALOS / "golden" / "secrets.yaml"), attr).certificate()
     assert cert.subject.public_bytes() == talos_made.subject.public_bytes()
     assert len(cert.subject) == len(
         organizations

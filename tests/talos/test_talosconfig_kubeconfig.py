@@ -32,9 +32,9 @@ from herder.talos.talosconfig import (
     load_talosconfig,
     load_talosconfig_file,
 )
+from tests.data import TALOS
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "talos"
-SECRETS = load_secrets_file(SHARED / "golden" / "secrets.yaml")
+SECRETS = load_secrets_file(TALOS / "golden" / "secrets.yaml")
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 KUBECTL = "/usr/bin/kubectl"
 
@@ -197,7 +197,7 @@ def shape(value: Any) -> Any:
 
 
 def test_kubeconfig_has_the_shape_omni_and_talos_write() -> None:
-    fixture = yaml.safe_load((SHARED / "fixtures" / "admin-kubeconfig.yaml").read_text())
+    fixture = yaml.safe_load((TALOS / "fixtures" / "admin-kubeconfig.yaml").read_text())
     ours = yaml.safe_load(
         generate_admin_kubeconfig(SECRETS.k8s, cluster_name="cluster1", endpoint="https://yaddayadda:6443")
     )
