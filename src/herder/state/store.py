@@ -20,6 +20,7 @@ from typing import Literal
 from prometheus_client import Counter
 
 from herder.resources import KindInfo, KindRegistry, Resource, UnknownKind, now_rfc3339
+from herder.state.admission import Admission, Write
 from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
 from herder.state.encryption import Cipher
 from herder.state.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
@@ -110,9 +111,11 @@ class Store:
         cipher: Cipher | None = None,
         watch_ring: int = 10_000,
         recent_cap: int = 100_000,
+        admission: Admission | None = None,
     ) -> None:
         self.backend = backend
         self.registry = registry
+        self.admission = admission or Admission()
         self._cipher = cipher
         self._hub: WatchHub[Change] = WatchHub(backend, self._decode_change, ring=watch_ring)
         self._started = False
@@ -235,6 +238,11 @@ class Store:
         key, kv, current = await self._current(info, name, namespace)
         return await step(key, kv, current)
 
+    async def _admit(self, actor: str | None, old: Resource | None, new: Resource | None) -> None:
+        write = Write(actor, old, new)
+        if write.object.kind in self.admission:
+            await self.admission.admit(write)
+
     # reads
 
     async def revision(self) -> int:
@@ -297,6 +305,7 @@ class Store:
         meta.generation = 1
         meta.deletion_timestamp = None
         meta.resource_version = None
+        await self._admit(actor, None, obj)
         key = self.key(info, obj.name, obj.namespace)
         value = self._encode(info, key, obj)
         if dry_run:
@@ -365,6 +374,7 @@ class Store:
                 f'{info.kind} "{obj.name}" is being deleted: metadata.finalizers: no new finalizers can be added'
             )
         _check_owner(info, current, actor, new)
+        await self._admit(actor, current, new)
         return await self._replace(info, key, kv, current, new, "update", dry_run)
 
     async def update_status(
@@ -433,9 +443,10 @@ class Store:
             if uid and uid != current.metadata.uid:
                 raise Conflict(f'{info.kind} "{name}": precondition failed: uid {uid} does not match')
             _check_owner(info, current, actor)
+            if current.metadata.finalizers and current.metadata.deletion_timestamp:
+                return current
+            await self._admit(actor, current, None)
             if current.metadata.finalizers:
-                if current.metadata.deletion_timestamp:
-                    return current
                 marked = current.clone()
                 marked.metadata.deletion_timestamp = now_rfc3339()
                 return await self._replace(info, key, kv, current, marked, "delete", dry_run)
