@@ -7,12 +7,18 @@ only it, change the objects it owns.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Sequence
+import copy
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from herder.resources import KindInfo, OwnerReference, Resource
-from herder.state.errors import NotFound
+from herder.runtime.event_recorder import EventRecorder, EventType
+from herder.state.errors import Conflict, NotFound
 from herder.state.store import CONTROLLER_ANNOTATION, Store, WatchEvent
+
+# How often a mutation is redone on the newest object when another writer got in first.
+_MUTATE_ATTEMPTS = 10
 
 
 @dataclass(frozen=True, order=True)
@@ -48,6 +54,27 @@ def controller_owner(kind: str) -> Mapper:
     return mapper
 
 
+def same_name(kind: str) -> Mapper:
+    """Reconcile the object of ``kind`` with the same name and namespace (a Machine → its ClusterMachine)."""
+
+    def mapper(event: WatchEvent) -> Iterable[ObjectKey]:
+        yield ObjectKey(kind, event.object.namespace, event.object.name)
+
+    return mapper
+
+
+def labelled_owner(kind: str, label: str) -> Mapper:
+    """Reconcile the object of ``kind`` that the event's object names in ``label`` (a ClusterMachine →
+    the Cluster of its ``herder.dev/cluster`` label)."""
+
+    def mapper(event: WatchEvent) -> Iterable[ObjectKey]:
+        name = event.object.metadata.labels.get(label)
+        if name:
+            yield ObjectKey(kind, event.object.namespace, name)
+
+    return mapper
+
+
 @dataclass(frozen=True)
 class Watch:
     kind: str
@@ -72,13 +99,17 @@ class Controller(abc.ABC):
     @abc.abstractmethod
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None: ...
 
+    async def shutdown(self) -> None:  # noqa: B027 - most controllers hold nothing: no-op by default
+        """Release what the controller holds beyond its reconciles (streams, listeners) when it stops."""
+
 
 class Context:
-    """The store as one controller sees it: its writes are made in its name."""
+    """The store as one controller sees it: its writes are made in its name, its Events carry it."""
 
-    def __init__(self, store: Store, controller: str) -> None:
+    def __init__(self, store: Store, controller: str, events: EventRecorder | None = None) -> None:
         self.store = store
         self.controller = controller
+        self.events = events or EventRecorder(store)
 
     async def get(self, key: ObjectKey) -> Resource | None:
         try:
@@ -94,6 +125,55 @@ class Context:
 
     async def update_status(self, obj: Resource) -> Resource:
         return await self.store.update_status(obj, actor=self.controller)
+
+    async def mutate(self, key: ObjectKey, change: Callable[[Resource], None]) -> Resource | None:
+        """Change an object's metadata or body: ``change`` edits a copy of the newest object in place,
+        and is run again on a fresher one when another writer got in first. None when it is gone."""
+
+        def edit(current: Resource) -> Resource:
+            changed = current.clone()
+            change(changed)
+            return changed
+
+        return await self._retrying(key, edit, self.update)
+
+    async def mutate_status(
+        self, key: ObjectKey, mutate: Callable[[Resource, dict[str, Any]], None]
+    ) -> Resource | None:
+        """Change part of an object's status: ``mutate`` edits the status dict of the newest object in
+        place, and is run again on a fresher one when another writer got in first, so controllers that
+        own different status fields of one object never undo each other. None when the object is gone."""
+
+        def edit(current: Resource) -> Resource:
+            status = copy.deepcopy(current.status or {})
+            mutate(current, status)
+            return current.model_copy(update={"status": status})
+
+        return await self._retrying(key, edit, self.update_status)
+
+    async def _retrying(
+        self,
+        key: ObjectKey,
+        edit: Callable[[Resource], Resource],
+        write: Callable[[Resource], Awaitable[Resource]],
+    ) -> Resource | None:
+        for attempt in range(_MUTATE_ATTEMPTS):
+            current = await self.get(key)
+            if current is None:
+                return None
+            changed = edit(current)
+            if changed == current:
+                return current
+            try:
+                return await write(changed)
+            except Conflict:
+                if attempt == _MUTATE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def event(self, obj: Resource, type_: EventType, reason: str, message: str) -> None:
+        """Tell, on ``obj``, what this controller did (``Normal``) or what failed (``Warning``)."""
+        await self.events.record(obj, type_, reason, message)
 
     async def delete(self, key: ObjectKey) -> Resource | None:
         try:

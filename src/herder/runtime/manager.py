@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from herder.runtime.backoff import Backoff
 from herder.runtime.controller import Context, Controller, ObjectKey, Watch
+from herder.runtime.event_recorder import EventRecorder
 from herder.runtime.leader import AlwaysLeader, LeaderElection
 from herder.runtime.metrics import IS_LEADER, QUEUE_DEPTH, RECONCILE_ERRORS, RECONCILE_SECONDS, RECONCILES
 from herder.runtime.queue import ShutDown, WorkQueue
@@ -27,12 +28,19 @@ log = logging.getLogger(__name__)
 class ControllerRunner:
     """One controller's queue, watch loops and workers."""
 
-    def __init__(self, store: Store, controller: Controller, *, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        controller: Controller,
+        *,
+        backoff: Backoff | None = None,
+        events: EventRecorder | None = None,
+    ) -> None:
         self.store = store
         self.controller = controller
         self.queue: WorkQueue[ObjectKey] = WorkQueue()
         self.backoff = backoff or Backoff()
-        self.ctx = Context(store, controller.name)
+        self.ctx = Context(store, controller.name, events)
         self._tasks: list[asyncio.Task[None]] = []
         self._workers: list[asyncio.Task[None]] = []
         self.synced = asyncio.Event()
@@ -52,6 +60,10 @@ class ControllerRunner:
         for task in (*self._tasks, *pending):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._workers, return_exceptions=True)
+        try:
+            await self.controller.shutdown()
+        except Exception:
+            log.exception("%s: shutdown failed", self.controller.name)
 
     async def _watch(self, watch: Watch) -> None:
         resource_version: str | None = None
@@ -143,6 +155,7 @@ class Manager:
         self.controllers = list(controllers)
         self.leader: LeaderElection = leader or AlwaysLeader()
         self.shutdown_grace = shutdown_grace
+        self.events = EventRecorder(store)
         self.runners: list[ControllerRunner] = []
         self._stop = asyncio.Event()
         self._leading = asyncio.Event()
@@ -162,7 +175,7 @@ class Manager:
             acquire.result()
             log.info("leading: starting %d controllers", len(self.controllers))
             IS_LEADER.set(1)
-            self.runners = [ControllerRunner(self.store, c) for c in self.controllers]
+            self.runners = [ControllerRunner(self.store, c, events=self.events) for c in self.controllers]
             for runner in self.runners:
                 runner.start()
             self._leading.set()
