@@ -15,6 +15,8 @@ import enum
 import ipaddress
 import os
 import re
+import ssl
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -272,3 +274,25 @@ def _general_name(name: str) -> x509.GeneralName:
         return x509.IPAddress(ipaddress.ip_address(name))
     except ValueError:
         return x509.DNSName(name)
+
+
+def load_cert_chain(context: ssl.SSLContext, crt: bytes, key: bytes) -> None:
+    """Give an SSL context a certificate and key held in memory (PEM; Talos's Ed25519 label is read too)."""
+    pem = crt.rstrip(b"\n") + b"\n" + key.replace(_ED25519_LABEL, _PKCS8_LABEL)
+    # ssl loads certificates and keys from files only: an anonymous memory file where Linux has them,
+    # else a private temporary file.
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("herder-tls")
+        try:
+            os.write(fd, pem)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    fd, path = tempfile.mkstemp(prefix="herder-tls-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+        context.load_cert_chain(path)
+    finally:
+        os.unlink(path)

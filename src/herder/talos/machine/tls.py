@@ -8,37 +8,12 @@ with Python's ``ssl`` (OpenSSL) and runs gRPC over the resulting stream (see ``t
 from __future__ import annotations
 
 import functools
-import os
 import ssl
-import tempfile
 
-# Talos labels PKCS#8 Ed25519 keys with a label of its own; OpenSSL only reads the standard one.
-_ED25519_LABEL = b"ED25519 PRIVATE KEY"
-_PKCS8_LABEL = b"PRIVATE KEY"
+from herder.talos.pki import load_cert_chain
 
 ALPN = ["h2"]
 """gRPC runs on HTTP/2; gRPC servers refuse a TLS connection that did not negotiate it."""
-
-
-def _load_chain(context: ssl.SSLContext, crt: bytes, key: bytes) -> None:
-    pem = crt.rstrip(b"\n") + b"\n" + key.replace(_ED25519_LABEL, _PKCS8_LABEL)
-    # ssl loads certificates and keys from files only: an anonymous memory file where Linux has them,
-    # else a private temporary file.
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("herder-tls")
-        try:
-            os.write(fd, pem)
-            context.load_cert_chain(f"/proc/self/fd/{fd}")
-        finally:
-            os.close(fd)
-        return
-    fd, path = tempfile.mkstemp(prefix="herder-tls-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-        context.load_cert_chain(path)
-    finally:
-        os.unlink(path)
 
 
 def _base(purpose: int) -> ssl.SSLContext:
@@ -53,7 +28,7 @@ def client_context(ca: bytes, crt: bytes, key: bytes) -> ssl.SSLContext:
     """Mutual TLS as talosctl does it: verify the machine against the Talos CA, present the client cert."""
     context = _base(ssl.PROTOCOL_TLS_CLIENT)
     context.load_verify_locations(cadata=ca.decode("ascii"))
-    _load_chain(context, crt, key)
+    load_cert_chain(context, crt, key)
     return context
 
 
@@ -71,7 +46,7 @@ def insecure_client_context() -> ssl.SSLContext:
 def server_context(crt: bytes, key: bytes, client_ca: bytes | None) -> ssl.SSLContext:
     """A machine's apid: its certificate, and with ``client_ca`` a client certificate chaining to it is required."""
     context = _base(ssl.PROTOCOL_TLS_SERVER)
-    _load_chain(context, crt, key)
+    load_cert_chain(context, crt, key)
     if client_ca is not None:
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(cadata=client_ca.decode("ascii"))
