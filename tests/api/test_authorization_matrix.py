@@ -8,6 +8,7 @@ policy checked against itself.
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import httpx
@@ -24,11 +25,26 @@ from tests.api.server import Server
 REGISTRY = herder_registry()
 NAMESPACE = "default"
 
+CLUSTER = "target-cluster"
+MACHINE = "target-machine"
+IN_CLUSTER = {"herder.dev/cluster": CLUSTER}
+
 # A valid body for each kind (labelled for the InfraProvider under test, where that matters).
 SAMPLES: dict[str, dict[str, Any]] = {
     "Namespace": {},
+    "Event": {"involvedObject": {"kind": "Cluster", "name": CLUSTER}, "reason": "Tried", "message": "m"},
     "ConfigPatch": {"spec": {"data": "machine: {}"}},
     "ClusterSecrets": {"spec": {"bundle": "certs: {}"}},
+    "Machine": {"spec": {"endpoint": "127.0.0.1:9"}},
+    "MachineRegistration": {"spec": {"endpoint": "127.0.0.1:9"}},
+    "MachineClass": {"spec": {"selector": {"matchLabels": {"pool": "a"}}}},
+    "Cluster": {
+        "spec": {"talosVersion": "v1.13.0", "kubernetesVersion": "1.33.0", "endpoint": "https://127.0.0.1:9"}
+    },
+    "MachineSet": {"metadata": {"labels": IN_CLUSTER}, "spec": {"role": "worker"}},
+    "MachineSetNode": {"metadata": {"labels": {**IN_CLUSTER, "herder.dev/machine-set": "target-manual"}}},
+    "ClusterMachine": {"spec": {"role": "worker", "talosVersion": "v1.13.0", "kubernetesVersion": "1.33.0"}},
+    "ClusterMachineConfig": {"spec": {"config": "x", "hash": "0", "talosContract": "1.13"}},
     "ServiceAccount": {"spec": {"role": "Reader"}},
     "User": {"spec": {"role": "Reader", "email": "u@example.com"}},
     "Token": {"spec": {"subjectKind": "ServiceAccount", "subject": "admin"}},
@@ -39,13 +55,29 @@ SAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
+# Objects herder makes itself (nobody may create them through the API): the target of each.
+MADE_BY_HERDER = {
+    "ClusterSecrets": CLUSTER,
+    "MachineSetNode": MACHINE,
+    "ClusterMachine": MACHINE,
+    "ClusterMachineConfig": MACHINE,
+    "Event": None,  # any event
+}
+# Names a create must use to be valid (a machine set node is named by a free machine's UUID).
+NEW_NAMES = {"MachineSetNode": "spare-machine"}
+
+
 def body(info: KindInfo, name: str) -> dict[str, Any]:
     if info.kind not in SAMPLES:
         pytest.fail(f"kind {info.kind} has no sample body in {__name__}.SAMPLES: add one")
-    metadata: dict[str, Any] = {"name": name, "labels": {INFRA_PROVIDER_LABEL: PROVIDER}}
+    sample = copy.deepcopy(SAMPLES[info.kind])
+    labels = dict((sample.pop("metadata", None) or {}).get("labels") or {})
+    if roles.rule_for(info).infra is not None:
+        labels[INFRA_PROVIDER_LABEL] = PROVIDER
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
     if info.namespaced:
         metadata["namespace"] = NAMESPACE
-    return {"apiVersion": info.api_version, "kind": info.kind, "metadata": metadata, **SAMPLES[info.kind]}
+    return {"apiVersion": info.api_version, "kind": info.kind, "metadata": metadata, **sample}
 
 
 def path(info: KindInfo, name: str | None = None, sub: str | None = None) -> str:
@@ -67,6 +99,8 @@ def targets(server: Server, tokens: dict[str, str]) -> dict[str, dict[str, Any]]
             audit_name = (await admin.list("auditevents")).items[0].name
             existing = {"Token": issued.name, "TokenDigest": issued.name, "AuditEvent": audit_name}
             for info in REGISTRY:
+                if info.kind in MADE_BY_HERDER:
+                    continue
                 name = existing.get(info.kind, f"target-{info.kind.lower()}")
                 if info.kind not in existing:
                     created = await support.post(path(info), json=body(info, name))
@@ -77,6 +111,35 @@ def targets(server: Server, tokens: dict[str, str]) -> dict[str, dict[str, Any]]
                 answer = await support.get(path(info, name))
                 assert answer.status_code == 200, answer.text
                 out[info.kind] = answer.json()
+            # A machine set of the target machine, and a free machine for a set that binds by hand: from
+            # them herder makes the objects nobody may create.
+            machines = REGISTRY.get("Machine")
+            sets = REGISTRY.get("MachineSet")
+            spare = body(machines, "spare-machine")
+            assert (await support.post(path(machines), json=spare)).status_code == 201
+            for name, spec in (("target-static", {"machines": [MACHINE]}), ("target-manual", {})):
+                made = body(sets, name)
+                made["spec"].update(spec)
+                assert (await support.post(path(sets), json=made)).status_code == 201
+            for kind, name in MADE_BY_HERDER.items():
+                info = REGISTRY.get(kind)
+                for _ in range(200):
+                    if name is None:
+                        items = (await support.get(path(info))).json()["items"]
+                        if items:
+                            out[kind] = {"apiVersion": info.api_version, "kind": kind, **items[0]}
+                            break
+                    else:
+                        answer = await support.get(path(info, name))
+                        if answer.status_code == 200:
+                            out[kind] = answer.json()
+                            break
+                    await asyncio.sleep(0.1)
+                else:
+                    pytest.fail(f"herder made no {kind} {name or ''} for the matrix")
+            # herder labelled the target machine with its cluster meanwhile: take it as it is now.
+            out["Machine"] = (await support.get(path(machines, MACHINE))).json()
+            out["Cluster"] = (await support.get(path(REGISTRY.get("Cluster"), CLUSTER))).json()
         return out
 
     return asyncio.run(make())
@@ -94,14 +157,16 @@ async def _try(
     if verb == "watch":
         async with http.stream("GET", path(info), params={"watch": "1", "timeoutSeconds": "1"}) as answer:
             return answer.status_code
-    if verb == "create" and sub == roles.TOKEN_SUBRESOURCE:
+    if verb == "create" and sub is not None:
         return (await http.post(path(info, name, sub), json={})).status_code
     if verb == "create":
-        return (
-            await http.post(path(info), params=dry, json=body(info, f"new-{info.kind.lower()}"))
-        ).status_code
+        new = NEW_NAMES.get(info.kind, f"new-{info.kind.lower()}")
+        return (await http.post(path(info), params=dry, json=body(info, new))).status_code
     if verb == "update":
-        return (await http.put(path(info, name, sub), params=dry, json=target)).status_code
+        # Unconditional: controllers keep changing some targets (their status, finalizers).
+        unconditional = copy.deepcopy(target)
+        unconditional["metadata"].pop("resourceVersion", None)
+        return (await http.put(path(info, name, sub), params=dry, json=unconditional)).status_code
     if verb == "patch":
         patch = {"metadata": {"labels": {"touched": "yes"}}} if sub is None else {"status": {}}
         headers = {"Content-Type": "application/merge-patch+json"}
@@ -118,6 +183,7 @@ def _accesses(info: KindInfo) -> list[tuple[str, str | None]]:
         out += [("update", "status"), ("patch", "status")]
     if info.kind in ("ServiceAccount", "User"):
         out.append(("create", roles.TOKEN_SUBRESOURCE))
+    out += [("create", action) for action in roles.rule_for(info).actions]
     return out
 
 
@@ -158,6 +224,14 @@ PINNED = [
     ("Support", "TokenDigest", "list", False),
     ("Support", "AuditEvent", "update", False),
     ("Support", "ClusterSecrets", "get", True),
+    ("Admin", "ClusterSecrets", "get", False),
+    ("Admin", "ClusterMachineConfig", "list", False),
+    ("Admin", "ClusterMachine", "create", False),
+    ("Reader", "Machine", "list", True),
+    ("Operator", "Machine", "create", False),
+    ("Operator", "Machine", "patch", True),
+    ("Operator", "MachineSet", "create", True),
+    ("Reader", "Cluster", "delete", False),
     ("InfraProvider", "ConfigPatch", "create", True),
     ("InfraProvider", "Namespace", "list", False),
     ("InfraProvider", "ServiceAccount", "get", False),

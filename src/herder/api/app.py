@@ -11,6 +11,7 @@ Support.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -21,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 
 from herder.api import tokens
+from herder.api.actions import ObjectAction, action_routes
 from herder.api.policy import HerderPolicy
 from herder.api.roles import TOKEN_SUBRESOURCE
 from herder.krm import app as krm
@@ -52,8 +54,9 @@ class TokenRequest(BaseModel):
     spec: TokenRequestSpec = TokenRequestSpec()
 
 
-def build_app(store: Store, policy: HerderPolicy) -> Starlette:
-    """The whole API of ``store``'s kinds; ``policy`` authenticates, authorizes and audits."""
+def build_app(store: Store, policy: HerderPolicy, actions: Sequence[ObjectAction] = ()) -> Starlette:
+    """The whole API of ``store``'s kinds; ``policy`` authenticates, authorizes and audits; ``actions``
+    are the object actions the composition root gives in (see ``herder.api.actions``)."""
 
     async def issue_token(request: Request) -> Response:
         info = _SUBJECTS.get(request.path_params["plural"])
@@ -118,6 +121,7 @@ def build_app(store: Store, policy: HerderPolicy) -> Starlette:
                 issue_token,
                 methods=["POST"],
             ),
+            *action_routes(store.registry, store, policy, actions),
             Mount("", app=api),
         ]
     )

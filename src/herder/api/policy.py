@@ -12,6 +12,7 @@ from herder.api import roles, tokens
 from herder.api.audit import AuditLog
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
 from herder.resources import Resource
+from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
 from herder.state.store import Store
 
 # Hidden objects Support reached in the current request (a request runs in one task, so one context):
@@ -20,7 +21,7 @@ _HIDDEN_REACHED: ContextVar[frozenset[str]] = ContextVar("herder_hidden_reached"
 
 
 def _note_hidden(who: Identity, obj: Resource) -> None:
-    if roles.sees_hidden(who.role) and roles.HIDDEN_LABEL in obj.metadata.labels:
+    if roles.sees_hidden(who.role) and HIDDEN_LABEL in obj.metadata.labels:
         _HIDDEN_REACHED.set(_HIDDEN_REACHED.get() | {obj.name})
 
 
@@ -53,7 +54,7 @@ class HerderPolicy:
                 )
         if access.verb in roles.READ_VERBS or access.subresource or roles.sees_hidden(who.role):
             return
-        if roles.READ_ONLY_ANNOTATION in obj.metadata.annotations:
+        if READ_ONLY_ANNOTATION in obj.metadata.annotations:
             raise Denied(f'{access.kind.kind} "{obj.name}" is read-only: nobody may change or delete it')
 
     def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
@@ -61,16 +62,22 @@ class HerderPolicy:
         # A status write keeps the object's metadata whatever the body says: nothing to refuse there.
         if roles.sees_hidden(who.role) or access.subresource:
             return
+        rule = roles.rule_for(access.kind)
+        annotations = roles.USER_SETTABLE_ANNOTATIONS | {
+            key
+            for key, minimum in roles.ROLE_SETTABLE_ANNOTATIONS.items()
+            if roles.at_least(who.role, minimum)
+        }
         for what, allowed, before, after in (
             (
                 "label",
-                roles.USER_SETTABLE_LABELS,
+                roles.USER_SETTABLE_LABELS - rule.owned_labels,
                 current.metadata.labels if current else {},
                 new.metadata.labels,
             ),
             (
                 "annotation",
-                roles.USER_SETTABLE_ANNOTATIONS,
+                annotations,
                 current.metadata.annotations if current else {},
                 new.metadata.annotations,
             ),
@@ -87,7 +94,7 @@ class HerderPolicy:
 
     def visible(self, who: Identity, obj: Resource) -> bool:
         _note_hidden(who, obj)
-        if not roles.sees_hidden(who.role) and roles.HIDDEN_LABEL in obj.metadata.labels:
+        if not roles.sees_hidden(who.role) and HIDDEN_LABEL in obj.metadata.labels:
             return False
         if who.role != "InfraProvider":
             return True

@@ -11,11 +11,13 @@ The table is data, so the authorization matrix test can try every role, kind and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from herder.krm.policy import Access
 from herder.resources import KindInfo
 from herder.resources.access import INFRA_PROVIDER_LABEL, Role
+from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 
 RANK: dict[str, int] = {"Reader": 1, "Operator": 2, "Admin": 3, "Support": 4}
 READ_VERBS = frozenset({"get", "list", "watch"})
@@ -25,10 +27,6 @@ ALL_VERBS = READ_VERBS | WRITE_VERBS
 # The subresource through which a bearer token is issued for a ServiceAccount or a User.
 TOKEN_SUBRESOURCE = "token"
 
-# Objects carrying this label do not exist for roles below Support.
-HIDDEN_LABEL = "herder.dev/hidden"
-# Objects carrying this annotation are visible but nobody below Support may change or delete them.
-READ_ONLY_ANNOTATION = "herder.dev/read-only"
 HERDER_PREFIX = "herder.dev/"
 # The herder.dev/ labels users may set themselves: the ones that target or scope an object.
 USER_SETTABLE_LABELS = frozenset(
@@ -41,6 +39,8 @@ USER_SETTABLE_LABELS = frozenset(
     }
 )
 USER_SETTABLE_ANNOTATIONS: frozenset[str] = frozenset()
+# herder.dev/ annotations a role may set: an Admin lets an unreachable machine go without a reset.
+ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {FORCE_RELEASE_ANNOTATION: "Admin"}
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,14 @@ class Rule:
     status: Role | None = None
     token: Role | None = None
     infra: InfraScope | None = None
+    # Object actions (``herder.api.actions``) by name, with the weakest role that may run each.
+    actions: Mapping[str, Role] = field(default_factory=dict)
+    # herder.dev/ labels users may set elsewhere but that herder keeps on this kind.
+    owned_labels: frozenset[str] = frozenset()
 
     def minimum(self, verb: str, subresource: str | None = None) -> Role | None:
+        if subresource is not None and subresource in self.actions:
+            return self.actions[subresource] if verb == "create" else None
         if verb in READ_VERBS:
             return self.read
         if subresource == "status":
@@ -87,10 +93,36 @@ def _uniform(
 USER_KIND = _uniform("Reader", "Operator")
 ADMIN_KIND = _uniform("Admin", "Admin")
 
+# Written only by herder: readable by Reader and up, changed by nobody through the API.
+HERDER_KIND = _uniform("Reader", None)
+# Secrets herder generates and keeps: no user reads them (platform staff may, to support).
+SEALED_KIND = _uniform("Support", None)
+
 POLICY: dict[str, Rule] = {
     "Namespace": _uniform("Reader", "Admin"),
+    "Event": HERDER_KIND,
     "ConfigPatch": _uniform("Reader", "Operator", infra=InfraScope(ALL_VERBS)),
-    "ClusterSecrets": ADMIN_KIND,
+    "ClusterSecrets": SEALED_KIND,
+    "ClusterMachineConfig": SEALED_KIND,
+    # Machines are registered by Admins; Operators label them and ask for power changes. Which cluster
+    # and set a machine is in, herder says.
+    "Machine": Rule(
+        read="Reader",
+        create="Admin",
+        update="Operator",
+        delete="Admin",
+        owned_labels=frozenset({"herder.dev/cluster", "herder.dev/machine-set", INFRA_PROVIDER_LABEL}),
+    ),
+    "MachineRegistration": _uniform("Reader", "Admin"),
+    "ClusterMachine": HERDER_KIND,
+    # A cluster's admin kubeconfig is for Operators; a talosconfig maps the caller's role to Talos's.
+    "Cluster": Rule(
+        read="Reader",
+        create="Operator",
+        update="Operator",
+        delete="Operator",
+        actions={"kubeconfig": "Operator", "talosconfig": "Reader"},
+    ),
     "ServiceAccount": _uniform("Admin", "Admin", token="Admin"),
     "User": _uniform("Admin", "Admin", token="Admin"),
     # Tokens are issued through the token subresource of their subject, and revoked by deletion.

@@ -23,6 +23,7 @@ import uvicorn
 import yaml
 
 from herder.api import tokens
+from herder.api.actions import ObjectAction
 from herder.api.app import build_app
 from herder.api.audit import AuditLog
 from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
@@ -58,6 +59,10 @@ class Background(Protocol):
 BackgroundFactory = Callable[[Store], Background]
 # Runs once the server listens (the demo seeds its objects and prints how to reach them).
 Ready = Callable[[Store], Coroutine[Any, Any, None]]
+# Readies the store before anything is served (the admission checks of herder's kinds).
+Prepare = Callable[[Store], None]
+# Makes the object actions the API serves (a cluster's kubeconfig…) over the server's store.
+ActionsFactory = Callable[[Store], Sequence[ObjectAction]]
 
 
 @dataclass(frozen=True)
@@ -165,13 +170,20 @@ def _tls(options: ServeOptions, host: str) -> TlsFiles:
 
 
 async def serve(
-    options: ServeOptions, *, background: Sequence[BackgroundFactory] = (), ready: Ready | None = None
+    options: ServeOptions,
+    *,
+    background: Sequence[BackgroundFactory] = (),
+    ready: Ready | None = None,
+    prepare: Sequence[Prepare] = (),
+    actions: ActionsFactory | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop the server and the background work, and close the store."""
     host, port = parse_listen(options.listen)
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     tls = _tls(options, host)
     store = await open_store(options.state_url, herder_registry(), key_file=options.data_dir / KEY_FILE)
+    for step in prepare:
+        step(store)
     audit = AuditLog(store, options.data_dir / AUDIT_LOG)
     workers = [make(store) for make in background]
     tasks: list[asyncio.Task[None]] = []
@@ -179,7 +191,7 @@ async def serve(
         url = server_url(host, port)
         kubeconfig = await bootstrap(store, options.data_dir, url, tls.ca.read_bytes() if tls.ca else None)
         config = uvicorn.Config(
-            build_app(store, HerderPolicy(store, audit)),
+            build_app(store, HerderPolicy(store, audit), actions(store) if actions else ()),
             host=host,
             port=port,
             ssl_certfile=str(tls.cert),

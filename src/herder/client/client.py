@@ -266,6 +266,29 @@ class Client:
             status.get("expirationTimestamp"),
         )
 
+    async def run_action(
+        self,
+        kind: str | KindInfo,
+        name: str,
+        action: str,
+        options: Mapping[str, Any] | None = None,
+        namespace: str | None = None,
+    ) -> bytes:
+        """Run an object action (a cluster's ``kubeconfig``…) and return what it answers, as bytes."""
+        info = self.kind(kind)
+        path = self.path(info, self._namespace(info, namespace), name, action)
+        try:
+            response = await self._http.post(
+                path,
+                content=json.dumps(dict(options or {})).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+        except httpx.HTTPError as err:
+            raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None
+        if response.status_code >= 400:
+            _decode(response)
+        return response.content
+
 
 def _with_kind(info: KindInfo, item: dict[str, Any]) -> dict[str, Any]:
     # List items may omit apiVersion and kind, as in Kubernetes.

@@ -22,6 +22,10 @@ ROLES: tuple[Role, ...] = ("Reader", "Operator", "Admin", "InfraProvider", "Supp
 
 # The label that scopes objects to one infra provider, and an InfraProvider identity to its objects.
 INFRA_PROVIDER_LABEL = "herder.dev/infra-provider-id"
+# Objects carrying this label do not exist for roles below Support.
+HIDDEN_LABEL = "herder.dev/hidden"
+# Objects carrying this annotation are visible, but nobody below Support may change or act on them.
+READ_ONLY_ANNOTATION = "herder.dev/read-only"
 # The label Token objects carry naming their subject, so that one account's tokens list cheaply.
 TOKEN_SUBJECT_LABEL = "herder.dev/token-subject"
 

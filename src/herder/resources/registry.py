@@ -23,6 +23,11 @@ _PATH_SPLIT = re.compile(r"(?<!\\)\.")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-.")
 
 
+def label_path(key: str) -> str:
+    """The JSON path of a label, its dots escaped (``.metadata.labels.herder\\.dev/cluster``)."""
+    return ".metadata.labels." + key.replace(".", "\\.")
+
+
 @dataclass(frozen=True)
 class PrinterColumn:
     """A column of ``kubectl get`` output; ``json_path`` is a dotted path such as ``.spec.version``."""

@@ -1,0 +1,333 @@
+"""Clusters on machines: Cluster, MachineSet, MachineSetNode, ClusterMachine and ClusterMachineConfig.
+
+A Cluster says which Talos and Kubernetes versions to run. Its MachineSets (label ``herder.dev/cluster``)
+say how many machines of each role it wants and where they come from; each allocated machine is bound by
+a MachineSetNode named by the machine's UUID (so a machine can never be in two sets) and becomes a
+ClusterMachine of the same name, whose generated Talos config is its ClusterMachineConfig (sensitive).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from herder.resources.configuration import GROUP, VERSION
+from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL, Stage
+from herder.resources.registry import KindInfo, PrinterColumn, label_path
+from herder.resources.status import condition_column, condition_reason_column
+
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+
+Role = Literal["controlplane", "worker"]
+CONTROL_PLANE_SET_SUFFIX = "-control-planes"
+
+_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
+
+
+def control_plane_set_name(cluster: str) -> str:
+    """The name of a cluster's one control plane MachineSet."""
+    return cluster + CONTROL_PLANE_SET_SUFFIX
+
+
+def _version(value: str, what: str) -> str:
+    if not _VERSION.match(value.strip()):
+        raise ValueError(f"invalid {what} version {value!r}: expected X.Y.Z, e.g. v1.13.2")
+    return value.strip()
+
+
+class ClusterFeatures(BaseModel):
+    model_config = _STRICT
+
+    disk_encryption: bool = Field(default=False, alias="diskEncryption")
+    kube_span: bool = Field(default=False, alias="kubeSpan")
+
+
+class ClusterSpec(BaseModel):
+    model_config = _STRICT
+
+    talos_version: str = Field(alias="talosVersion")
+    kubernetes_version: str = Field(alias="kubernetesVersion")
+    endpoint: str = Field(
+        default="", description="the Kubernetes API URL the configs carry; empty: herder's load balancer"
+    )
+    features: ClusterFeatures = ClusterFeatures()
+
+    @field_validator("talos_version")
+    @classmethod
+    def _talos(cls, value: str) -> str:
+        value = _version(value, "Talos")
+        return value if value.startswith("v") else "v" + value
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _kubernetes(cls, value: str) -> str:
+        return _version(value, "Kubernetes").removeprefix("v")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        if value and not re.match(r"^https://[^/\s]+(:\d+)?/?$", value):
+            raise ValueError(f"invalid endpoint {value!r}: expected https://HOST:PORT")
+        return value.rstrip("/")
+
+
+class MachineCounts(BaseModel):
+    model_config = _STRICT
+
+    total: int = 0
+    ready: int = 0
+    wanted: int | None = None
+
+
+class BootstrapStatus(BaseModel):
+    """The one etcd bootstrap of a cluster: recorded before it is sent, and never sent to another machine."""
+
+    model_config = _STRICT
+
+    machine: str
+    requested_at: str = Field(alias="requestedAt")
+    completed_at: str = Field(default="", alias="completedAt")
+
+
+ClusterPhase = Literal["Provisioning", "ScalingUp", "ScalingDown", "Running", "Destroying"]
+
+
+class ClusterStatus(BaseModel):
+    model_config = _STRICT
+
+    phase: ClusterPhase = "Provisioning"
+    machines: MachineCounts = MachineCounts()
+    endpoint: str = ""
+    talos_contract: str = Field(default="", alias="talosContract")
+    initial_talos_version: str = Field(default="", alias="initialTalosVersion")
+    bootstrap: BootstrapStatus | None = None
+    observed_generation: int = Field(default=0, alias="observedGeneration")
+    conditions: list[dict[str, Any]] = []
+
+
+class RollingStrategy(BaseModel):
+    model_config = _STRICT
+
+    max_parallelism: int = Field(default=1, ge=1, alias="maxParallelism")
+
+
+class Strategy(BaseModel):
+    """How many machines change at once: ``Rolling`` by ``maxParallelism``, or ``Unset``: all at once."""
+
+    model_config = _STRICT
+
+    type: Literal["Rolling", "Unset"] = "Rolling"
+    rolling: RollingStrategy = RollingStrategy()
+
+    def parallelism(self, machines: int) -> int:
+        return self.rolling.max_parallelism if self.type == "Rolling" else max(machines, 1)
+
+
+def _unset() -> Strategy:
+    return Strategy(type="Unset")
+
+
+class MachineClassAllocation(BaseModel):
+    model_config = _STRICT
+
+    name: str = Field(min_length=1)
+    size: int | Literal["unlimited"] = Field(default=1, description="a count, or unlimited")
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("unlimited", "infinity", "∞"):
+            return "unlimited"
+        return value
+
+    @field_validator("size")
+    @classmethod
+    def _non_negative(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("size must not be negative")
+        return value
+
+
+class MachineSetSpec(BaseModel):
+    model_config = _STRICT
+
+    role: Role
+    machines: list[str] | None = Field(default=None, description="a static list of machine UUIDs")
+    machine_class: MachineClassAllocation | None = Field(default=None, alias="machineClass")
+    update_strategy: Strategy = Field(default_factory=Strategy, alias="updateStrategy")
+    delete_strategy: Strategy = Field(default_factory=_unset, alias="deleteStrategy")
+    upgrade_strategy: Strategy = Field(default_factory=Strategy, alias="upgradeStrategy")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MachineSetSpec:
+        if self.machines is not None and self.machine_class is not None:
+            raise ValueError("a machine set lists spec.machines or uses spec.machineClass, not both")
+        if self.machines is not None and len(set(self.machines)) != len(self.machines):
+            raise ValueError("spec.machines lists a machine twice")
+        return self
+
+
+class AllocationStatus(BaseModel):
+    """Why a machine set has fewer machines than it wants, in words a user can act on."""
+
+    model_config = _STRICT
+
+    missing: list[str] = []
+    reason: str = ""
+
+
+class MachineSetStatus(BaseModel):
+    model_config = _STRICT
+
+    phase: ClusterPhase = "Provisioning"
+    machines: MachineCounts = MachineCounts()
+    allocation: AllocationStatus | None = None
+    observed_generation: int = Field(default=0, alias="observedGeneration")
+    conditions: list[dict[str, Any]] = []
+
+
+class MachineSetNodeSpec(BaseModel):
+    model_config = _STRICT
+
+    locked: bool = Field(default=False, description="a locked machine gets no updates until unlocked")
+
+
+class ClusterMachineSpec(BaseModel):
+    model_config = _STRICT
+
+    role: Role
+    talos_version: str = Field(alias="talosVersion")
+    kubernetes_version: str = Field(alias="kubernetesVersion")
+
+
+class ApplyStatus(BaseModel):
+    """The last config apply: kept, with its error, until a later attempt succeeds."""
+
+    model_config = _STRICT
+
+    attempts: int = 0
+    last_error: str = Field(default="", alias="lastError")
+    last_error_time: str = Field(default="", alias="lastErrorTime")
+    applied_at: str = Field(default="", alias="appliedAt")
+
+
+class ClusterMachineStatus(BaseModel):
+    model_config = _STRICT
+
+    stage: Stage = "Unknown"
+    ready: bool = False
+    config_hash: str = Field(default="", alias="configHash", description="the config last applied")
+    apply: ApplyStatus = ApplyStatus()
+    etcd_member: bool = Field(default=False, alias="etcdMember")
+    talos_version: str = Field(default="", alias="talosVersion")
+    teardown: str = Field(default="", description="what tearing the machine down is waiting for")
+    conditions: list[dict[str, Any]] = []
+
+
+class ClusterMachineConfigSpec(BaseModel):
+    model_config = _STRICT
+
+    config: str = Field(min_length=1, description="the whole Talos machine config, YAML")
+    hash: str = Field(description="SHA-256 of the config")
+    talos_contract: str = Field(alias="talosContract")
+
+
+_CLUSTER = PrinterColumn("Cluster", label_path(CLUSTER_LABEL))
+
+
+def _ready_of_total(obj: dict[str, Any]) -> str:
+    machines = (obj.get("status") or {}).get("machines") or {}
+    wanted = machines.get("wanted")
+    total = machines.get("total") or 0
+    return f"{machines.get('ready') or 0}/{wanted if wanted is not None else total}"
+
+
+CLUSTER = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="Cluster",
+    plural="clusters",
+    spec_model=ClusterSpec,
+    status_model=ClusterStatus,
+    categories=("herder",),
+    printer_columns=(
+        PrinterColumn("Phase", ".status.phase"),
+        condition_column("Ready"),
+        PrinterColumn("Machines", ".status.machines", compute=_ready_of_total),
+        PrinterColumn("Talos", ".spec.talosVersion"),
+        PrinterColumn("Kubernetes", ".spec.kubernetesVersion"),
+        PrinterColumn("Endpoint", ".status.endpoint", priority=1),
+        condition_reason_column("Ready", "Message"),
+    ),
+    description="A Talos Kubernetes cluster: versions, features, and the machine sets that make it up.",
+)
+
+MACHINE_SET = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="MachineSet",
+    plural="machinesets",
+    spec_model=MachineSetSpec,
+    status_model=MachineSetStatus,
+    short_names=("ms",),
+    categories=("herder",),
+    printer_columns=(
+        _CLUSTER,
+        PrinterColumn("Role", ".spec.role"),
+        PrinterColumn("Phase", ".status.phase"),
+        condition_column("Ready"),
+        PrinterColumn("Machines", ".status.machines", compute=_ready_of_total),
+        condition_reason_column("Ready", "Message"),
+    ),
+    description="The machines of one role in a cluster: a static list, a machine class, or by hand.",
+)
+
+MACHINE_SET_NODE = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="MachineSetNode",
+    plural="machinesetnodes",
+    spec_model=MachineSetNodeSpec,
+    short_names=("msn",),
+    categories=("herder",),
+    printer_columns=(
+        _CLUSTER,
+        PrinterColumn("Machine-Set", label_path(MACHINE_SET_LABEL)),
+        PrinterColumn("Locked", ".spec.locked"),
+    ),
+    description="Binds one machine (by UUID, the object's name) to one machine set.",
+)
+
+CLUSTER_MACHINE = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="ClusterMachine",
+    plural="clustermachines",
+    spec_model=ClusterMachineSpec,
+    status_model=ClusterMachineStatus,
+    categories=("herder",),
+    printer_columns=(
+        _CLUSTER,
+        PrinterColumn("Machine-Set", label_path(MACHINE_SET_LABEL)),
+        PrinterColumn("Role", ".spec.role"),
+        PrinterColumn("Stage", ".status.stage"),
+        condition_column("Ready"),
+        PrinterColumn("Talos", ".status.talosVersion"),
+        condition_reason_column("Ready", "Message"),
+    ),
+    description="A machine as a member of a cluster: its config, its state, its etcd membership.",
+)
+
+CLUSTER_MACHINE_CONFIG = KindInfo(
+    group=GROUP,
+    version=VERSION,
+    kind="ClusterMachineConfig",
+    plural="clustermachineconfigs",
+    spec_model=ClusterMachineConfigSpec,
+    sensitive=True,
+    description="The generated Talos config of one cluster machine; sealed at rest, never served to users.",
+)
+
+CLUSTER_KINDS = (CLUSTER, MACHINE_SET, MACHINE_SET_NODE, CLUSTER_MACHINE, CLUSTER_MACHINE_CONFIG)
