@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from herder.cli import accounts, audit, emu, objects, serve, talos
+from herder.cli import accounts, audit, clusters, emu, machines, objects, serve, talos
 
 app = typer.Typer(
     name="herder",
@@ -21,6 +21,8 @@ app.command("delete")(objects.delete)
 app.command("describe")(objects.describe)
 app.add_typer(accounts.app, name="serviceaccount")
 app.command("audit")(audit.audit_events)
+app.add_typer(clusters.app, name="cluster")
+app.add_typer(machines.app, name="machine")
 app.add_typer(emu.app, name="emu")
 
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,44 +21,84 @@ from herder.state.errors import AlreadyExists, StateError
 from herder.state.store import SYSTEM, Store
 
 if TYPE_CHECKING:
+    from herder.api.actions import ActionHandler, ObjectAction
     from herder.api.serve import Background, BackgroundFactory, Ready, ServeOptions
+    from herder.controllers.catalog import ControllerOptions
 
 
-def controller_manager(store: Store) -> Background:
+def controller_manager(options: ControllerOptions) -> BackgroundFactory:
     """The controllers, run by whichever replica leads: through etcd when the state is etcd, else
     this process alone (an embedded store has one writer)."""
-    import os
-    import socket
 
-    from herder.runtime.garbage_collector import GarbageCollector
-    from herder.runtime.leader import AlwaysLeader, EtcdLeaderElection, LeaderElection
-    from herder.runtime.manager import Manager
-    from herder.state.etcd import EtcdBackend
+    def make(store: Store) -> Background:
+        import os
+        import socket
 
-    leader: LeaderElection = AlwaysLeader()
-    if isinstance(store.backend, EtcdBackend):
-        leader = EtcdLeaderElection(store.backend, "controllers", f"{socket.gethostname()}-{os.getpid()}")
-    return Manager(store, [GarbageCollector(store.registry)], leader=leader)
+        from herder.controllers.catalog import controllers
+        from herder.runtime.leader import AlwaysLeader, EtcdLeaderElection, LeaderElection
+        from herder.runtime.manager import Manager
+        from herder.state.etcd import EtcdBackend
 
+        leader: LeaderElection = AlwaysLeader()
+        if isinstance(store.backend, EtcdBackend):
+            leader = EtcdLeaderElection(store.backend, "controllers", f"{socket.gethostname()}-{os.getpid()}")
+        return Manager(store, controllers(store, options), leader=leader)
 
-# What runs beside the API server.
-BACKGROUND: list[BackgroundFactory] = [controller_manager]
+    return make
+
 
 DEMO_DIR = Path(".herder-demo")
+DEMO_ENDPOINTS = "127.0.0.1:7000-7099"
 
 DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.", show_default=False)]
+ClusterEndpointsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster-endpoints",
+        help="HOST:FIRST-LAST: where herder's load balancers serve the Kubernetes API of clusters "
+        "without spec.endpoint (one port each).",
+        show_default=False,
+    ),
+]
 ListenOption = Annotated[str, typer.Option("--listen", help="HOST:PORT to serve HTTPS on.")]
 
 
+def object_actions(store: Store) -> list[ObjectAction]:
+    """The object actions herder's API serves, made by the controllers' layer: a cluster's credentials."""
+    from herder.api.actions import ActionFailed, ObjectAction
+    from herder.controllers.catalog import cluster_credentials
+    from herder.controllers.clusters.credentials import CredentialsUnavailable
+
+    credentials = cluster_credentials(store)
+
+    def action(name: str, handler: ActionHandler) -> ObjectAction:
+        async def run(obj: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
+            try:
+                return await handler(obj, user, role, options)
+            except CredentialsUnavailable as exc:
+                raise ActionFailed(409, str(exc)) from None
+
+        return ObjectAction("Cluster", name, run)
+
+    return [action("kubeconfig", credentials.kubeconfig), action("talosconfig", credentials.talosconfig)]
+
+
 def _run(
-    options: ServeOptions, ready: Ready | None = None, background: Sequence[BackgroundFactory] = ()
+    options: ServeOptions,
+    controller_options: ControllerOptions,
+    ready: Ready | None = None,
+    background: Sequence[BackgroundFactory] = (),
 ) -> None:
-    # The server's imports (uvicorn, krm) load only for the commands that serve.
+    # The server's imports (uvicorn, krm, the controllers) load only for the commands that serve.
     from herder.api.serve import serve
+    from herder.controllers.catalog import register_admission
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    work = [controller_manager(controller_options), *background]
     try:
-        asyncio.run(serve(options, background=background or BACKGROUND, ready=ready))
+        asyncio.run(
+            serve(options, background=work, ready=ready, prepare=[register_admission], actions=object_actions)
+        )
     except (OSError, ValueError, StateError) as exc:
         raise fail(str(exc)) from None
 
@@ -77,6 +117,7 @@ def serve_command(
     tls_ca: Annotated[
         Path | None, typer.Option("--tls-ca", help="CA of --tls-cert, written to the admin kubeconfig.")
     ] = None,
+    cluster_endpoints: ClusterEndpointsOption = None,
 ) -> None:
     """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
     from herder.api.serve import ServeOptions
@@ -89,7 +130,18 @@ def serve_command(
         tls_key=tls_key,
         tls_ca=tls_ca,
     )
-    _run(options)
+    _run(options, _controller_options(cluster_endpoints))
+
+
+def _controller_options(cluster_endpoints: str | None) -> ControllerOptions:
+    from herder.controllers.catalog import ControllerOptions
+    from herder.controllers.clusters.load_balancer import EndpointRange
+
+    try:
+        endpoints = EndpointRange.parse(cluster_endpoints) if cluster_endpoints else None
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    return ControllerOptions(cluster_endpoints=endpoints)
 
 
 def _demo_objects() -> list[Resource]:
@@ -166,12 +218,20 @@ def _viewer() -> Resource:
     )
 
 
-def demo(data_dir: DataDirOption = None, listen: ListenOption = DEFAULT_LISTEN) -> None:
+def demo(
+    data_dir: DataDirOption = None,
+    listen: ListenOption = DEFAULT_LISTEN,
+    cluster_endpoints: ClusterEndpointsOption = DEMO_ENDPOINTS,
+) -> None:
     """Run herder with demo objects in ./.herder-demo, the Talos emulator beside it with a demo
     cluster, and print how to use kubectl against both."""
     from herder.api.serve import ServeOptions
     from herder.emu.demo import DemoEmulator
 
     where = data_dir or DEMO_DIR
-    background = [*BACKGROUND, lambda store: DemoEmulator(where)]
-    _run(ServeOptions(data_dir=where, listen=listen), lambda store: _seed_demo(where, store), background)
+    _run(
+        ServeOptions(data_dir=where, listen=listen),
+        _controller_options(cluster_endpoints),
+        lambda store: _seed_demo(where, store),
+        [lambda store: DemoEmulator(where)],
+    )

@@ -1,0 +1,60 @@
+"""Every controller herder runs, and the admission checks of herder's kinds: what ``herder serve`` wires."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from herder.controllers.clusters.admission import ClusterAdmission
+from herder.controllers.clusters.bootstrap import BootstrapController
+from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.cluster_machine_config import ClusterMachineConfigController
+from herder.controllers.clusters.cluster_machine_teardown import ClusterMachineTeardownController
+from herder.controllers.clusters.cluster_machines import ClusterMachineController
+from herder.controllers.clusters.cluster_secrets import ClusterSecretsController
+from herder.controllers.clusters.cluster_status import ClusterStatusController
+from herder.controllers.clusters.cluster_teardown import ClusterTeardownController
+from herder.controllers.clusters.config_apply import ConfigApplyController
+from herder.controllers.clusters.credentials import ClusterCredentials
+from herder.controllers.clusters.load_balancer import EndpointRange, LoadBalancerController
+from herder.controllers.clusters.machine_link import MachineLinkController
+from herder.controllers.clusters.machine_set_allocation import MachineSetAllocationController
+from herder.controllers.clusters.machine_set_status import MachineSetStatusController
+from herder.runtime.controller import Controller
+from herder.runtime.event_collector import EventCollector
+from herder.runtime.garbage_collector import GarbageCollector
+from herder.state.store import Store
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    cluster_endpoints: EndpointRange | None = None
+
+
+def register_admission(store: Store) -> None:
+    """Give the store the checks of herder's kinds (before it serves anything)."""
+    ClusterAdmission(store).register(store.admission)
+
+
+def cluster_credentials(store: Store) -> ClusterCredentials:
+    """What makes the credentials users download for a cluster (its kubeconfig, its talosconfig)."""
+    return ClusterCredentials(store, ClusterKeys(store))
+
+
+def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
+    keys = ClusterKeys(store)
+    return [
+        GarbageCollector(store.registry),
+        EventCollector(),
+        MachineLinkController(keys),
+        ClusterSecretsController(),
+        ClusterTeardownController(),
+        LoadBalancerController(options.cluster_endpoints),
+        MachineSetAllocationController(),
+        MachineSetStatusController(),
+        ClusterMachineController(),
+        ClusterMachineConfigController(keys),
+        ConfigApplyController(keys),
+        BootstrapController(keys),
+        ClusterStatusController(keys),
+        ClusterMachineTeardownController(keys),
+    ]

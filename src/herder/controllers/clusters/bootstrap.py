@@ -1,0 +1,94 @@
+"""Bootstrap: etcd is bootstrapped exactly once per cluster, on one control plane.
+
+The chosen machine is recorded on the Cluster's ``status.bootstrap`` before the Bootstrap call is sent,
+and from then on only that machine is ever asked (asking it again is safe: a bootstrapped etcd refuses a
+second bootstrap), so neither a restart of herder, a kill -9 between the record and the call, nor the
+replacement of a control plane can bootstrap a second etcd. Once the call succeeded, it is never sent
+again. The other control planes then join etcd by themselves, as Talos's do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.members import cluster_machines, machine_of
+from herder.resources import Resource, now_rfc3339
+from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+from herder.talos.machine import AlreadyExists, MachineAPIError, MachineClient
+
+_RETRY = 5.0
+
+
+class BootstrapController(Controller):
+    name = "Bootstrap"
+    concurrency = 4
+
+    def __init__(self, keys: ClusterKeys) -> None:
+        self._keys = keys
+        self.watches = (
+            Watch(CLUSTER.kind),
+            Watch(CLUSTER_MACHINE.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+        )
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        cluster = await ctx.get(key)
+        if cluster is None or cluster.metadata.deletion_timestamp:
+            return None
+        recorded = (cluster.status or {}).get("bootstrap") or {}
+        if recorded.get("completedAt"):
+            return None
+        view = await self._keys.of(cluster)
+        if view is None:
+            return None
+        ready = await _bootstrappable(ctx, cluster)
+        target = recorded.get("machine")
+        if not target:
+            if not ready:
+                return None
+            target = ready[0].name
+
+            def record(_: Resource, status: dict[str, Any]) -> None:
+                status.setdefault("bootstrap", {"machine": target, "requestedAt": now_rfc3339()})
+
+            updated = await ctx.mutate_status(key, record)
+            if updated is None:
+                return None
+            target = (updated.status or {})["bootstrap"]["machine"]  # another writer may have chosen first
+        machine = next((m for m in ready if m.name == target), None)
+        if machine is None:
+            return None  # the recorded machine is not up yet: its events bring us back
+        endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
+        try:
+            async with MachineClient(endpoint, credentials=view.talos, timeout=30) as client:
+                await client.bootstrap()
+        except AlreadyExists:
+            pass  # a call before a crash got through: this machine is bootstrapped
+        except MachineAPIError as exc:
+            await ctx.event(cluster, "Warning", "BootstrapFailed", f"on machine {target}: {exc}")
+            return Result(requeue_after=_RETRY)
+
+        def completed(_: Resource, status: dict[str, Any]) -> None:
+            status["bootstrap"] = {**status["bootstrap"], "completedAt": now_rfc3339()}
+
+        await ctx.mutate_status(key, completed)
+        await ctx.event(cluster, "Normal", "Bootstrapped", f"etcd bootstrapped on machine {target}")
+        return None
+
+
+async def _bootstrappable(ctx: Context, cluster: Resource) -> list[Resource]:
+    """The cluster's control plane Machines that run its config, by name."""
+    out = []
+    for member in await cluster_machines(ctx, cluster):
+        status = member.status or {}
+        if (member.spec or {}).get("role") != "controlplane" or not status.get("configHash"):
+            continue
+        if member.metadata.deletion_timestamp:
+            continue
+        machine = await machine_of(ctx, member)
+        mstatus = (machine.status or {}) if machine is not None else {}
+        if machine is not None and mstatus.get("connected") and mstatus.get("stage") == "Running":
+            out.append(machine)
+    return sorted(out, key=lambda m: m.name)

@@ -1,0 +1,80 @@
+"""The secrets of clusters as controllers use them: each cluster's bundle, herder's own Talos API
+credentials (``os:admin``, issued from the cluster's Talos CA, as Omni holds one) and herder's Kubernetes
+admin credentials, made once per revision of the cluster's ClusterSecrets and shared by every controller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from herder.resources import Resource
+from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
+from herder.state.errors import NotFound
+from herder.state.store import Store
+from herder.talos.kubeconfig import issue_admin_certificate
+from herder.talos.machine import Credentials
+from herder.talos.secrets import SecretsBundle, load_secrets
+from herder.talos.talosconfig import issue_client_certificate
+
+# herder renews its own credentials well before they expire.
+_CREDENTIAL_LIFETIME = timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class KubernetesCredentials:
+    """What herder presents to a cluster's Kubernetes API: the CA to trust and a system:masters pair."""
+
+    ca: bytes
+    crt: bytes
+    key: bytes
+
+
+@dataclass(frozen=True)
+class ClusterSecretsView:
+    revision: str
+    contract: str
+    bundle: SecretsBundle
+    talos: Credentials
+    kubernetes: KubernetesCredentials
+
+
+class ClusterKeys:
+    """Loads a cluster's secrets once per ClusterSecrets revision (the bundle is YAML, the certificates
+    cost a key generation each)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._views: dict[tuple[str, str], ClusterSecretsView] = {}
+
+    async def of(self, cluster: Resource) -> ClusterSecretsView | None:
+        """The secrets of ``cluster``; None until its ClusterSecrets exist."""
+        namespace = cluster.namespace or "default"
+        try:
+            stored = await self._store.get(CLUSTER_SECRETS, cluster.name, namespace)
+        except NotFound:
+            return None
+        key = (namespace, cluster.name)
+        known = self._views.get(key)
+        if known is not None and known.revision == stored.metadata.resource_version:
+            return known
+        view = _view(stored)
+        self._views[key] = view
+        return view
+
+    def forget(self, namespace: str, cluster: str) -> None:
+        self._views.pop((namespace, cluster), None)
+
+
+def _view(stored: Resource) -> ClusterSecretsView:
+    spec = CLUSTER_SECRETS.spec_of(stored, ClusterSecretsSpec)
+    bundle = load_secrets(spec.bundle)
+    talos = issue_client_certificate(bundle.os, ("os:admin",), lifetime=_CREDENTIAL_LIFETIME)
+    kubernetes = issue_admin_certificate(bundle.k8s, common_name="herder", lifetime=_CREDENTIAL_LIFETIME)
+    return ClusterSecretsView(
+        revision=stored.metadata.resource_version or "",
+        contract=spec.talos_contract,
+        bundle=bundle,
+        talos=Credentials(bundle.os.crt, talos.crt, talos.key),
+        kubernetes=KubernetesCredentials(bundle.k8s.crt, kubernetes.crt, kubernetes.key),
+    )

@@ -1,0 +1,244 @@
+"""Config generation: each ClusterMachine's Talos config, made with herder's Talos library from the
+cluster's secrets and version contract, with ConfigPatches layered system → cluster → machine set →
+cluster machine → machine, validated against the contract, and kept as its ClusterMachineConfig.
+
+A patch that makes an invalid config, or touches what herder owns, stops at this machine: the reason is
+on the ClusterMachine's ``ConfigValid`` condition and in a Warning event, and the last good config
+stays in place. The generated base config of a (cluster, role, version, disk) is reused across machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from herder.controllers.clusters.cluster_keys import ClusterKeys, ClusterSecretsView
+from herder.controllers.clusters.members import cluster_of, labelled, machine_of
+from herder.resources import Resource
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    CLUSTER_MACHINE_CONFIG,
+    ClusterMachineSpec,
+    ClusterSpec,
+)
+from herder.resources.configuration import CONFIG_PATCH, ConfigPatchSpec
+from herder.resources.machines import (
+    CLUSTER_LABEL,
+    CLUSTER_MACHINE_LABEL,
+    MACHINE,
+    MACHINE_LABEL,
+    MACHINE_SET_LABEL,
+)
+from herder.resources.status import set_condition
+from herder.runtime.controller import (
+    Context,
+    Controller,
+    ObjectKey,
+    Result,
+    Watch,
+    controller_owner,
+    same_name,
+)
+from herder.runtime.index import LabelIndex
+from herder.state.store import CONTROLLER_ANNOTATION, WatchEvent
+from herder.talos.contracts import VersionContract
+from herder.talos.generate import ConfigInput, GenerateError, MachineType, generate_config
+from herder.talos.patch_layers import LayeredPatch, PatchLayer, apply_layers
+from herder.talos.patches import PatchError
+from herder.talos.system_patches import disk_encryption
+from herder.talos.validate import ConfigInvalid, validate_config
+
+INSTALLER = "ghcr.io/siderolabs/installer"
+DEFAULT_DISK = "/dev/sda"
+_CACHE = 512
+
+
+@dataclass(frozen=True)
+class _BaseKey:
+    cluster_uid: str
+    generation: int
+    secrets: str
+    endpoint: str
+    role: str
+    talos_version: str
+    kubernetes_version: str
+    disk: str
+
+
+class ConfigError(Exception):
+    """Why no valid config could be made for a machine (shown to the user as is)."""
+
+
+class ClusterMachineConfigController(Controller):
+    name = "ClusterMachineConfigController"
+    concurrency = 4
+
+    def __init__(self, keys: ClusterKeys) -> None:
+        self._keys = keys
+        self._members = LabelIndex(CLUSTER_MACHINE.kind, CLUSTER_LABEL)
+        self._bases: OrderedDict[_BaseKey, str] = OrderedDict()
+        self.watches = (
+            Watch(CLUSTER_MACHINE.kind, self._members.track),
+            Watch(CLUSTER.kind, self._members.by_name()),
+            Watch("ClusterSecrets", self._members.by_name()),
+            Watch(CONFIG_PATCH.kind, self._patch_targets),
+            Watch(MACHINE.kind, self._disks_changed),
+            Watch(CLUSTER_MACHINE_CONFIG.kind, controller_owner(CLUSTER_MACHINE.kind)),
+        )
+
+    def _patch_targets(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        labels = event.object.metadata.labels
+        keys = set(self._members.by_label()(event))
+        for label in (CLUSTER_MACHINE_LABEL, MACHINE_LABEL):
+            if label in labels:
+                keys.add(ObjectKey(CLUSTER_MACHINE.kind, event.object.namespace, labels[label]))
+        return keys
+
+    def _disks_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        before = event.previous
+        if before is not None and _disk_of(before) == _disk_of(event.object):
+            return ()
+        return same_name(CLUSTER_MACHINE.kind)(event)
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        member = await ctx.get(key)
+        if member is None or member.metadata.deletion_timestamp:
+            return None
+        cluster = await cluster_of(ctx, member)
+        if cluster is None or cluster.metadata.deletion_timestamp:
+            return None
+        secrets = await self._keys.of(cluster)
+        endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get("endpoint")
+        if secrets is None or not endpoint:
+            return None  # the cluster's secrets and endpoint come first; their events bring us back
+        machine = await machine_of(ctx, member)
+        try:
+            config = await self._config(ctx, cluster, member, secrets, str(endpoint), _disk_of(machine))
+        except ConfigError as exc:
+            await self._verdict(ctx, key, str(exc))
+            await ctx.event(member, "Warning", "InvalidConfig", str(exc))
+            return None
+        digest = hashlib.sha256(config.encode()).hexdigest()
+        current = await ctx.get(ObjectKey(CLUSTER_MACHINE_CONFIG.kind, key.namespace, key.name))
+        if current is None or (current.spec or {}).get("hash") != digest:
+            await ctx.apply_output(
+                member,
+                Resource.model_validate(
+                    {
+                        "apiVersion": CLUSTER_MACHINE_CONFIG.api_version,
+                        "kind": CLUSTER_MACHINE_CONFIG.kind,
+                        "metadata": {"name": member.name, "namespace": member.namespace},
+                        "spec": {"config": config, "hash": digest, "talosContract": secrets.contract},
+                    }
+                ),
+            )
+        await self._verdict(ctx, key, "")
+        return None
+
+    async def _verdict(self, ctx: Context, key: ObjectKey, error: str) -> None:
+        def record(_: Resource, status: dict[str, object]) -> None:
+            conditions = list(status.get("conditions") or [])  # type: ignore[call-overload]
+            set_condition(
+                conditions, "ConfigValid", not error, "InvalidConfig" if error else "Generated", error
+            )
+            status["conditions"] = conditions
+
+        await ctx.mutate_status(key, record)
+
+    async def _config(
+        self,
+        ctx: Context,
+        cluster: Resource,
+        member: Resource,
+        secrets: ClusterSecretsView,
+        endpoint: str,
+        disk: str,
+    ) -> str:
+        spec = CLUSTER.spec_of(cluster, ClusterSpec)
+        wanted = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec)
+        contract = VersionContract.parse(secrets.contract)
+        base_key = _BaseKey(
+            cluster.metadata.uid or "",
+            cluster.metadata.generation or 0,
+            secrets.revision,
+            endpoint,
+            wanted.role,
+            wanted.talos_version,
+            wanted.kubernetes_version,
+            disk,
+        )
+        base = self._bases.get(base_key)
+        if base is None:
+            try:
+                base = generate_config(
+                    ConfigInput(
+                        cluster_name=cluster.name,
+                        endpoint=endpoint,
+                        kubernetes_version=wanted.kubernetes_version,
+                        contract=contract,
+                        secrets=secrets.bundle,
+                        install_disk=disk,
+                        install_image=f"{INSTALLER}:{wanted.talos_version}",
+                        kubespan=True if spec.features.kube_span else None,
+                    ),
+                    MachineType(wanted.role),
+                )
+            except GenerateError as exc:
+                raise ConfigError(f"cannot generate a config: {exc}") from None
+            self._bases[base_key] = base
+            if len(self._bases) > _CACHE:
+                self._bases.popitem(last=False)
+        layers = await self._patches(ctx, cluster, member)
+        if spec.features.disk_encryption:
+            layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-disk-encryption", disk_encryption(contract)))
+        try:
+            config = apply_layers(base, layers)
+            validate_config(config, contract)
+        except (PatchError, ConfigInvalid) as exc:
+            raise ConfigError(str(exc)) from None
+        return config
+
+    async def _patches(self, ctx: Context, cluster: Resource, member: Resource) -> list[LayeredPatch]:
+        """The ConfigPatches targeting this machine, each in its layer."""
+        namespace = member.namespace
+        of_cluster = await labelled(ctx, CONFIG_PATCH.kind, namespace, CLUSTER_LABEL, cluster.name)
+        of_machine = await labelled(ctx, CONFIG_PATCH.kind, namespace, MACHINE_LABEL, member.name)
+        machine_set = member.metadata.labels.get(MACHINE_SET_LABEL)
+        out: dict[str, LayeredPatch] = {}
+        for patch in (*of_cluster, *of_machine):
+            if patch.metadata.deletion_timestamp:
+                continue
+            layer = _layer(patch, machine_set, member.name)
+            if layer is not None:
+                text = CONFIG_PATCH.spec_of(patch, ConfigPatchSpec).data
+                out[patch.name] = LayeredPatch(layer, patch.name, text)
+        return list(out.values())
+
+
+def _layer(patch: Resource, machine_set: str | None, uuid: str) -> PatchLayer | None:
+    """Which layer a patch is in for this machine, or None when it targets other machines."""
+    labels = patch.metadata.labels
+    if CONTROLLER_ANNOTATION in patch.metadata.annotations:
+        targeted = labels.get(CLUSTER_MACHINE_LABEL, labels.get(MACHINE_LABEL, uuid)) == uuid
+        in_set = labels.get(MACHINE_SET_LABEL, machine_set) == machine_set
+        return PatchLayer.SYSTEM if targeted and in_set else None
+    if MACHINE_LABEL in labels:
+        return PatchLayer.MACHINE if labels[MACHINE_LABEL] == uuid else None
+    if CLUSTER_MACHINE_LABEL in labels:
+        return PatchLayer.CLUSTER_MACHINE if labels[CLUSTER_MACHINE_LABEL] == uuid else None
+    if MACHINE_SET_LABEL in labels:
+        return PatchLayer.MACHINE_SET if labels[MACHINE_SET_LABEL] == machine_set else None
+    return PatchLayer.CLUSTER
+
+
+def _disk_of(machine: Resource | None) -> str:
+    """The install disk: the machine's first disk, as Talos's installer would pick."""
+    disks = (((machine.status or {}).get("hardware") or {}).get("disks") or []) if machine else []
+    for disk in disks:
+        name = str(disk.get("name") or "")
+        if name:
+            return name if name.startswith("/dev/") else f"/dev/{name}"
+    return DEFAULT_DISK

@@ -1,0 +1,120 @@
+"""Teardown: a ClusterMachine being deleted gives its machine back, reset to maintenance mode.
+
+A control plane of a cluster that stays first waits for etcd to be healthy without it, forfeits etcd
+leadership and leaves etcd; then the machine is reset (its system disk wiped, rebooted into maintenance)
+and herder waits until it reports maintenance again before letting the member go. A machine herder
+cannot reach keeps the member (and so its cluster's teardown) waiting, saying so on ``status.teardown``
+and in a Warning event, until it comes back or an Admin lets it go with ``herder machine release UUID
+--force`` (annotation ``herder.dev/force-release`` on the Machine).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.cluster_machines import TEARDOWN_FINALIZER
+from herder.controllers.clusters.members import cluster_of, machine_of
+from herder.resources import Resource
+from herder.resources.clusters import CLUSTER_MACHINE
+from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, MachineSpec
+from herder.resources.status import condition_true
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
+from herder.talos.machine import FailedPrecondition, MachineAPIError, MachineClient, WipeMode
+
+_RETRY = 5.0
+
+
+class ClusterMachineTeardownController(Controller):
+    name = "ClusterMachineTeardown"
+    concurrency = 8
+
+    def __init__(self, keys: ClusterKeys) -> None:
+        self._keys = keys
+        self.watches = (
+            Watch(CLUSTER_MACHINE.kind),
+            Watch(MACHINE.kind, same_name(CLUSTER_MACHINE.kind)),
+        )
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        member = await ctx.get(key)
+        if member is None or not member.metadata.deletion_timestamp:
+            return None
+        if TEARDOWN_FINALIZER not in member.metadata.finalizers:
+            return None
+        machine = await machine_of(ctx, member)
+        status = member.status or {}
+        if machine is None or FORCE_RELEASE_ANNOTATION in machine.metadata.annotations:
+            return await self._release(ctx, member, machine, forced=machine is not None)
+        mstatus = machine.status or {}
+        if not status.get("configHash") or (
+            mstatus.get("connected") and mstatus.get("stage") == "Maintenance"
+        ):
+            return await self._release(ctx, member, machine, forced=False)
+        if not mstatus.get("connected"):
+            await self._waiting(
+                ctx,
+                member,
+                f"machine {member.name} is unreachable; it is released once herder reaches it again, or by "
+                f"`herder machine release {member.name} --force`",
+                warn=True,
+            )
+            return Result(requeue_after=30)
+        if mstatus.get("stage") in ("Resetting", "Rebooting", "Booting", "ShuttingDown"):
+            return None  # on its way back to maintenance: its events bring us back
+        cluster = await cluster_of(ctx, member)
+        view = await self._keys.of(cluster) if cluster is not None else None
+        staying = cluster is not None and not cluster.metadata.deletion_timestamp
+        endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
+        try:
+            async with MachineClient(
+                endpoint, credentials=view.talos if view else None, timeout=30
+            ) as client:
+                if (member.spec or {}).get("role") == "controlplane" and staying and status.get("etcdMember"):
+                    assert cluster is not None
+                    if not condition_true(cluster.status, "EtcdHealthy"):
+                        await self._waiting(ctx, member, "waiting for etcd to be healthy before leaving it")
+                        return Result(requeue_after=_RETRY)
+                    await self._waiting(ctx, member, "leaving etcd")
+                    await client.etcd_forfeit_leadership()
+                    await client.etcd_leave_cluster()
+                    await ctx.event(member, "Normal", "LeftEtcd", f"machine {member.name} left etcd")
+                await self._waiting(ctx, member, "resetting the machine to maintenance mode")
+                await client.reset(graceful=False, reboot=True, wipe_mode=WipeMode.SYSTEM_DISK)
+        except FailedPrecondition:
+            return Result(requeue_after=_RETRY)  # busy with another sequence: try again shortly
+        except MachineAPIError as exc:
+            await self._waiting(ctx, member, f"reset failed: {exc}", warn=True)
+            return Result(requeue_after=_RETRY)
+        await ctx.event(member, "Normal", "Resetting", f"machine {member.name} is being reset")
+        return None
+
+    async def _waiting(self, ctx: Context, member: Resource, why: str, *, warn: bool = False) -> None:
+        if (member.status or {}).get("teardown") == why:
+            return
+
+        def record(_: Resource, status: dict[str, Any]) -> None:
+            status["teardown"] = why
+
+        await ctx.mutate_status(ObjectKey.of(member), record)
+        if warn:
+            await ctx.event(member, "Warning", "TeardownBlocked", why)
+
+    async def _release(
+        self, ctx: Context, member: Resource, machine: Resource | None, *, forced: bool
+    ) -> Result | None:
+        if forced and machine is not None:
+            await ctx.event(
+                member, "Warning", "ForceReleased", f"machine {member.name} released without a reset"
+            )
+
+            def unmark(m: Resource) -> None:
+                m.metadata.annotations.pop(FORCE_RELEASE_ANNOTATION, None)
+
+            await ctx.mutate(ObjectKey.of(machine), unmark)
+        else:
+            await ctx.event(
+                member, "Normal", "Released", f"machine {member.name} is back in maintenance mode"
+            )
+        await ctx.remove_finalizer(member, TEARDOWN_FINALIZER)
+        return None

@@ -1,0 +1,53 @@
+"""A cluster's secrets bundle, generated once: ClusterSecrets (owned by the Cluster, sealed at rest).
+
+The bundle's version contract is the one of the Talos version the cluster is created with, and it is
+never changed afterwards, so an upgrade never rewrites the config format under a running machine. The
+contract and that first version are also shown on the Cluster's status.
+"""
+
+from __future__ import annotations
+
+from herder.resources import Resource
+from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
+from herder.resources.clusters import CLUSTER, ClusterSpec
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.talos.contracts import VersionContract
+from herder.talos.secrets import dump_secrets, generate_secrets
+
+
+class ClusterSecretsController(Controller):
+    name = "ClusterSecretsController"
+    concurrency = 4
+    watches = (Watch("Cluster"), Watch("ClusterSecrets", controller_owner("Cluster")))
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        cluster = await ctx.get(key)
+        if cluster is None or cluster.metadata.deletion_timestamp:
+            return None
+        stored = await ctx.get(ObjectKey(CLUSTER_SECRETS.kind, key.namespace, key.name))
+        if stored is None:
+            spec = CLUSTER.spec_of(cluster, ClusterSpec)
+            contract = VersionContract.parse(spec.talos_version)
+            bundle = generate_secrets(contract)
+            stored = await ctx.apply_output(
+                cluster,
+                Resource.model_validate(
+                    {
+                        "apiVersion": CLUSTER_SECRETS.api_version,
+                        "kind": CLUSTER_SECRETS.kind,
+                        "metadata": {"name": cluster.name, "namespace": cluster.namespace},
+                        "spec": {"bundle": dump_secrets(bundle), "talosContract": str(contract)},
+                    }
+                ),
+            )
+            await ctx.event(cluster, "Normal", "SecretsGenerated", f"generated for Talos contract {contract}")
+        fixed = CLUSTER_SECRETS.spec_of(stored, ClusterSecretsSpec).talos_contract
+        talos = CLUSTER.spec_of(cluster, ClusterSpec).talos_version
+
+        def record(_: Resource, status: dict[str, object]) -> None:
+            status["talosContract"] = fixed
+            if not status.get("initialTalosVersion"):
+                status["initialTalosVersion"] = talos
+
+        await ctx.mutate_status(key, record)
+        return None

@@ -1,0 +1,75 @@
+"""Teardown of a whole cluster: ``kubectl delete cluster NAME`` resets every machine back to maintenance
+and removes every object of the cluster.
+
+The Cluster carries a finalizer from its creation. Once it is deleted, its machine sets, hand-made
+machine set nodes and config patches are deleted; each machine leaves through its ClusterMachine's
+teardown (reset, then released); when no member is left the finalizer goes, and what the cluster owns
+(its secrets, generated configs) is garbage-collected. While machines hold it up, the Cluster's ``Ready``
+condition names them and says why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from herder.controllers.clusters.members import cluster_machines, labelled, machine_sets
+from herder.resources import Resource
+from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET_NODE
+from herder.resources.configuration import CONFIG_PATCH
+from herder.resources.machines import CLUSTER_LABEL
+from herder.resources.status import set_condition
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+
+CLUSTER_FINALIZER = "herder.dev/cluster"
+
+
+class ClusterTeardownController(Controller):
+    name = "ClusterTeardown"
+    concurrency = 4
+    watches = (
+        Watch(CLUSTER.kind),
+        Watch(CLUSTER_MACHINE.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+    )
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        cluster = await ctx.get(key)
+        if cluster is None:
+            return None
+        if not cluster.metadata.deletion_timestamp:
+            await ctx.ensure_finalizer(cluster, CLUSTER_FINALIZER)
+            return None
+        if CLUSTER_FINALIZER not in cluster.metadata.finalizers:
+            return None
+        first = not any(
+            c.get("reason") == "Destroying" for c in (cluster.status or {}).get("conditions") or ()
+        )
+        for kind_objects in (
+            await machine_sets(ctx, cluster),
+            await labelled(ctx, MACHINE_SET_NODE.kind, key.namespace, CLUSTER_LABEL, key.name),
+            await labelled(ctx, CONFIG_PATCH.kind, key.namespace, CLUSTER_LABEL, key.name),
+        ):
+            for obj in kind_objects:
+                if not obj.metadata.deletion_timestamp:
+                    await ctx.delete(ObjectKey.of(obj))
+        members = await cluster_machines(ctx, cluster)
+        if first:
+            await ctx.event(cluster, "Normal", "Destroying", f"tearing down {len(members)} machine(s)")
+        if members:
+            blocked = [m for m in members if "unreachable" in str((m.status or {}).get("teardown", ""))]
+            message = f"waiting for {len(members)} machine(s) to be reset: " + ", ".join(
+                sorted(m.name for m in members)[:10]
+            )
+            if blocked:
+                message = "; ".join(str((m.status or {}).get("teardown")) for m in blocked[:3])
+
+            def record(_: Resource, status: dict[str, Any]) -> None:
+                status["phase"] = "Destroying"
+                conditions = list(status.get("conditions") or [])
+                set_condition(conditions, "Ready", False, "Destroying", message)
+                status["conditions"] = conditions
+
+            await ctx.mutate_status(key, record)
+            return None
+        await ctx.remove_finalizer(cluster, CLUSTER_FINALIZER)
+        await ctx.event(cluster, "Normal", "Destroyed", "every machine is back in maintenance mode")
+        return None

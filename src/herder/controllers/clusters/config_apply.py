@@ -1,0 +1,156 @@
+"""Config apply: each ClusterMachine's generated config is applied to its machine through the Talos API,
+and again whenever the config changes; the ClusterMachine's status says where the machine stands.
+
+A machine in maintenance mode gets its config without a client certificate (it then installs and boots
+into the cluster); a configured one with herder's certificate from the cluster's Talos CA, in AUTO mode
+(no reboot when none is needed). The applied config's hash is kept on ``status.configHash``. A failed
+apply keeps its error and attempt count on ``status.apply`` (and in a Warning event) and is retried with
+backoff until an attempt succeeds; nothing wipes the error before that. A locked machine gets no updates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.members import cluster_of, machine_of
+from herder.resources import Resource, now_rfc3339
+from herder.resources.clusters import CLUSTER_MACHINE, CLUSTER_MACHINE_CONFIG, MACHINE_SET_NODE
+from herder.resources.machines import MACHINE, MachineSpec
+from herder.resources.status import find_condition, set_condition
+from herder.runtime.controller import (
+    Context,
+    Controller,
+    ObjectKey,
+    Result,
+    Watch,
+    controller_owner,
+    same_name,
+)
+from herder.state.store import WatchEvent
+from herder.talos.machine import ApplyMode, MachineAPIError, MachineClient
+
+# Retries of a failed apply: doubling from a second, at most every five minutes.
+_RETRY_FIRST, _RETRY_MAX = 1.0, 300.0
+
+
+def _machine_state(event: WatchEvent) -> Iterable[ObjectKey]:
+    """A Machine's event matters to its member when what it reports (not its labels) changes."""
+    before = event.previous
+    if before is not None and before.status == event.object.status and before.spec == event.object.spec:
+        return ()
+    return same_name(CLUSTER_MACHINE.kind)(event)
+
+
+class ConfigApplyController(Controller):
+    name = "ConfigApply"
+    concurrency = 8
+
+    def __init__(self, keys: ClusterKeys) -> None:
+        self._keys = keys
+        self.watches = (
+            Watch(CLUSTER_MACHINE.kind),
+            Watch(CLUSTER_MACHINE_CONFIG.kind, controller_owner(CLUSTER_MACHINE.kind)),
+            Watch(MACHINE.kind, _machine_state),
+            Watch(MACHINE_SET_NODE.kind, same_name(CLUSTER_MACHINE.kind)),
+        )
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        member = await ctx.get(key)
+        if member is None or member.metadata.deletion_timestamp:
+            return None
+        machine = await machine_of(ctx, member)
+        config = await ctx.get(ObjectKey(CLUSTER_MACHINE_CONFIG.kind, key.namespace, key.name))
+        mstatus = (machine.status or {}) if machine is not None else {}
+        status = member.status or {}
+        wanted = (config.spec or {}).get("hash", "") if config is not None else ""
+        applied = status.get("configHash", "")
+        retry: float | None = None
+        if wanted and wanted != applied and machine is not None and mstatus.get("connected"):
+            node = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, key.namespace, key.name))
+            locked = bool(node is not None and (node.spec or {}).get("locked"))
+            if not (locked and applied):
+                assert config is not None
+                retry = await self._apply(ctx, member, machine, config)
+        role = str((member.spec or {}).get("role"))
+        await ctx.mutate_status(key, lambda _, s: _observe(s, machine, wanted, role))
+        return Result(requeue_after=retry) if retry is not None else None
+
+    async def _apply(
+        self, ctx: Context, member: Resource, machine: Resource, config: Resource
+    ) -> float | None:
+        """Apply the config; None on success, else how long to wait before trying again."""
+        spec = config.spec or {}
+        maintenance = bool((machine.status or {}).get("maintenance"))
+        credentials = None
+        if not maintenance:
+            cluster = await cluster_of(ctx, member)
+            view = await self._keys.of(cluster) if cluster is not None else None
+            if view is None:
+                return None
+            credentials = view.talos
+        endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
+        try:
+            async with MachineClient(endpoint, credentials=credentials, timeout=30) as client:
+                result = await client.apply_configuration(spec["config"], mode=ApplyMode.AUTO)
+        except MachineAPIError as exc:
+            error = str(exc)
+            attempts = int(((member.status or {}).get("apply") or {}).get("attempts") or 0) + 1
+
+            def failed(_: Resource, status: dict[str, Any]) -> None:
+                status["apply"] = {
+                    **(status.get("apply") or {}),
+                    "attempts": attempts,
+                    "lastError": error,
+                    "lastErrorTime": now_rfc3339(),
+                }
+
+            await ctx.mutate_status(ObjectKey.of(member), failed)
+            await ctx.event(member, "Warning", "ApplyFailed", f"attempt {attempts}: {error}")
+            return float(min(_RETRY_FIRST * 2 ** (attempts - 1), _RETRY_MAX))
+        digest = spec["hash"]
+
+        def succeeded(_: Resource, status: dict[str, Any]) -> None:
+            status["configHash"] = digest
+            status["apply"] = {"attempts": 0, "appliedAt": now_rfc3339()}
+
+        await ctx.mutate_status(ObjectKey.of(member), succeeded)
+        how = "in maintenance mode" if maintenance else f"({result.mode.name.lower().replace('_', ' ')})"
+        await ctx.event(member, "Normal", "ConfigApplied", f"config {digest[:12]} applied {how}")
+        return None
+
+
+def _observe(status: dict[str, Any], machine: Resource | None, wanted: str, role: str) -> None:
+    """The member's view of its machine: stage, version, readiness and why it is not ready."""
+    mstatus = (machine.status or {}) if machine is not None else {}
+    stage = mstatus.get("stage", "Unknown") if machine is not None else "Unknown"
+    status["stage"] = stage
+    status["talosVersion"] = mstatus.get("talosVersion", "")
+    conditions = list(status.get("conditions") or [])
+    applied = status.get("configHash", "")
+    reason, message = "Ready", ""
+    valid = find_condition(conditions, "ConfigValid")
+    apply_error = (status.get("apply") or {}).get("lastError", "")
+    if machine is None:
+        reason, message = "MachineMissing", "the machine is not registered"
+    elif valid is not None and valid.get("status") == "False":
+        reason, message = "InvalidConfig", str(valid.get("message", ""))
+    elif not wanted:
+        reason, message = "ConfigPending", "waiting for the machine's config to be generated"
+    elif not mstatus.get("connected"):
+        reason, message = (
+            "Unreachable",
+            f"machine is unreachable: {mstatus.get('lastError', '')}".rstrip(": "),
+        )
+    elif applied != wanted:
+        reason = "ApplyFailed" if apply_error else "Applying"
+        message = apply_error or "applying the machine's config"
+    elif stage != "Running":
+        reason, message = "NotRunning", f"machine is {stage.lower()}"
+    elif role == "controlplane" and not status.get("etcdMember"):
+        reason, message = "EtcdNotJoined", "waiting for the machine to join etcd"
+    ready = reason == "Ready"
+    status["ready"] = ready
+    set_condition(conditions, "Ready", ready, reason, message)
+    status["conditions"] = conditions

@@ -1,0 +1,266 @@
+"""Following machines: one long-lived link per Machine, streaming its Talos events into its status.
+
+A link connects to the machine's Talos API as Talos and Omni do: without a client certificate while the
+machine is in maintenance mode, and with herder's own certificate from the cluster's Talos CA once the
+machine has been given that cluster's config. It tries the other way when the first one is refused (a
+machine reset behind herder's back is in maintenance again). While connected it streams the machine's
+events (stages as they change), so nothing polls each machine every few seconds; when the stream breaks it
+reconnects with backoff, and only a machine that stays unreachable past a grace period is reported so.
+Status is written only when something a user sees changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.members import cluster_of
+from herder.resources import Resource
+from herder.resources.clusters import CLUSTER_MACHINE
+from herder.resources.machines import MACHINE, MachineSpec
+from herder.resources.status import set_condition
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
+from herder.state.store import WatchEvent
+from herder.talos.machine import (
+    Credentials,
+    MachineAPIError,
+    MachineClient,
+    MachineStage,
+    MachineStatus,
+    Unauthenticated,
+)
+
+log = logging.getLogger(__name__)
+
+# How long a machine may be out of reach before it is reported Unreachable (a reboot takes a while).
+UNREACHABLE_AFTER = 15.0
+_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+# How long a fresh stream may take to tell the machine's stage before herder infers it, and how long a
+# stage must stand before it is written.
+_STAGE_GRACE = 1.0
+_SETTLE = 0.1
+
+
+async def _wait_for(event: asyncio.Event, timeout: float) -> bool:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
+    return event.is_set()
+
+
+STAGES: dict[MachineStage, str] = {
+    MachineStage.UNKNOWN: "Unknown",
+    MachineStage.BOOTING: "Booting",
+    MachineStage.INSTALLING: "Installing",
+    MachineStage.MAINTENANCE: "Maintenance",
+    MachineStage.RUNNING: "Running",
+    MachineStage.REBOOTING: "Rebooting",
+    MachineStage.SHUTTING_DOWN: "ShuttingDown",
+    MachineStage.RESETTING: "Resetting",
+    MachineStage.UPGRADING: "Upgrading",
+}
+
+
+@dataclass
+class _Link:
+    key: ObjectKey
+    endpoint: str
+    secure: Credentials | None
+    prefer_secure: bool
+    task: asyncio.Task[None] | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    reported: dict[str, Any] = field(default_factory=dict)
+
+
+class MachineLinkController(Controller):
+    name = "MachineLink"
+    concurrency = 8
+
+    def __init__(self, keys: ClusterKeys, *, unreachable_after: float = UNREACHABLE_AFTER) -> None:
+        self._keys = keys
+        self._unreachable_after = unreachable_after
+        self._links: dict[ObjectKey, _Link] = {}
+        self._ctx: Context | None = None
+        self.watches = (
+            Watch(MACHINE.kind, self._spec_changed),
+            Watch(CLUSTER_MACHINE.kind, self._config_applied),
+        )
+
+    @staticmethod
+    def _spec_changed(event: WatchEvent) -> Iterable[ObjectKey]:
+        # The link writes status: only a change of what it connects to needs a reconcile.
+        before = event.previous
+        if (
+            before is not None
+            and before.spec == event.object.spec
+            and before.metadata.deletion_timestamp == (event.object.metadata.deletion_timestamp)
+        ):
+            return ()
+        return (ObjectKey.of(event.object),)
+
+    @staticmethod
+    def _config_applied(event: WatchEvent) -> Iterable[ObjectKey]:
+        before = (event.previous.status or {}) if event.previous is not None else {}
+        if event.type != "DELETED" and before.get("configHash") == (event.object.status or {}).get(
+            "configHash"
+        ):
+            return ()
+        return same_name(MACHINE.kind)(event)
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        self._ctx = ctx
+        machine = await ctx.get(key)
+        link = self._links.get(key)
+        if machine is None or machine.metadata.deletion_timestamp:
+            if link is not None:
+                await self._stop(link)
+                del self._links[key]
+            return None
+        endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
+        secure, configured = await self._credentials(ctx, machine)
+        if link is not None and link.endpoint != endpoint:
+            await self._stop(link)
+            link = None
+        if link is None:
+            link = _Link(key, endpoint, secure, configured)
+            self._links[key] = link
+        elif (link.secure, link.prefer_secure) != (secure, configured):
+            link.secure, link.prefer_secure = secure, configured
+            link.changed.set()
+        if link.task is None or link.task.done():
+            link.task = asyncio.create_task(self._follow(link), name=f"link-{key.name}")
+        return None
+
+    async def _credentials(self, ctx: Context, machine: Resource) -> tuple[Credentials | None, bool]:
+        """herder's credentials for the machine's cluster, and whether it has been given its config."""
+        member = await ctx.get(ObjectKey(CLUSTER_MACHINE.kind, machine.namespace, machine.name))
+        if member is None:
+            return None, False
+        cluster = await cluster_of(ctx, member)
+        view = await self._keys.of(cluster) if cluster is not None else None
+        if view is None:
+            return None, False
+        return view.talos, bool((member.status or {}).get("configHash"))
+
+    async def shutdown(self) -> None:
+        links, self._links = list(self._links.values()), {}
+        await asyncio.gather(*(self._stop(link) for link in links))
+
+    @staticmethod
+    async def _stop(link: _Link) -> None:
+        if link.task is not None:
+            link.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await link.task
+
+    async def _follow(self, link: _Link) -> None:
+        failures = 0
+        lost_at: float | None = None
+        while True:
+            link.changed.clear()
+            error = ""
+            for credentials in self._order(link):
+                try:
+                    await self._stream(link, credentials)
+                    error = ""
+                    break
+                except Unauthenticated as exc:
+                    error = str(exc)  # perhaps configured (or reset) behind our back: try the other way
+                except (MachineAPIError, OSError) as exc:
+                    error = str(exc) or type(exc).__name__
+                    break
+            if not error:
+                failures, lost_at = 0, None
+                continue  # the stream ended cleanly (credentials changed): connect again at once
+            failures += 1
+            lost_at = lost_at or time.monotonic()
+            if time.monotonic() - lost_at >= self._unreachable_after:
+                await self._report(link, connected=False, lastError=error, lost=True)
+            delay = _BACKOFF[min(failures, len(_BACKOFF)) - 1]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.changed.wait(), delay)
+
+    @staticmethod
+    def _order(link: _Link) -> list[Credentials | None]:
+        if link.secure is None:
+            return [None]
+        return [link.secure, None] if link.prefer_secure else [None, link.secure]
+
+    async def _stream(self, link: _Link, credentials: Credentials | None) -> None:
+        """Connect once and report the machine's state until the stream ends or the link must reconnect."""
+        client = MachineClient(
+            link.endpoint, credentials=credentials, timeout=10, connect_timeout=5, retries=0
+        )
+        async with client:
+            version = await client.version()
+            await self._report(
+                link, connected=True, talosVersion=version.tag, maintenance=credentials is None, lastError=""
+            )
+            latest: list[str] = []
+            staged = asyncio.Event()
+
+            async def consume() -> None:
+                async for event in client.events(tail_events=-1):
+                    if isinstance(event.payload, MachineStatus):
+                        latest.append(STAGES.get(event.payload.stage, "Unknown"))
+                        staged.set()
+                raise MachineAPIError("the event stream ended")
+
+            async def write() -> None:
+                # The backlog arrives in one burst and stages follow each other closely: only the newest
+                # of a burst is written, so history is not replayed into the status.
+                if not await _wait_for(staged, _STAGE_GRACE):
+                    # No stage in the machine's backlog: what answered, and how, says enough.
+                    latest.append("Maintenance" if credentials is None else "Running")
+                while True:
+                    await staged.wait()
+                    await asyncio.sleep(_SETTLE)
+                    staged.clear()
+                    await self._report(link, stage=latest[-1])
+                    del latest[:-1]
+
+            tasks = {asyncio.create_task(consume()), asyncio.create_task(write())}
+            changed = asyncio.create_task(link.changed.wait())
+            try:
+                done, _ = await asyncio.wait({*tasks, changed}, return_when=asyncio.FIRST_COMPLETED)
+                for task in done - {changed}:
+                    task.result()
+            finally:
+                for task in (*tasks, changed):
+                    task.cancel()
+                await asyncio.gather(*tasks, changed, return_exceptions=True)
+
+    async def _report(self, link: _Link, *, lost: bool = False, **fields: Any) -> None:
+        """Write what changed of the machine's status (nothing when nothing did)."""
+        if all(link.reported.get(k) == v for k, v in fields.items()) and not lost:
+            return
+        if lost and link.reported.get("connected") is False:
+            return
+        ctx = self._ctx
+        assert ctx is not None
+
+        def record(machine: Resource, status: dict[str, Any]) -> None:
+            status.update(fields)
+            if lost:
+                powered_off = (status.get("power") or {}).get("on") is False
+                status["stage"] = "PoweredOff" if powered_off else "Unreachable"
+            conditions = list(status.get("conditions") or [])
+            error = str(status.get("lastError") or "")
+            set_condition(
+                conditions,
+                "Connected",
+                bool(status.get("connected")),
+                "Connected" if status.get("connected") else "Unreachable",
+                "" if status.get("connected") else error,
+            )
+            status["conditions"] = conditions
+
+        await ctx.mutate_status(link.key, record)
+        link.reported.update(fields)
+        if lost:
+            link.reported["stage"] = None

@@ -1,0 +1,245 @@
+"""Allocation: a MachineSet gets its machines as MachineSetNodes, each named by the machine's UUID.
+
+A static set binds exactly the machines it lists; a set of a MachineClass binds free machines its
+selector matches (connected, in maintenance, in no cluster, not read-only) until it has ``size`` of
+them. The node's name being the machine's UUID is what keeps a machine in one set at most: a second
+set cannot create the same node. Shrinking deletes nodes (their machines are then torn down): workers
+by the set's ``deleteStrategy``, control planes one at a time and only while etcd is healthy. A set
+short of machines says which and why on ``status.allocation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from herder.controllers.clusters.members import cluster_of, labelled, set_nodes
+from herder.resources import Resource
+from herder.resources.access import READ_ONLY_ANNOTATION
+from herder.resources.clusters import CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE, MachineSetSpec
+from herder.resources.machines import (
+    CLUSTER_LABEL,
+    MACHINE,
+    MACHINE_CLASS,
+    MACHINE_SET_LABEL,
+    ROLE_LABEL,
+    LabelSelectorSpec,
+    MachineClassSpec,
+)
+from herder.resources.meta import OwnerReference
+from herder.resources.status import condition_true
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.state.errors import AlreadyExists
+from herder.state.store import WatchEvent
+
+_GATE_RETRY = 2.0
+
+
+def free_for_allocation(machine: Resource) -> bool:
+    """Whether a machine may be given to a set that picks from a class."""
+    status = machine.status or {}
+    meta = machine.metadata
+    return (
+        bool(status.get("connected"))
+        and status.get("stage") == "Maintenance"
+        and CLUSTER_LABEL not in meta.labels
+        and READ_ONLY_ANNOTATION not in meta.annotations
+        and not meta.deletion_timestamp
+    )
+
+
+class MachineSetAllocationController(Controller):
+    name = "MachineSetAllocation"
+    concurrency = 4
+
+    def __init__(self) -> None:
+        # Sets of a class that last found too few machines: a machine that becomes free wakes them.
+        self._waiting: set[ObjectKey] = set()
+        self.watches = (
+            Watch(MACHINE_SET.kind),
+            Watch(MACHINE_SET_NODE.kind, self._node_changed),
+            Watch(MACHINE.kind, self._machine_freed),
+            Watch(MACHINE_CLASS.kind, self._class_changed),
+        )
+
+    def _node_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        name = event.object.metadata.labels.get(MACHINE_SET_LABEL)
+        return (ObjectKey(MACHINE_SET.kind, event.object.namespace, name),) if name else ()
+
+    def _machine_freed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        if event.type == "DELETED" or not free_for_allocation(event.object):
+            return ()
+        if event.previous is not None and free_for_allocation(event.previous):
+            return ()
+        return [k for k in self._waiting if k.namespace == event.object.namespace]
+
+    def _class_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        return [k for k in self._waiting if k.namespace == event.object.namespace]
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        machine_set = await ctx.get(key)
+        self._waiting.discard(key)
+        if machine_set is None or machine_set.metadata.deletion_timestamp:
+            return None
+        cluster = await cluster_of(ctx, machine_set)
+        if cluster is None or cluster.metadata.deletion_timestamp:
+            return None
+        spec = MACHINE_SET.spec_of(machine_set, MachineSetSpec)
+        nodes = await set_nodes(ctx, machine_set)
+        live = [n for n in nodes if not n.metadata.deletion_timestamp]
+        leaving = len(nodes) - len(live)
+        missing: list[str] = []
+        reason = ""
+        if spec.machines is not None:
+            listed = set(spec.machines)
+            extra = [n for n in live if n.name not in listed]
+            have = {n.name for n in live}
+            for uuid in spec.machines:
+                if uuid not in have:
+                    why = await self._bind(ctx, machine_set, spec, uuid)
+                    if why:
+                        missing.append(uuid)
+                        reason = reason or why
+        elif spec.machine_class is not None:
+            size = spec.machine_class.size
+            extra = []
+            if size != "unlimited" and len(live) > size:
+                extra = _shrink_order(live)[: len(live) - size]
+            else:
+                reason = await self._fill(ctx, machine_set, spec, live, size)
+                if reason:
+                    self._waiting.add(key)
+        else:
+            extra = []  # nodes are made by hand
+        gated = bool(extra) and not await self._release(ctx, machine_set, spec, cluster, live, extra, leaving)
+
+        def record(_: Resource, status: dict[str, object]) -> None:
+            status["allocation"] = {"missing": missing, "reason": reason} if reason else None
+            if status["allocation"] is None:
+                del status["allocation"]
+
+        await ctx.mutate_status(key, record)
+        # A release held back by its gate (etcd health, a replacement not up yet) is looked at again soon.
+        return Result(requeue_after=_GATE_RETRY) if gated else None
+
+    async def _bind(self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, uuid: str) -> str:
+        """Create the node of ``uuid`` for this set; what stands in the way, if anything."""
+        machine = await ctx.get(ObjectKey(MACHINE.kind, machine_set.namespace, uuid))
+        if machine is None:
+            return f"machine {uuid} is not registered"
+        taken = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, machine_set.namespace, uuid))
+        if taken is not None:
+            owner = taken.metadata.labels.get(MACHINE_SET_LABEL, "")
+            if owner == machine_set.name:
+                return f"machine {uuid} is still leaving this set"
+            return f"machine {uuid} is in machine set {owner}"
+        elsewhere = machine.metadata.labels.get(CLUSTER_LABEL)
+        if elsewhere and elsewhere != machine_set.metadata.labels.get(CLUSTER_LABEL):
+            return f"machine {uuid} is still being released from cluster {elsewhere}"
+        return "" if await self._create_node(ctx, machine_set, spec, uuid) else f"machine {uuid} was taken"
+
+    async def _fill(
+        self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, live: list[Resource], size: int | str
+    ) -> str:
+        """Bind free machines of the set's class until it has ``size``; why it could not, if it could not."""
+        assert spec.machine_class is not None
+        wanted = None if size == "unlimited" else int(size) - len(live)
+        if wanted is not None and wanted <= 0:
+            return ""
+        machine_class = await ctx.get(
+            ObjectKey(MACHINE_CLASS.kind, machine_set.namespace, spec.machine_class.name)
+        )
+        if machine_class is None:
+            return f"machine class {spec.machine_class.name} does not exist"
+        class_spec = MACHINE_CLASS.spec_of(machine_class, MachineClassSpec)
+        if class_spec.selector is None:
+            return ""  # machines of a provider are bound by the provisioning controllers
+        selector = LabelSelectorSpec.model_validate(class_spec.selector).to_selector_string()
+        listed = await ctx.store.list(MACHINE.kind, machine_set.namespace, label_selector=selector)
+        matching = listed.items
+        free = sorted((m for m in matching if free_for_allocation(m)), key=lambda m: m.name)
+        bound = 0
+        for machine in free:
+            if wanted is not None and bound >= wanted:
+                break
+            if await self._create_node(ctx, machine_set, spec, machine.name):
+                bound += 1
+        if wanted is None or bound >= wanted:
+            return ""
+        short = wanted - bound
+        return (
+            f"{short} more machine(s) wanted from class {spec.machine_class.name}: "
+            f"{len(matching)} match its selector, {len(free)} of them free "
+            "(connected, in maintenance, in no cluster)"
+        )
+
+    async def _create_node(
+        self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, uuid: str
+    ) -> bool:
+        node = Resource.model_validate(
+            {
+                "apiVersion": MACHINE_SET_NODE.api_version,
+                "kind": MACHINE_SET_NODE.kind,
+                "metadata": {
+                    "name": uuid,
+                    "namespace": machine_set.namespace,
+                    "labels": {
+                        CLUSTER_LABEL: machine_set.metadata.labels[CLUSTER_LABEL],
+                        MACHINE_SET_LABEL: machine_set.name,
+                        ROLE_LABEL: spec.role,
+                    },
+                    "ownerReferences": [
+                        OwnerReference(
+                            apiVersion=MACHINE_SET.api_version,
+                            kind=MACHINE_SET.kind,
+                            name=machine_set.name,
+                            uid=machine_set.metadata.uid or "",
+                            controller=True,
+                            blockOwnerDeletion=True,
+                        ).model_dump(by_alias=True, exclude_none=True)
+                    ],
+                },
+            }
+        )
+        try:
+            await ctx.create(node)
+        except AlreadyExists:
+            return False
+        await ctx.event(machine_set, "Normal", "Allocated", f"machine {uuid} allocated")
+        return True
+
+    async def _release(
+        self,
+        ctx: Context,
+        machine_set: Resource,
+        spec: MachineSetSpec,
+        cluster: Resource,
+        live: list[Resource],
+        extra: list[Resource],
+        leaving: int,
+    ) -> bool:
+        """Delete the nodes of machines the set no longer wants, as fast as its strategy allows; whether
+        any could go now."""
+        if spec.role == "controlplane":
+            # One control plane at a time, only while etcd is healthy, and only once the control planes
+            # that stay are all up (a replacement joins before the machine it replaces leaves).
+            if leaving or not condition_true(cluster.status, "EtcdHealthy"):
+                return False
+            members = await labelled(
+                ctx, CLUSTER_MACHINE.kind, machine_set.namespace, MACHINE_SET_LABEL, machine_set.name
+            )
+            going = {n.name for n in extra}
+            ready = {m.name for m in members if (m.status or {}).get("ready")}
+            if any(n.name not in ready for n in live if n.name not in going):
+                return False
+            allowed = 1
+        else:
+            allowed = spec.delete_strategy.parallelism(len(extra)) - leaving
+        for node in extra[: max(allowed, 0)]:
+            await ctx.delete(ObjectKey.of(node))
+            await ctx.event(machine_set, "Normal", "Releasing", f"machine {node.name} leaves the set")
+        return allowed > 0
+
+
+def _shrink_order(nodes: list[Resource]) -> list[Resource]:
+    """Which nodes go first when a class set shrinks: the newest first (the oldest have run longest)."""
+    return sorted(nodes, key=lambda n: (n.metadata.creation_timestamp or "", n.name), reverse=True)

@@ -1,0 +1,84 @@
+"""A machine set's status: its machines (total, ready, wanted), its phase, and a ``Ready`` condition
+whose message says what it waits for: machines it cannot get (from ``status.allocation``), or the first
+of its machines that is not ready, and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from herder.controllers.clusters.members import labelled, set_nodes
+from herder.resources import Resource
+from herder.resources.clusters import CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE
+from herder.resources.machines import MACHINE_SET_LABEL
+from herder.resources.status import find_condition, set_condition
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+
+
+class MachineSetStatusController(Controller):
+    name = "MachineSetStatus"
+    concurrency = 4
+    watches = (
+        Watch(MACHINE_SET.kind),
+        Watch(MACHINE_SET_NODE.kind, labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL)),
+        Watch(CLUSTER_MACHINE.kind, labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL)),
+    )
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        machine_set = await ctx.get(key)
+        if machine_set is None:
+            return None
+        nodes = await set_nodes(ctx, machine_set)
+        members = await labelled(ctx, CLUSTER_MACHINE.kind, key.namespace, MACHINE_SET_LABEL, key.name)
+        staying = [m for m in members if not m.metadata.deletion_timestamp]
+        ready = [m for m in staying if (m.status or {}).get("ready")]
+        spec = machine_set.spec or {}
+        size = (spec.get("machineClass") or {}).get("size")
+        live_nodes = [n for n in nodes if not n.metadata.deletion_timestamp]
+        if spec.get("machines") is not None:
+            wanted = len(spec["machines"])
+        elif isinstance(size, int):
+            wanted = size
+        else:
+            wanted = len(live_nodes)
+        allocation = (machine_set.status or {}).get("allocation") or {}
+        if machine_set.metadata.deletion_timestamp:
+            phase, ok, reason, message = (
+                "Destroying",
+                False,
+                "Destroying",
+                f"{len(members)} machine(s) leaving",
+            )
+        elif allocation.get("reason"):
+            phase, ok, reason, message = "ScalingUp", False, "MachinesMissing", str(allocation["reason"])
+        elif len(members) > len(staying) or len(staying) > wanted:
+            phase, ok, reason, message = (
+                "ScalingDown",
+                False,
+                "ScalingDown",
+                f"{len(members) - len(staying)} machine(s) leaving",
+            )
+        elif len(staying) < wanted:
+            phase, ok, reason, message = (
+                "ScalingUp",
+                False,
+                "ScalingUp",
+                f"{len(staying)}/{wanted} machines allocated",
+            )
+        elif len(ready) < len(staying):
+            first = next(m for m in staying if not (m.status or {}).get("ready"))
+            why = find_condition((first.status or {}).get("conditions"), "Ready") or {}
+            phase, ok, reason = "Running", False, "MachinesNotReady"
+            message = f"{len(ready)}/{wanted} ready; {first.name}: {why.get('message') or 'not ready'}"
+        else:
+            phase, ok, reason, message = "Running", True, "Ready", f"{len(ready)}/{wanted} machines ready"
+
+        def record(_: Resource, status: dict[str, Any]) -> None:
+            status["phase"] = phase
+            status["machines"] = {"total": len(staying), "ready": len(ready), "wanted": wanted}
+            status["observedGeneration"] = machine_set.metadata.generation or 0
+            conditions = list(status.get("conditions") or [])
+            set_condition(conditions, "Ready", ok, reason, message)
+            status["conditions"] = conditions
+
+        await ctx.mutate_status(key, record)
+        return None
