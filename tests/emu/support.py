@@ -14,17 +14,17 @@ from typing import Any
 from typer.testing import CliRunner
 
 from herder.cli.main import app
-from herder.emu import formation
-from herder.emu.emulator import Emulator
-from herder.emu.formation import ClusterConfigs, bring_up
-from herder.emu.machine import Machine
+from herder.emu.control import formation
+from herder.emu.control.emulator import Emulator
+from herder.emu.control.formation import ClusterConfigs, bring_up
+from herder.emu.machine.machine import Machine
 from herder.emu.options import EmulatorOptions
 from herder.emu.timings import Timings
 from herder.talos.contracts import VersionContract
 from herder.talos.documents import dump_documents, is_legacy, load_documents
 from herder.talos.machine import MachineClient, MachineStage
 
-# ClusterConfigs and bring_up are the operator's tools from herder.emu.formation, shared here.
+# ClusterConfigs and bring_up are the operator's tools from herder.emu.control.formation, shared here.
 __all__ = [
     "CONTRACT",
     "ClusterConfigs",

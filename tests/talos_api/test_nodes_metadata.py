@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 from google.protobuf import empty_pb2
 
-from herder.emu.emulator import Emulator
+from herder.emu.control.emulator import Emulator
 from herder.talos.api.machine import machine_pb2_grpc
 from herder.talos.machine import tls
 from herder.talos.machine.tunnel import ClientTunnel

@@ -8,47 +8,58 @@ in each message's metadata).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import grpc
 from google.protobuf import empty_pb2
 
 from herder.emu.errors import ApiError, not_authorized
-from herder.emu.network import Peer
+from herder.emu.machine.machine import Machine
+from herder.emu.machine.network import Network, Peer
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
 from herder.talos.machine import roles
 
-if TYPE_CHECKING:
-    from herder.emu.emulator import Emulator
-    from herder.emu.machine import Machine
-
 CHUNK = 1 << 20
 
 _R = TypeVar("_R")
 
-Route: TypeAlias = "Machine | ApiError"
+Route: TypeAlias = Machine | ApiError
 
 _Context = Any  # grpc.aio.ServicerContext (grpc ships no type information)
 
 
+class Fleet(Protocol):
+    """The machines the service answers for (the emulator provides them)."""
+
+    @property
+    def network(self) -> Network: ...
+
+    @property
+    def machines(self) -> Mapping[str, Machine]: ...
+
+    def find(self, ref: str) -> Machine | None:
+        """A machine by uuid, address, endpoint or hostname."""
+        ...
+
+
 class MachineService(pb_grpc.MachineServiceServicer):
-    def __init__(self, emulator: Emulator) -> None:
-        self.emulator = emulator
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
 
     # --- who is calling, and where to ---
 
     async def _caller(self, method: str, context: _Context) -> tuple[Peer, Machine]:
-        peer = self.emulator.network.peers.get(context.peer())
-        machine = self.emulator.machines.get(peer.machine) if peer is not None else None
+        peer = self.fleet.network.peers.get(context.peer())
+        machine = self.fleet.machines.get(peer.machine) if peer is not None else None
         if peer is None or machine is None:
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED, "call did not come through a machine's API endpoint"
             )
             raise AssertionError("unreachable")
-        if not self.emulator.network.serving(machine.uuid):
+        if not self.fleet.network.serving(machine.uuid):
             # A connection still open while its machine reboots or powers off: nothing answers any more.
             await context.abort(grpc.StatusCode.UNAVAILABLE, "connection closed: the machine is down")
         if machine.api_secure and not peer.authenticated:
@@ -82,8 +93,8 @@ class MachineService(pb_grpc.MachineServiceServicer):
             return ApiError(
                 grpc.StatusCode.PERMISSION_DENIED, "node routing is not available in maintenance mode"
             )
-        machine = self.emulator.find(target)
-        network = self.emulator.network
+        machine = self.fleet.find(target)
+        network = self.fleet.network
         if machine is None or not network.serving(machine.uuid) or network.is_partitioned(machine.uuid):
             return ApiError(grpc.StatusCode.UNAVAILABLE, f"connection error: {target}: no route to host")
         same_cluster = (
