@@ -25,8 +25,10 @@ from herder.emu.control.store import Store
 from herder.emu.machine.machine import Machine
 from herder.emu.machine.network import Network
 from herder.emu.machine.record import Hardware, MachineRecord
+from herder.emu.machine.resource_service import ResourceService
 from herder.emu.machine.service import MachineService
 from herder.emu.options import EmulatorOptions
+from herder.talos.api.cosi import state_pb2_grpc
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
 from herder.talos.machine.types import MachineStage
 
@@ -49,6 +51,7 @@ class Emulator:
     async def start(self) -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
         pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
+        state_pb2_grpc.add_StateServicer_to_server(ResourceService(self), server)  # type: ignore[no-untyped-call]
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         self._server = server

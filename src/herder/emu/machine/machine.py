@@ -39,6 +39,12 @@ from herder.emu.machine.events import EventLog
 from herder.emu.machine.kube_config import kube_facts
 from herder.emu.machine.network import GRACE, Network
 from herder.emu.machine.record import MachineRecord
+from herder.emu.machine.resources import (
+    ResourceState,
+    address_resources,
+    hardware_resources,
+    status_resource,
+)
 from herder.emu.options import FAULTS
 from herder.emu.timings import Timings
 from herder.talos.api.common import common_pb2
@@ -107,6 +113,7 @@ class Machine:
         self.unmet: tuple[tuple[str, str], ...] = ()
         self.faults: set[str] = set()
         self.events = EventLog()
+        self._resources: ResourceState | None = None
         self.last_error = ""
         self.recover_snapshot: bytes | None = None
         self.api_secure = False
@@ -135,6 +142,20 @@ class Machine:
     @property
     def cluster(self) -> Cluster | None:
         return self.host.cluster(self.config.cluster_id) if self.config is not None else None
+
+    @property
+    def resources(self) -> ResourceState:
+        """Its resources, as machined's resource API serves them (made when first asked for: most machines
+        of a large emulator never are)."""
+        if self._resources is None:
+            self._resources = ResourceState()
+            for item in (
+                *hardware_resources(self.uuid, self.record.hardware),
+                *address_resources(self.address),
+                status_resource(self.stage, self.ready, self.unmet),
+            ):
+                self._resources.put(*item)
+        return self._resources
 
     @property
     def in_maintenance(self) -> bool:
@@ -255,6 +276,8 @@ class Machine:
             ],
         )
         self.events.publish(pb.MachineStatusEvent(stage=int(stage), status=status))  # type: ignore[arg-type]
+        if self._resources is not None:
+            self._resources.put(*status_resource(stage, ready, unmet))
         self.host.machine_changed(self)
 
     async def _sleep(self, step: str) -> None:
@@ -434,6 +457,10 @@ class Machine:
         self._cancel_try()
         self._api_down(grace=0)
         self.events.clear()
+        if self._resources is not None:
+            # machined's resources are in memory: they start over, and watches of them end.
+            self._resources.close()
+            self._resources = None
         self.recover_snapshot = None
         self._api_context = None
         self.record = self.host.store.load_machine(self.uuid) or self.record

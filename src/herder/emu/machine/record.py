@@ -11,6 +11,8 @@ from typing import Any
 class Hardware:
     cpus: int = 4
     memory_mib: int = 8192
+    manufacturer: str = "QEMU"
+    product_name: str = "Standard PC (Q35 + ICH9, 2009)"
     disks: list[dict[str, Any]] = field(
         default_factory=lambda: [{"name": "/dev/sda", "size": 100 << 30, "model": "QEMU HARDDISK"}]
     )

@@ -1,22 +1,21 @@
 """The gRPC ``machine.MachineService`` of every emulated machine, served by one internal server.
 
-Each call is attributed to the machine the caller dialled and the roles of the caller's certificate (see
-``network``), authorized as machined does, then routed as apid does: to that machine, to the one named by
-the ``node`` metadata (one-to-one, errors as gRPC statuses), or to each of ``nodes`` (one-to-many, errors
-in each message's metadata).
+Each call is routed as apid does (``routing``): to the machine dialled, to the one named by the ``node``
+metadata (one-to-one, errors as gRPC statuses), or to each of ``nodes`` (one-to-many, errors in each
+message's metadata).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Protocol, TypeAlias, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
-import grpc
 from google.protobuf import empty_pb2
 
-from herder.emu.errors import ApiError, not_authorized
+from herder.emu.errors import ApiError
 from herder.emu.machine.machine import Machine
-from herder.emu.machine.network import Network, Peer
+from herder.emu.machine.network import Peer
+from herder.emu.machine.routing import Context, Fleet, Router
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
@@ -26,99 +25,21 @@ CHUNK = 1 << 20
 
 _R = TypeVar("_R")
 
-Route: TypeAlias = Machine | ApiError
-
-_Context = Any  # grpc.aio.ServicerContext (grpc ships no type information)
-
-
-class Fleet(Protocol):
-    """The machines the service answers for (the emulator provides them)."""
-
-    @property
-    def network(self) -> Network: ...
-
-    @property
-    def machines(self) -> Mapping[str, Machine]: ...
-
-    def find(self, ref: str) -> Machine | None:
-        """A machine by uuid, address, endpoint or hostname."""
-        ...
-
 
 class MachineService(pb_grpc.MachineServiceServicer):
     def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
-
-    # --- who is calling, and where to ---
-
-    async def _caller(self, method: str, context: _Context) -> tuple[Peer, Machine]:
-        peer = self.fleet.network.peers.get(context.peer())
-        machine = self.fleet.machines.get(peer.machine) if peer is not None else None
-        if peer is None or machine is None:
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED, "call did not come through a machine's API endpoint"
-            )
-            raise AssertionError("unreachable")
-        if not self.fleet.network.serving(machine.uuid):
-            # A connection still open while its machine reboots or powers off: nothing answers any more.
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "connection closed: the machine is down")
-        if machine.api_secure and not peer.authenticated:
-            # A connection of the maintenance service, still open while apid restarts with mutual TLS.
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the maintenance service is shutting down")
-        if not roles.allowed(method, peer.roles):
-            error = not_authorized()
-            await context.abort(error.code, error.message)
-        return peer, machine
-
-    async def _targets(self, entry: Machine, context: _Context) -> tuple[list[tuple[str, Route]], bool]:
-        """The machines a call goes to, each with the name the caller used (or why it cannot be reached),
-        and whether replies are aggregated (``nodes``) rather than one-to-one (``node`` or none)."""
-        metadata = context.invocation_metadata() or ()
-        node = [str(v) for k, v in metadata if k == "node"]
-        nodes = [n.strip() for k, v in metadata if k == "nodes" for n in str(v).split(",") if n.strip()]
-        if any(k == "proxyfrom" for k, _v in metadata):
-            return [(entry.address, entry)], False
-        if len(node) > 1:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node metadata must be single-valued")
-        if nodes and not (len(nodes) == 1 and entry.answers_to(nodes[0])):
-            return [(n, self._route(entry, n)) for n in nodes], True
-        if node and not entry.answers_to(node[0]):
-            return [(node[0], self._route(entry, node[0]))], False
-        return [(entry.address, entry)], False
-
-    def _route(self, entry: Machine, target: str) -> Route:
-        """The machine apid would proxy to, or the error it would get: only members of the entry machine's
-        cluster accept its certificate."""
-        if entry.in_maintenance:
-            return ApiError(
-                grpc.StatusCode.PERMISSION_DENIED, "node routing is not available in maintenance mode"
-            )
-        machine = self.fleet.find(target)
-        network = self.fleet.network
-        if machine is None or not network.serving(machine.uuid) or network.is_partitioned(machine.uuid):
-            return ApiError(grpc.StatusCode.UNAVAILABLE, f"connection error: {target}: no route to host")
-        same_cluster = (
-            machine.config is not None
-            and entry.config is not None
-            and machine.config.os_ca.crt == entry.config.os_ca.crt
-            and machine.api_secure
-        )
-        if not same_cluster:
-            return ApiError(
-                grpc.StatusCode.UNAVAILABLE, f"connection error: {target}: authentication handshake failed"
-            )
-        return machine
+        self.router = Router(fleet)
 
     async def _unary(
         self,
         method: str,
-        context: _Context,
+        context: Context,
         handler: Callable[[Machine, Peer], Any],
         message: Callable[..., Any],
         reply: Callable[..., _R],
     ) -> _R:
-        peer, entry = await self._caller(method, context)
-        targets, aggregate = await self._targets(entry, context)
+        peer, entry = await self.router.caller(_method(method), context)
+        targets, aggregate = await self.router.targets(entry, context)
         messages = []
         for name, target in targets:
             try:
@@ -135,29 +56,18 @@ class MachineService(pb_grpc.MachineServiceServicer):
             messages.append(result)
         return reply(messages=messages)
 
-    async def _single(self, method: str, context: _Context) -> tuple[Peer, Machine]:
-        peer, entry = await self._caller(method, context)
-        targets, aggregate = await self._targets(entry, context)
-        if aggregate and len(targets) > 1:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method} streams from one node at a time")
-        target = targets[0][1]
-        if isinstance(target, ApiError):
-            await context.abort(target.code, target.message)
-            raise AssertionError("unreachable")
-        return peer, target
-
-    async def _abort(self, context: _Context, error: ApiError) -> None:
+    async def _abort(self, context: Context, error: ApiError) -> None:
         await context.abort(error.code, error.message)
 
     # --- unary calls ---
 
-    async def Version(self, request: empty_pb2.Empty, context: _Context) -> pb.VersionResponse:
+    async def Version(self, request: empty_pb2.Empty, context: Context) -> pb.VersionResponse:
         return await self._unary(
             "Version", context, lambda m, _p: m.version(), pb.Version, pb.VersionResponse
         )
 
     async def ApplyConfiguration(
-        self, request: pb.ApplyConfigurationRequest, context: _Context
+        self, request: pb.ApplyConfigurationRequest, context: Context
     ) -> pb.ApplyConfigurationResponse:
         return await self._unary(
             "ApplyConfiguration",
@@ -167,30 +77,30 @@ class MachineService(pb_grpc.MachineServiceServicer):
             pb.ApplyConfigurationResponse,
         )
 
-    async def Bootstrap(self, request: pb.BootstrapRequest, context: _Context) -> pb.BootstrapResponse:
+    async def Bootstrap(self, request: pb.BootstrapRequest, context: Context) -> pb.BootstrapResponse:
         def bootstrap(machine: Machine, _peer: Peer) -> pb.Bootstrap:
             machine.bootstrap(request)
             return pb.Bootstrap()
 
         return await self._unary("Bootstrap", context, bootstrap, pb.Bootstrap, pb.BootstrapResponse)
 
-    async def Upgrade(self, request: pb.UpgradeRequest, context: _Context) -> pb.UpgradeResponse:
+    async def Upgrade(self, request: pb.UpgradeRequest, context: Context) -> pb.UpgradeResponse:
         def upgrade(machine: Machine, _peer: Peer) -> pb.Upgrade:
             return pb.Upgrade(ack="Upgrade request received", actor_id=machine.upgrade(request))
 
         return await self._unary("Upgrade", context, upgrade, pb.Upgrade, pb.UpgradeResponse)
 
-    async def Reboot(self, request: pb.RebootRequest, context: _Context) -> pb.RebootResponse:
+    async def Reboot(self, request: pb.RebootRequest, context: Context) -> pb.RebootResponse:
         return await self._unary(
             "Reboot", context, lambda m, _p: pb.Reboot(actor_id=m.reboot()), pb.Reboot, pb.RebootResponse
         )
 
-    async def Reset(self, request: pb.ResetRequest, context: _Context) -> pb.ResetResponse:
+    async def Reset(self, request: pb.ResetRequest, context: Context) -> pb.ResetResponse:
         return await self._unary(
             "Reset", context, lambda m, _p: pb.Reset(actor_id=m.reset(request)), pb.Reset, pb.ResetResponse
         )
 
-    async def Shutdown(self, request: pb.ShutdownRequest, context: _Context) -> pb.ShutdownResponse:
+    async def Shutdown(self, request: pb.ShutdownRequest, context: Context) -> pb.ShutdownResponse:
         return await self._unary(
             "Shutdown",
             context,
@@ -199,7 +109,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
             pb.ShutdownResponse,
         )
 
-    async def ServiceList(self, request: empty_pb2.Empty, context: _Context) -> pb.ServiceListResponse:
+    async def ServiceList(self, request: empty_pb2.Empty, context: Context) -> pb.ServiceListResponse:
         return await self._unary(
             "ServiceList",
             context,
@@ -209,7 +119,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         )
 
     async def EtcdMemberList(
-        self, request: pb.EtcdMemberListRequest, context: _Context
+        self, request: pb.EtcdMemberListRequest, context: Context
     ) -> pb.EtcdMemberListResponse:
         return await self._unary(
             "EtcdMemberList",
@@ -220,7 +130,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         )
 
     async def EtcdLeaveCluster(
-        self, request: pb.EtcdLeaveClusterRequest, context: _Context
+        self, request: pb.EtcdLeaveClusterRequest, context: Context
     ) -> pb.EtcdLeaveClusterResponse:
         def leave(machine: Machine, _peer: Peer) -> pb.EtcdLeaveCluster:
             machine.etcd_leave()
@@ -231,7 +141,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         )
 
     async def EtcdForfeitLeadership(
-        self, request: pb.EtcdForfeitLeadershipRequest, context: _Context
+        self, request: pb.EtcdForfeitLeadershipRequest, context: Context
     ) -> pb.EtcdForfeitLeadershipResponse:
         return await self._unary(
             "EtcdForfeitLeadership",
@@ -242,7 +152,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         )
 
     async def EtcdRemoveMemberByID(
-        self, request: pb.EtcdRemoveMemberByIDRequest, context: _Context
+        self, request: pb.EtcdRemoveMemberByIDRequest, context: Context
     ) -> pb.EtcdRemoveMemberByIDResponse:
         def remove(machine: Machine, _peer: Peer) -> pb.EtcdRemoveMemberByID:
             machine.etcd_remove_member(request.member_id)
@@ -255,9 +165,9 @@ class MachineService(pb_grpc.MachineServiceServicer):
     # --- streams ---
 
     async def _data(
-        self, method: str, context: _Context, produce: Callable[[Machine], bytes]
+        self, method: str, context: Context, produce: Callable[[Machine], bytes]
     ) -> AsyncIterator[common_pb2.Data]:
-        _peer, machine = await self._single(method, context)
+        _peer, machine = await self.router.single(_method(method), context)
         try:
             payload = produce(machine)
         except ApiError as e:
@@ -268,19 +178,19 @@ class MachineService(pb_grpc.MachineServiceServicer):
 
     # grpc.aio recognises streaming handlers by being async generator functions, hence the loops.
     async def EtcdSnapshot(
-        self, request: pb.EtcdSnapshotRequest, context: _Context
+        self, request: pb.EtcdSnapshotRequest, context: Context
     ) -> AsyncIterator[common_pb2.Data]:
         async for chunk in self._data("EtcdSnapshot", context, lambda m: m.etcd_snapshot()):
             yield chunk
 
-    async def Kubeconfig(self, request: empty_pb2.Empty, context: _Context) -> AsyncIterator[common_pb2.Data]:
+    async def Kubeconfig(self, request: empty_pb2.Empty, context: Context) -> AsyncIterator[common_pb2.Data]:
         async for chunk in self._data("Kubeconfig", context, lambda m: m.kubeconfig()):
             yield chunk
 
     async def EtcdRecover(
-        self, request_iterator: AsyncIterator[common_pb2.Data], context: _Context
+        self, request_iterator: AsyncIterator[common_pb2.Data], context: Context
     ) -> pb.EtcdRecoverResponse:
-        _peer, machine = await self._single("EtcdRecover", context)
+        _peer, machine = await self.router.single(_method("EtcdRecover"), context)
         chunks = [chunk.bytes async for chunk in request_iterator]
         try:
             machine.etcd_recover(b"".join(chunks))
@@ -288,8 +198,8 @@ class MachineService(pb_grpc.MachineServiceServicer):
             await self._abort(context, e)
         return pb.EtcdRecoverResponse(messages=[pb.EtcdRecover()])
 
-    async def Events(self, request: pb.EventsRequest, context: _Context) -> AsyncIterator[pb.Event]:
-        _peer, machine = await self._single("Events", context)
+    async def Events(self, request: pb.EventsRequest, context: Context) -> AsyncIterator[pb.Event]:
+        _peer, machine = await self.router.single(_method("Events"), context)
         async for event in machine.events.follow(
             tail_events=request.tail_events,
             tail_id=request.tail_id,
@@ -302,3 +212,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
                 id=event.id,
                 actor_id=event.actor_id,
             )
+
+
+def _method(name: str) -> str:
+    return f"/{roles.SERVICE}/{name}"
