@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herder.emu import formation
-from herder.emu.cluster import Cluster
-from herder.emu.emulator import Emulator
-from herder.emu.machine import Machine
+from herder.emu.cluster.state import Cluster
+from herder.emu.control import formation
+from herder.emu.control.emulator import Emulator
+from herder.emu.machine.machine import Machine
 from herder.talos.machine import MachineStage
 from tests.emu.support import ClusterConfigs, admin
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from herder.emu.emulator import Emulator
+from herder.emu.control.emulator import Emulator
 from tests.emu.support import ClusterConfigs, cluster_configs, running_emulator
 
 

@@ -11,20 +11,22 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import grpc
 from typer.testing import CliRunner
 
 from herder.cli.main import app
-from herder.emu import formation
-from herder.emu.emulator import Emulator
-from herder.emu.formation import ClusterConfigs, bring_up
-from herder.emu.machine import Machine
+from herder.emu.control import formation
+from herder.emu.control.emulator import Emulator
+from herder.emu.control.formation import ClusterConfigs, bring_up
+from herder.emu.machine.machine import Machine
 from herder.emu.options import EmulatorOptions
 from herder.emu.timings import Timings
 from herder.talos.contracts import VersionContract
 from herder.talos.documents import dump_documents, is_legacy, load_documents
-from herder.talos.machine import MachineClient, MachineStage
+from herder.talos.machine import MachineClient, MachineStage, tls
+from herder.talos.machine.tunnel import ClientTunnel
 
-# ClusterConfigs and bring_up are the operator's tools from herder.emu.formation, shared here.
+# ClusterConfigs and bring_up are the operator's tools from herder.emu.control.formation, shared here.
 __all__ = [
     "CONTRACT",
     "ClusterConfigs",
@@ -34,6 +36,7 @@ __all__ = [
     "edit_config",
     "herder_cli",
     "random_cidr",
+    "raw_channel",
     "running_emulator",
     "wait_stage",
 ]
@@ -86,6 +89,25 @@ async def wait_stage(
 
 def admin(configs: ClusterConfigs, machine: Machine, **options: Any) -> MachineClient:
     return MachineClient.from_talosconfig(configs.talosconfig, endpoint=machine.record.endpoint, **options)
+
+
+@asynccontextmanager
+async def raw_channel(configs: ClusterConfigs, machine: Machine) -> AsyncIterator[grpc.aio.Channel]:
+    """A gRPC channel to a machine's apid with the cluster's admin certificate, for calls herder's client
+    does not make (raw metadata, raw replies)."""
+    context = configs.talosconfig.current()
+    tunnel = ClientTunnel(
+        machine.address,
+        machine.record.port,
+        tls.client_context(context.ca, context.crt, context.key),
+        server_hostname=machine.address,
+    )
+    port = await tunnel.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        await tunnel.close()
 
 
 async def herder_cli(*args: str) -> tuple[int, str, str]:

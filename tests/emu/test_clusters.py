@@ -17,8 +17,8 @@ import pytest
 import yaml
 from cryptography import x509
 
-from herder.emu.control import ControlAPI
-from herder.emu.emulator import Emulator
+from herder.emu.control.api import ControlAPI
+from herder.emu.control.emulator import Emulator
 from herder.resources.kubernetes import NODE, node_ready
 from herder.talos import pki
 from herder.talos.machine import FailedPrecondition, MachineStage, Unavailable

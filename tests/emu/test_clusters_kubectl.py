@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from herder.emu.emulator import Emulator
+from herder.emu.control.emulator import Emulator
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import generate_bundle
 from herder.talos.generate_input import ConfigInput

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from herder.emu.control import ControlAPI
-from herder.emu.emulator import Emulator
+from herder.emu.control.api import ControlAPI
+from herder.emu.control.emulator import Emulator
 from herder.talos.machine import MachineStage
 from tests.emu.support import wait_stage
 

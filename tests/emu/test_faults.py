@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from herder.emu.emulator import Emulator
+from herder.emu.control.emulator import Emulator
 from herder.talos.machine import ApplyMode, DeadlineExceeded, MachineClient, MachineStage
 from tests.emu.support import ClusterConfigs, admin, bring_up, edit_config, wait_stage
 

@@ -8,8 +8,9 @@ from functools import cache
 
 import pytest
 
-from herder.emu.config import parse_config
-from herder.emu.kube_config import CONTROL_PLANE_TAINT, KubeFacts, kube_facts
+from herder.emu.cluster.kube_facts import KubeFacts
+from herder.emu.machine.config import parse_config
+from herder.emu.machine.kube_config import CONTROL_PLANE_TAINT, kube_facts
 from herder.talos.contracts import VersionContract
 from herder.talos.documents import dump_documents, is_legacy, load_documents
 from herder.talos.generate import generate_bundle

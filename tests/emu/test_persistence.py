@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from herder.emu.process import EmulatorProcess
+from herder.emu.control.process import EmulatorProcess
 from herder.talos.machine import MachineClient, MachineStage
 from herder.talos.talosconfig import dump_talosconfig
 from tests.emu.support import (

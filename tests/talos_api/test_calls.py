@@ -8,7 +8,7 @@ import contextlib
 import pytest
 import yaml
 
-from herder.emu.emulator import Emulator
+from herder.emu.control.emulator import Emulator
 from herder.talos.machine import (
     AlreadyExists,
     ApplyMode,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from herder.emu.emulator import Emulator
+from herder.emu.control.emulator import Emulator
 from herder.talos.machine import MachineStage
 from herder.talos.talosconfig import dump_talosconfig
 from tests.emu.support import ClusterConfigs, herder_cli, wait_stage

@@ -3,35 +3,21 @@ message per node, a node's failure reported in its message's metadata instead of
 
 from __future__ import annotations
 
-import grpc
 from google.protobuf import empty_pb2
 
-from herder.emu.emulator import Emulator
+from herder.emu.control.emulator import Emulator
 from herder.talos.api.machine import machine_pb2_grpc
-from herder.talos.machine import tls
-from herder.talos.machine.tunnel import ClientTunnel
-from tests.emu.support import ClusterConfigs, bring_up
+from tests.emu.support import ClusterConfigs, bring_up, raw_channel
 
 
 async def test_nodes_metadata_aggregates_replies(emulator: Emulator, cluster_a: ClusterConfigs) -> None:
     cp, worker, maintenance = list(emulator.machines.values())[:3]
     await bring_up(emulator, cp, cluster_a.controlplane)
     await bring_up(emulator, worker, cluster_a.worker)
-    context = cluster_a.talosconfig.current()
-    tunnel = ClientTunnel(
-        cp.address,
-        cp.record.port,
-        tls.client_context(context.ca, context.crt, context.key),
-        server_hostname=cp.address,
-    )
-    port = await tunnel.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = machine_pb2_grpc.MachineServiceStub(channel)  # type: ignore[no-untyped-call]
-            metadata = (("nodes", cp.address), ("nodes", worker.address), ("nodes", maintenance.address))
-            reply = await stub.Version(empty_pb2.Empty(), metadata=metadata, timeout=10)
-    finally:
-        await tunnel.close()
+    async with raw_channel(cluster_a, cp) as channel:
+        stub = machine_pb2_grpc.MachineServiceStub(channel)  # type: ignore[no-untyped-call]
+        metadata = (("nodes", cp.address), ("nodes", worker.address), ("nodes", maintenance.address))
+        reply = await stub.Version(empty_pb2.Empty(), metadata=metadata, timeout=10)
     by_node = {m.metadata.hostname: m for m in reply.messages}
     assert set(by_node) == {cp.address, worker.address, maintenance.address}
     assert by_node[worker.address].version.tag == worker.record.talos_version

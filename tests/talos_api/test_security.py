@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from herder.emu.emulator import Emulator
+from herder.emu.control.emulator import Emulator
 from herder.talos.machine import (
     MachineClient,
     MachineStage,

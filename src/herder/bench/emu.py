@@ -19,7 +19,7 @@ from pathlib import Path
 
 from herder.bench import emu_clusters
 from herder.bench.report import emit
-from herder.emu.process import EmulatorProcess
+from herder.emu.control.process import EmulatorProcess
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import generate_bundle
 from herder.talos.generate_input import ConfigInput

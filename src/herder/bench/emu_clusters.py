@@ -26,7 +26,7 @@ import httpx
 import yaml
 
 from herder.bench.report import emit
-from herder.emu.process import EmulatorProcess
+from herder.emu.control.process import EmulatorProcess
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import GeneratedBundle, generate_bundle
 from herder.talos.generate_input import ConfigInput

@@ -93,7 +93,7 @@ def run(
         timings=_timings(timings, timing or []),
     )
     # The emulator itself (grpc, the emulated Kubernetes API) loads only for the command that runs it.
-    from herder.emu.run import serve
+    from herder.emu.control.run import serve
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
@@ -107,7 +107,7 @@ def _base_url(url: str | None, data_dir: Path | None) -> str:
         return url.rstrip("/")
     if data_dir is None:
         raise fail("give the emulator's --url or its --data-dir")
-    from herder.emu.store import read_info
+    from herder.emu.control.store import read_info
 
     try:
         return str(read_info(data_dir)["control"])

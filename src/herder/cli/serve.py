@@ -226,7 +226,7 @@ def demo(
     """Run herder with demo objects in ./.herder-demo, the Talos emulator beside it with a demo
     cluster, and print how to use kubectl against both."""
     from herder.api.serve import ServeOptions
-    from herder.emu.demo import DemoEmulator
+    from herder.emu.control.demo import DemoEmulator
 
     where = data_dir or DEMO_DIR
     _run(

@@ -1,5 +1,6 @@
 """``herder talos version|apply-config|bootstrap|upgrade|reboot|reset|shutdown|events|services|etcd …|
-kubeconfig``: talosctl's machine commands over herder's Talos machine API client.
+kubeconfig|get``: talosctl's machine commands over herder's Talos machine API client, and ``get`` over its
+resource API client.
 
 Each command takes ``--talosconfig FILE`` (default ``$TALOSCONFIG``, then ``~/.talos/config``) or
 ``--insecure`` (maintenance mode), ``-e/--endpoints`` and ``-n/--nodes`` (default: the talosconfig
@@ -10,18 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import yaml
 
 from herder.cli.errors import UsageFailure, fail
 from herder.cli.files import write_private
 from herder.talos.machine import ApplyMode, MachineAPIError, MachineClient, RebootMode
+from herder.talos.machine.resources import ResourceDefinitionSpec, TalosResource
 from herder.talos.machine.types import (
     ConfigValidationErrorEvent,
     MachineEvent,
@@ -431,6 +435,128 @@ def kubeconfig(
     _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
 
 
+def get(
+    ctx: typer.Context,
+    type_: Annotated[
+        str,
+        typer.Argument(
+            metavar="TYPE",
+            help="Resource type, id or alias (e.g. disks, systeminformation).",
+            show_default=False,
+        ),
+    ],
+    id_: Annotated[
+        str | None, typer.Argument(metavar="[ID]", help="One resource of the type.", show_default=False)
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="table, yaml or json.")] = "table",
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="Namespace (default: the type's).", show_default=False),
+    ] = None,
+    talosconfig: TalosconfigOption = None,
+    insecure: InsecureOption = False,
+    endpoints: EndpointsOption = None,
+    nodes: NodesOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Print resources of the nodes, as talosctl get: one by id, or all of a type."""
+    if output not in ("table", "yaml", "json"):
+        raise fail(f"unknown output {output!r}: expected table, yaml or json")
+    target = _target(ctx, talosconfig, insecure, endpoints, nodes, timeout)
+    found: list[TalosResource] = []
+    definitions: list[ResourceDefinitionSpec] = []
+
+    async def call(client: MachineClient, node: str | None) -> None:
+        if not definitions:
+            # The type is resolved once, on the first node, as talosctl does.
+            definitions.append(await client.resolve_resource_type(type_, node=node))
+        definition = definitions[0]
+        where = namespace or definition.default_namespace
+        if id_ is None:
+            found.extend(await client.list_resources(where, definition.type, node=node))
+        else:
+            found.append(await client.get_resource(where, definition.type, id_, node=node))
+
+    _run(target, call)
+    if output == "table":
+        typer.echo(_resource_table(definitions[0], found), nl=False)
+    elif output == "yaml":
+        typer.echo(
+            "---\n".join(yaml.safe_dump(_resource_document(r), sort_keys=False) for r in found), nl=False
+        )
+    else:
+        for r in found:
+            typer.echo(json.dumps(_resource_document(r), indent=4, default=str))
+
+
+def _resource_document(resource: TalosResource) -> dict[str, Any]:
+    """A resource as talosctl prints it in YAML or JSON: node, metadata, spec."""
+    md = resource.metadata
+    metadata: dict[str, Any] = {
+        "namespace": md.namespace,
+        "type": md.type,
+        "id": md.id,
+        "version": int(md.version) if md.version.isdigit() else md.version,
+        "owner": md.owner,
+        "phase": md.phase,
+        "created": _rfc3339(md.created),
+        "updated": _rfc3339(md.updated),
+    }
+    for key, values in (("labels", md.labels), ("annotations", md.annotations)):
+        if values:
+            metadata[key] = dict(values)
+    if md.finalizers:
+        metadata["finalizers"] = list(md.finalizers)
+    return {"node": resource.node, "metadata": metadata, "spec": resource.spec}
+
+
+def _rfc3339(moment: Any) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else ""
+
+
+def _resource_table(definition: ResourceDefinitionSpec, found: list[TalosResource]) -> str:
+    """talosctl's table: node, namespace, type, id, version, then the type's print columns."""
+    header = [
+        "NODE",
+        "NAMESPACE",
+        "TYPE",
+        "ID",
+        "VERSION",
+        *(c.name.upper() for c in definition.print_columns),
+    ]
+    rows = [header]
+    for r in found:
+        md = r.metadata
+        columns = [_json_path(c.json_path, r.spec) for c in definition.print_columns]
+        rows.append([r.node, md.namespace, definition.display_type, md.id, md.version, *columns])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "".join(
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
+        for row in rows
+    )
+
+
+def _json_path(expression: str, value: Any) -> str:
+    """The few JSONPath forms resource definitions use for their columns: ``{.a.b}`` and ``{.list[:]}``."""
+    path = expression.strip().removeprefix("{").removesuffix("}").removeprefix(".")
+    every = path.endswith("[:]")
+    for key in path.removesuffix("[:]").split(".") if path else ():
+        value = value.get(key) if isinstance(value, dict) else None
+    if value is None:
+        return ""
+    if every and isinstance(value, list):
+        return " ".join(_cell(v) for v in value)
+    return _cell(value)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
 etcd_app = typer.Typer(help="etcd membership and snapshots of control plane nodes.", no_args_is_help=True)
 
 
@@ -551,5 +677,6 @@ def register(app: typer.Typer) -> None:
     app.command("events")(events)
     app.command("services")(services)
     app.command("kubeconfig")(kubeconfig)
+    app.command("get")(get)
     app.add_typer(etcd_app, name="etcd")
     app.callback()(_connection_options)

@@ -13,6 +13,7 @@ DEFAULT_MACHINE_CIDR = "127.100.0.0/16"
 DEFAULT_MACHINE_PORT = 50000
 
 FAULTS = ("crash", "partition", "heal", "slow-boot", "fail-upgrade", "fail-install")
+"""Faults a machine can be given; ``crash`` and ``heal`` are actions, the others last until ``heal``."""
 
 
 @dataclass

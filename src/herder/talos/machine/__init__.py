@@ -1,4 +1,5 @@
-"""herder's client of the Talos machine API (gRPC ``machine.MachineService``), and what it shares with servers.
+"""herder's client of the Talos machine API (gRPC ``machine.MachineService``) and of its resource API
+(``cosi.resource.State``, typed in ``resources``), and what it shares with servers.
 
 ``MachineClient.from_talosconfig(config, endpoint=..., node=...)`` or ``MachineClient.insecure(endpoint)``.
 """

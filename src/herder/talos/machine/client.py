@@ -1,4 +1,5 @@
-"""The async client of the Talos machine API (``machine.MachineService``), as talosctl uses it.
+"""The async client of the Talos machine API (``machine.MachineService``) and of its resource API (COSI's
+``cosi.resource.State``, what ``talosctl get`` reads), as talosctl uses them.
 
 One client talks to one endpoint (a machine's apid) and can aim each call at another machine of the same
 cluster with the ``node`` gRPC metadata, which apid proxies. It is built from a talosconfig (mutual TLS
@@ -21,9 +22,11 @@ import grpc
 from google.protobuf import duration_pb2, empty_pb2
 
 from herder.talos.api.common import common_pb2
+from herder.talos.api.cosi import state_pb2, state_pb2_grpc
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
 from herder.talos.machine import errors
+from herder.talos.machine import resources as res
 from herder.talos.machine import tls as machine_tls
 from herder.talos.machine.tunnel import ClientTunnel, RefusedAfterHandshake
 from herder.talos.machine.types import (
@@ -56,6 +59,17 @@ EVENT_TYPE_PREFIX = "talos/runtime/"
 SNAPSHOT_CHUNK = 1 << 20
 
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class _Stubs:
+    """The services of one connection to apid."""
+
+    machine: pb_grpc.MachineServiceStub
+    state: state_pb2_grpc.StateStub
+
+
+_Metadata = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -107,7 +121,7 @@ class MachineClient:
         self._credentials = credentials
         self._tunnel: ClientTunnel | None = None
         self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.MachineServiceStub | None = None
+        self._stubs: _Stubs | None = None
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -149,16 +163,16 @@ class MachineClient:
 
     async def close(self) -> None:
         channel, tunnel = self._channel, self._tunnel
-        self._channel = self._tunnel = self._stub = None
+        self._channel = self._tunnel = self._stubs = None
         if channel is not None:
             await channel.close()
         if tunnel is not None:
             await tunnel.close()
 
-    async def _connect(self) -> pb_grpc.MachineServiceStub:
+    async def _connect(self) -> _Stubs:
         async with self._lock:
-            if self._stub is not None:
-                return self._stub
+            if self._stubs is not None:
+                return self._stubs
             creds = self._credentials
             if creds is None:
                 context: ssl.SSLContext = machine_tls.insecure_client_context()
@@ -184,10 +198,13 @@ class MachineClient:
                     ("grpc.enable_retries", 0),
                 ],
             )
-            self._stub = pb_grpc.MachineServiceStub(self._channel)  # type: ignore[no-untyped-call]
-            return self._stub
+            self._stubs = _Stubs(
+                pb_grpc.MachineServiceStub(self._channel),  # type: ignore[no-untyped-call]
+                state_pb2_grpc.StateStub(self._channel),  # type: ignore[no-untyped-call]
+            )
+            return self._stubs
 
-    def _metadata(self, node: str | None) -> tuple[tuple[str, str], ...]:
+    def _metadata(self, node: str | None) -> _Metadata:
         target = node if node is not None else self.node
         return (("node", target),) if target else ()
 
@@ -208,18 +225,18 @@ class MachineClient:
 
     async def _call(
         self,
-        invoke: Callable[[pb_grpc.MachineServiceStub, tuple[tuple[str, str], ...]], Awaitable[_T]],
+        invoke: Callable[[_Stubs, _Metadata], Awaitable[_T]],
         *,
         idempotent: bool,
         node: str | None,
     ) -> _T:
         attempts = 1 + (self.retries if idempotent else 0)
         for attempt in range(attempts):
-            stub = await self._connect()
+            stubs = await self._connect()
             if self._tunnel is not None:
                 self._tunnel.last_error = None
             try:
-                return await invoke(stub, self._metadata(node))
+                return await invoke(stubs, self._metadata(node))
             except grpc.aio.AioRpcError as e:
                 error = self._error(e, node)
                 if isinstance(error, errors.Unavailable) and attempt + 1 < attempts:
@@ -241,8 +258,8 @@ class MachineClient:
     async def _unary(self, method: str, request: Any, *, idempotent: bool, node: str | None) -> Any:
         timeout = self.timeout
 
-        async def invoke(stub: pb_grpc.MachineServiceStub, metadata: tuple[tuple[str, str], ...]) -> Any:
-            return await getattr(stub, method)(request, metadata=metadata, timeout=timeout)
+        async def invoke(stubs: _Stubs, metadata: _Metadata) -> Any:
+            return await getattr(stubs.machine, method)(request, metadata=metadata, timeout=timeout)
 
         reply = await self._call(invoke, idempotent=idempotent, node=node)
         return self._first(reply.messages, node)
@@ -377,9 +394,9 @@ class MachineClient:
         """A whole ``common.Data`` stream, retried from the start if the machine was unreachable."""
         timeout = self.timeout
 
-        async def invoke(stub: pb_grpc.MachineServiceStub, metadata: tuple[tuple[str, str], ...]) -> bytes:
+        async def invoke(stubs: _Stubs, metadata: _Metadata) -> bytes:
             chunks = []
-            async for message in getattr(stub, method)(request, metadata=metadata, timeout=timeout):
+            async for message in getattr(stubs.machine, method)(request, metadata=metadata, timeout=timeout):
                 self._first([message], node)
                 chunks.append(message.bytes)
             return b"".join(chunks)
@@ -402,8 +419,8 @@ class MachineClient:
                 async for chunk in snapshot:
                     yield common_pb2.Data(bytes=chunk)
 
-        async def invoke(stub: pb_grpc.MachineServiceStub, metadata: tuple[tuple[str, str], ...]) -> Any:
-            return await stub.EtcdRecover(chunks(), metadata=metadata, timeout=timeout)
+        async def invoke(stubs: _Stubs, metadata: _Metadata) -> Any:
+            return await stubs.machine.EtcdRecover(chunks(), metadata=metadata, timeout=timeout)
 
         reply = await self._call(invoke, idempotent=False, node=node)
         self._first(reply.messages, node)
@@ -432,11 +449,11 @@ class MachineClient:
         node: str | None = None,
     ) -> AsyncIterator[MachineEvent]:
         """The machine's events: the requested backlog, then live ones until the caller stops iterating."""
-        stub = await self._connect()
+        stubs = await self._connect()
         request = pb.EventsRequest(
             tail_events=tail_events, tail_id=tail_id, tail_seconds=tail_seconds, with_actor_id=actor_id
         )
-        call = stub.Events(request, metadata=self._metadata(node))
+        call = stubs.machine.Events(request, metadata=self._metadata(node))
         try:
             async for event in call:
                 yield decode_event(event, node or self.node or "")
@@ -444,6 +461,125 @@ class MachineClient:
             raise self._error(e, node) from None
         finally:
             call.cancel()
+
+    # --- resources (cosi.resource.State) ---
+
+    def _target(self, node: str | None) -> str:
+        return node or self.node or self._host
+
+    async def get_resource(
+        self, namespace: str, type: str, id: str, *, node: str | None = None
+    ) -> res.TalosResource:
+        """One resource (``talosctl get TYPE ID``); ``NotFound`` if there is none."""
+        request = state_pb2.GetRequest(namespace=namespace, type=type, id=id)
+        timeout = self.timeout
+
+        async def invoke(stubs: _Stubs, metadata: _Metadata) -> Any:
+            return await stubs.state.Get(request, metadata=metadata, timeout=timeout)
+
+        reply = await self._call(invoke, idempotent=True, node=node)
+        return res.decode_resource(reply.resource, self._target(node))
+
+    async def list_resources(
+        self, namespace: str, type: str, *, node: str | None = None
+    ) -> list[res.TalosResource]:
+        """Every resource of a type in a namespace (``talosctl get TYPE``)."""
+        request = state_pb2.ListRequest(namespace=namespace, type=type)
+        timeout = self.timeout
+
+        async def invoke(stubs: _Stubs, metadata: _Metadata) -> list[Any]:
+            return [m async for m in stubs.state.List(request, metadata=metadata, timeout=timeout)]
+
+        replies = await self._call(invoke, idempotent=True, node=node)
+        return [res.decode_resource(m.resource, self._target(node)) for m in replies]
+
+    async def watch_resources(
+        self, namespace: str, type: str, id: str | None = None, *, node: str | None = None
+    ) -> AsyncIterator[res.ResourceEvent]:
+        """Changes of one resource, or of every resource of a type, until the caller stops iterating.
+
+        Watching one resource starts with it as it is (CREATED, or DESTROYED when there is none); watching a
+        type starts with every resource of it (CREATED each), then a BOOTSTRAPPED event. The watch is set
+        up once the first event can be awaited."""
+        stubs = await self._connect()
+        request = state_pb2.WatchRequest(namespace=namespace, type=type, api_version=1)
+        if id is None:
+            request.options.bootstrap_contents = True
+        else:
+            request.id = id
+        call = stubs.state.Watch(request, metadata=self._metadata(node))
+        target = self._target(node)
+        try:
+            async for reply in call:
+                for event in reply.event:
+                    yield res.ResourceEvent(
+                        type=res.ResourceEventType(event.event_type),
+                        resource=res.decode_resource(event.resource, target)
+                        if event.HasField("resource")
+                        else None,
+                        old=res.decode_resource(event.old, target) if event.HasField("old") else None,
+                        error=event.error,
+                    )
+        except grpc.aio.AioRpcError as e:
+            raise self._error(e, node) from None
+        finally:
+            call.cancel()
+
+    async def resource_definitions(self, *, node: str | None = None) -> list[res.ResourceDefinitionSpec]:
+        """The resource types the machine serves (``talosctl get rd``)."""
+        items = await self.list_resources(res.META, res.RESOURCE_DEFINITION, node=node)
+        return [item.typed(res.ResourceDefinitionSpec) for item in items]
+
+    async def resolve_resource_type(
+        self, name: str, *, node: str | None = None
+    ) -> res.ResourceDefinitionSpec:
+        """The definition of the type a name means (its type, id or an alias, any case), as talosctl
+        resolves the TYPE of ``talosctl get``."""
+        wanted = name.lower()
+        matched = [d for d in await self.resource_definitions(node=node) if wanted in d.names()]
+        if len(matched) > 1:
+            types = ", ".join(d.type for d in matched)
+            raise errors.InvalidArgument(
+                f"resource type {name!r} is ambiguous: {types}", node=self._target(node)
+            )
+        if not matched:
+            raise errors.NotFound(f"resource {name!r} is not registered", node=self._target(node))
+        return matched[0]
+
+    async def _specs(self, kind: str, spec: type[res.S], node: str | None) -> list[res.S]:
+        items = await self.list_resources(res.KINDS[kind].namespace, kind, node=node)
+        return [item.typed(spec) for item in sorted(items, key=lambda r: r.metadata.id)]
+
+    async def system_information(self, *, node: str | None = None) -> res.SystemInformationSpec:
+        """The machine's SMBIOS system information: its UUID (the machine's identity), maker and model."""
+        item = await self.get_resource(
+            res.HARDWARE, res.SYSTEM_INFORMATION, res.SYSTEM_INFORMATION_ID, node=node
+        )
+        return item.typed(res.SystemInformationSpec)
+
+    async def processors(self, *, node: str | None = None) -> list[res.ProcessorSpec]:
+        return await self._specs(res.PROCESSOR, res.ProcessorSpec, node)
+
+    async def memory_modules(self, *, node: str | None = None) -> list[res.MemoryModuleSpec]:
+        return await self._specs(res.MEMORY_MODULE, res.MemoryModuleSpec, node)
+
+    async def disks(self, *, node: str | None = None) -> list[res.DiskSpec]:
+        return await self._specs(res.DISK, res.DiskSpec, node)
+
+    async def node_addresses(self, id: str = "current", *, node: str | None = None) -> res.NodeAddressSpec:
+        """One of the machine's address sets (``res.NODE_ADDRESS_IDS``)."""
+        item = await self.get_resource(res.NETWORK, res.NODE_ADDRESS, id, node=node)
+        return item.typed(res.NodeAddressSpec)
+
+    async def machine_status(self, *, node: str | None = None) -> MachineStatus:
+        """The machine's stage and readiness, as its MachineStatus resource says."""
+        item = await self.get_resource(res.RUNTIME, res.MACHINE_STATUS, res.MACHINE_STATUS_ID, node=node)
+        spec = item.typed(res.MachineStatusSpec)
+        return MachineStatus(
+            stage=spec.machine_stage,
+            ready=spec.status.ready,
+            unmet_conditions=tuple(UnmetCondition(c.name, c.reason) for c in spec.status.unmet_conditions),
+        )
 
 
 def _action(enum_type: Any, value: int) -> str:

@@ -1,4 +1,5 @@
-"""Which Talos roles may call which machine API method, as machined's authorizer decides it.
+"""Which Talos roles may call which Talos API method (machine and resource API), as machined's authorizer
+decides it.
 
 Shared by the emulator (which enforces it) and by anything that proxies the Talos API for users.
 """
@@ -11,10 +12,11 @@ READER = "os:reader"
 ETCD_BACKUP = "os:etcd:backup"
 
 SERVICE = "machine.MachineService"
+RESOURCE_SERVICE = "cosi.resource.State"
 
 _READ = frozenset({ADMIN, OPERATOR, READER})
 
-METHOD_ROLES: dict[str, frozenset[str]] = {
+_MACHINE_ROLES: dict[str, frozenset[str]] = {
     # Readers may call it only in maintenance mode; the handler checks that.
     "ApplyConfiguration": frozenset({ADMIN, READER}),
     "Bootstrap": frozenset({ADMIN}),
@@ -33,13 +35,21 @@ METHOD_ROLES: dict[str, frozenset[str]] = {
     "Upgrade": frozenset({ADMIN}),
     "Version": _READ,
 }
-"""Method name (within ``machine.MachineService``) → roles allowed; a method not listed needs os:admin."""
+
+METHOD_ROLES: dict[str, frozenset[str]] = {
+    **{f"/{SERVICE}/{name}": allowed for name, allowed in _MACHINE_ROLES.items()},
+    # Reading resources; sensitive ones need os:admin too (the resource API checks that per type).
+    f"/{RESOURCE_SERVICE}/Get": _READ,
+    f"/{RESOURCE_SERVICE}/List": _READ,
+    f"/{RESOURCE_SERVICE}/Watch": _READ,
+}
+"""Full gRPC method name (``/machine.MachineService/Version``) → roles allowed; a method not listed needs
+os:admin."""
 
 MAINTENANCE_ROLES = frozenset({READER})
 """What a client without a certificate is in maintenance mode (apid's read-only role mode)."""
 
 
 def allowed(method: str, roles: frozenset[str]) -> bool:
-    """Whether a caller holding ``roles`` may call ``method`` (a bare name or ``/machine.MachineService/X``)."""
-    name = method.rsplit("/", 1)[-1]
-    return bool(METHOD_ROLES.get(name, frozenset({ADMIN})) & roles)
+    """Whether a caller holding ``roles`` may call ``method`` (a full name: ``/machine.MachineService/X``)."""
+    return bool(METHOD_ROLES.get(method, frozenset({ADMIN})) & roles)

@@ -38,3 +38,11 @@ class Data(_message.Message):
     metadata: Metadata
     bytes: bytes
     def __init__(self, metadata: _Optional[_Union[Metadata, _Mapping]] = ..., bytes: _Optional[bytes] = ...) -> None: ...
+
+class NetIPPrefix(_message.Message):
+    __slots__ = ("ip", "prefix_length")
+    IP_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    ip: bytes
+    prefix_length: int
+    def __init__(self, ip: _Optional[bytes] = ..., prefix_length: _Optional[int] = ...) -> None: ...

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from herder.emu.store import read_info
+from herder.emu.control.store import read_info
 
 _ENTRY = "from herder.cli.main import main; main()"
 

@@ -4,6 +4,9 @@ Each machine answers the Talos machine API on its own loopback address (``--mach
 ``--machine-port``, 50000 like apid), because a Talos client checks the server certificate against its
 cluster's CA before any metadata is read: one shared endpoint could not present every machine's
 certificate honestly. The emulator's own control API (machines, power, faults) listens on ``--listen``.
+
+``Emulator`` is where the layers meet: it is the host of its machines (``MachineHost``), the fleet the
+Talos API answers for (``Fleet``), and the machines its cluster services follow (``ClusterMachines``).
 """
 
 from __future__ import annotations
@@ -15,14 +18,19 @@ from collections.abc import Callable
 
 import grpc
 
-from herder.emu.cluster import Cluster
-from herder.emu.clusters import ClusterServices
-from herder.emu.machine import Hardware, Machine, MachineRecord
-from herder.emu.network import Network
+from herder.emu.cluster.kubernetes import Kubelet
+from herder.emu.cluster.services import ClusterServices
+from herder.emu.cluster.state import Cluster
+from herder.emu.control.store import Store
+from herder.emu.machine.machine import Machine
+from herder.emu.machine.network import Network
+from herder.emu.machine.record import Hardware, MachineRecord
+from herder.emu.machine.resource_service import ResourceService
+from herder.emu.machine.service import MachineService
 from herder.emu.options import EmulatorOptions
-from herder.emu.service import MachineService
-from herder.emu.store import Store
+from herder.talos.api.cosi import state_pb2_grpc
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
+from herder.talos.machine.types import MachineStage
 
 
 class Emulator:
@@ -31,11 +39,10 @@ class Emulator:
         self.timings = options.timings
         self.store = Store(options.data_dir)
         self.machines: dict[str, Machine] = {}
-        self.clusters: dict[str, Cluster] = {}
         self.network: Network
         self._server: grpc.aio.Server | None = None
         self.services = ClusterServices(self)
-        """Each cluster's etcd health and emulated Kubernetes API, following the machines."""
+        """The clusters, each with its etcd health and emulated Kubernetes API, following the machines."""
         self._changed = asyncio.Event()
         self._network = ipaddress.ip_network(options.machine_cidr)
         self._used: set[int] = set()
@@ -44,12 +51,12 @@ class Emulator:
     async def start(self) -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
         pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
+        state_pb2_grpc.add_StateServicer_to_server(ResourceService(self), server)  # type: ignore[no-untyped-call]
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         self._server = server
         self.network = Network(port)
         for cluster in self.store.load_clusters():
-            self.clusters[cluster.id] = cluster
             self.services.adopt(cluster)
         for record in self.store.load_machines():
             self.machines[record.uuid] = Machine(self, record)
@@ -116,7 +123,8 @@ class Emulator:
         self.store.delete_machine(machine.uuid)
         self.store.publish([m.record for m in self.machines.values()])
         # Its cluster sees it gone: its etcd member down, its node NotReady.
-        self.services.machine_changed(machine)
+        booting = machine.stage is MachineStage.BOOTING
+        self.services.machine_changed(machine.uuid, _cluster_id(machine), booting=booting, gone=True)
 
     def find(self, ref: str) -> Machine | None:
         """A machine by uuid, address, endpoint or hostname."""
@@ -127,22 +135,34 @@ class Emulator:
 
     # --- clusters ---
 
+    @property
+    def clusters(self) -> dict[str, Cluster]:
+        return self.services.clusters
+
     def cluster(self, cluster_id: str) -> Cluster:
-        cluster = self.clusters.get(cluster_id)
-        if cluster is None:
-            cluster = self.clusters[cluster_id] = Cluster(cluster_id)
-            self.services.adopt(cluster)
-        return cluster
+        return self.services.cluster(cluster_id)
 
     def machines_of(self, cluster_id: str) -> list[Machine]:
-        return [
-            m for m in self.machines.values() if m.config is not None and m.config.cluster_id == cluster_id
-        ]
+        return [m for m in self.machines.values() if _cluster_id(m) == cluster_id]
+
+    def kubelets(self, cluster_id: str) -> list[Kubelet]:
+        return [m.kubelet() for m in self.machines_of(cluster_id)]
+
+    def running(self, uuid: str, cluster_id: str) -> bool:
+        machine = self.machines.get(uuid)
+        return machine is not None and machine.runs_in(cluster_id)
+
+    def kubernetes_url(self, cluster: Cluster) -> str:
+        return self.services.api(cluster).url
+
+    def save_cluster(self, cluster: Cluster) -> None:
+        self.store.save_cluster(cluster)
 
     # --- observation ---
 
-    def stage_changed(self, machine: Machine) -> None:
-        self.services.machine_changed(machine)
+    def machine_changed(self, machine: Machine) -> None:
+        booting = machine.stage is MachineStage.BOOTING
+        self.services.machine_changed(machine.uuid, _cluster_id(machine), booting=booting)
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -151,3 +171,8 @@ class Emulator:
         async with asyncio.timeout(timeout):
             while not predicate():
                 await self._changed.wait()
+
+
+def _cluster_id(machine: Machine) -> str:
+    """The cluster the machine's config names, or empty in maintenance mode."""
+    return machine.config.cluster_id if machine.config is not None else ""

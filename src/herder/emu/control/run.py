@@ -11,8 +11,8 @@ import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from herder.emu.control import ControlAPI
-from herder.emu.emulator import Emulator
+from herder.emu.control.api import ControlAPI
+from herder.emu.control.emulator import Emulator
 from herder.emu.options import EmulatorOptions
 
 log = logging.getLogger("herder.emu")

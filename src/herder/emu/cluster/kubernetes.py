@@ -32,15 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from herder.emu.cluster import Cluster
-from herder.emu.kube_api import (
+from herder.emu.cluster.kube_api import (
     SERVICE_NAMES,
     ApiEndpoint,
     ClientCertificatePolicy,
     serving_certificate,
     with_health_checks,
 )
-from herder.emu.kube_config import KubeFacts, image_version
+from herder.emu.cluster.kube_facts import KubeFacts, image_version
+from herder.emu.cluster.state import Cluster
 from herder.krm import discovery
 from herder.krm.app import build_app
 from herder.resources import KindInfo, Resource, now_rfc3339
@@ -77,7 +77,7 @@ class Kubelet:
     """What one machine's kubelet knows: who it is, how it is configured, and whether it is up."""
 
     uuid: str
-    name: str
+    hostname: str
     address: str
     talos_version: str
     cpus: int
@@ -85,7 +85,17 @@ class Kubelet:
     disk_bytes: int
     control_plane: bool
     facts: KubeFacts
+    api_endpoint: str
+    """The cluster endpoint its config names (where the kubelet reaches the API)."""
+    kubernetes_ca: CertificateAndKey | None
+    """The cluster's Kubernetes CA as its config carries it (with the key on control planes)."""
     up: bool
+    """The machine runs, reachable: its kubelet answers and its etcd member (on a control plane) is up."""
+
+    @property
+    def name(self) -> str:
+        """Its Node's name."""
+        return self.hostname.lower()
 
 
 def _short_hash(*parts: str, length: int = 5) -> str:

@@ -3,7 +3,8 @@ control planes joining etcd once they can, the emulated Kubernetes API of each c
 emulator publishes), and the cluster's state persisted after it changes.
 
 Every change of a machine (stage, power, partition) or of a cluster's membership schedules one sync of
-that cluster; syncs of one cluster never overlap and changes during a sync cause one more.
+that cluster; syncs of one cluster never overlap and changes during a sync cause one more. What the
+services know of machines comes through ``ClusterMachines``, which the emulator provides.
 """
 
 from __future__ import annotations
@@ -12,17 +13,27 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from herder.emu.cluster import Cluster
-from herder.emu.kube_config import KubeFacts, kube_facts
-from herder.emu.kubernetes import ClusterKubernetes, Kubelet
-from herder.talos.machine.types import MachineStage
+from herder.emu.cluster.kube_facts import KubeFacts
+from herder.emu.cluster.kubernetes import ClusterKubernetes, Kubelet
+from herder.emu.cluster.state import Cluster
 
-if TYPE_CHECKING:
-    from herder.emu.emulator import Emulator
-    from herder.emu.machine import Machine
+
+class ClusterMachines(Protocol):
+    """What the cluster services need of the machines and of the emulator's persistence."""
+
+    def running(self, uuid: str, cluster_id: str) -> bool:
+        """Whether that machine runs, reachable, configured for that cluster (its etcd and kubelet are up)."""
+        ...
+
+    def kubelets(self, cluster_id: str) -> list[Kubelet]:
+        """The kubelets of the machines configured for that cluster, as they are now."""
+        ...
+
+    def save_cluster(self, cluster: Cluster) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +44,12 @@ SAVE_DELAY = 0.2
 
 
 class ClusterServices:
-    """Per cluster: etcd health from its machines, its emulated Kubernetes API, and its persistence."""
+    """The emulator's clusters and, per cluster: etcd health from its machines, its emulated Kubernetes API,
+    and its persistence."""
 
-    def __init__(self, emulator: Emulator) -> None:
-        self.emulator = emulator
+    def __init__(self, machines: ClusterMachines) -> None:
+        self.machines = machines
+        self.clusters: dict[str, Cluster] = {}
         self.kubernetes: dict[str, ClusterKubernetes] = {}
         self._seen: dict[str, str] = {}
         """The cluster each machine was last seen in: a reset machine's cluster still needs a sync."""
@@ -47,34 +60,36 @@ class ClusterServices:
 
     # --- wiring ---
 
+    def cluster(self, cluster_id: str) -> Cluster:
+        """The cluster of that id, created on first use."""
+        cluster = self.clusters.get(cluster_id)
+        if cluster is None:
+            cluster = Cluster(cluster_id)
+            self.adopt(cluster)
+        return cluster
+
     def adopt(self, cluster: Cluster) -> None:
-        """Give a cluster (new or loaded) its view of the machines and its change notifications."""
+        """Take a cluster (new or loaded) in: its view of the machines and its change notifications."""
         cluster_id = cluster.id
-        cluster.member_up = lambda uuid: self.etcd_up(uuid, cluster_id)
+        self.clusters[cluster_id] = cluster
+        cluster.member_up = lambda uuid: self.machines.running(uuid, cluster_id)
         cluster.changed = lambda: self._cluster_changed(cluster_id)
         cluster.keyspace.written = lambda: self._save_later(cluster_id)
 
-    def etcd_up(self, uuid: str, cluster_id: str) -> bool:
-        machine = self.emulator.machines.get(uuid)
-        return (
-            machine is not None
-            and machine.stage is MachineStage.RUNNING
-            and machine.config is not None
-            and machine.config.cluster_id == cluster_id
-            and not self.emulator.network.is_partitioned(uuid)
-        )
-
-    def machine_changed(self, machine: Machine) -> None:
-        previous = self._seen.pop(machine.uuid, None)
-        if machine.stage is MachineStage.BOOTING:
+    def machine_changed(
+        self, uuid: str, cluster_id: str, *, booting: bool = False, gone: bool = False
+    ) -> None:
+        """A machine (configured for ``cluster_id``, empty if none) changed; ``gone``: it was destroyed."""
+        previous = self._seen.pop(uuid, None)
+        if booting:
             # A machine that left etcd may join again once it has rebooted.
-            for cluster in self.emulator.clusters.values():
-                cluster.removed.discard(machine.uuid)
-        if machine.config is not None:
-            if machine.uuid in self.emulator.machines:
-                self._seen[machine.uuid] = machine.config.cluster_id
-            self.schedule(machine.config.cluster_id)
-        if previous is not None and (machine.config is None or previous != machine.config.cluster_id):
+            for cluster in self.clusters.values():
+                cluster.removed.discard(uuid)
+        if cluster_id:
+            if not gone:
+                self._seen[uuid] = cluster_id
+            self.schedule(cluster_id)
+        if previous is not None and previous != cluster_id:
             self.schedule(previous)
 
     def _cluster_changed(self, cluster_id: str) -> None:
@@ -89,17 +104,13 @@ class ClusterServices:
         tool generates for the cluster reaches it), else on a port of its own."""
         kube = self.kubernetes.get(cluster.id)
         if kube is None:
-            endpoints = [
-                m.config.endpoint
-                for m in self.emulator.machines_of(cluster.id)
-                if m.config is not None and m.config.is_control_plane
-            ]
+            endpoints = [k.api_endpoint for k in self.machines.kubelets(cluster.id) if k.control_plane]
             at_endpoint = _loopback(endpoints[0]) if endpoints else None
             host, port = at_endpoint or (API_HOST, cluster.api_port)
             cluster_id = cluster.id
             kube = ClusterKubernetes(cluster, host, port, lambda: self.schedule(cluster_id))
             self.kubernetes[cluster_id] = kube
-            self.emulator.store.save_cluster(cluster)
+            self.machines.save_cluster(cluster)
         return kube
 
     def summary(self, cluster: Cluster) -> dict[str, Any]:
@@ -150,26 +161,24 @@ class ClusterServices:
             self._running.pop(cluster_id, None)
 
     async def _sync(self, cluster_id: str) -> None:
-        cluster = self.emulator.clusters.get(cluster_id)
+        cluster = self.clusters.get(cluster_id)
         if cluster is None:
             return
-        machines = self.emulator.machines_of(cluster_id)
-        control_planes = [m for m in machines if m.config is not None and m.config.is_control_plane]
+        kubelets = self.machines.kubelets(cluster_id)
+        control_planes = [k for k in kubelets if k.control_plane]
         if cluster.bootstrapped:
-            for machine in control_planes:
-                if self.etcd_up(machine.uuid, cluster_id) and cluster.member_of(machine.uuid) is None:
-                    cluster.join(machine.uuid, machine.hostname, machine.address)
-        ca = next(
-            (m.config.kubernetes_ca for m in control_planes if m.config and m.config.kubernetes_ca), None
-        )
+            for kubelet in control_planes:
+                if kubelet.up and cluster.member_of(kubelet.uuid) is None:
+                    cluster.join(kubelet.uuid, kubelet.hostname, kubelet.address)
+        ca = next((k.kubernetes_ca for k in control_planes if k.kubernetes_ca), None)
         if ca is None or not cluster.bootstrapped:
             return
         kube = self.api(cluster)
-        running = [m for m in control_planes if self.etcd_up(m.uuid, cluster_id)]
+        running = [k for k in control_planes if k.up]
         facts = _cluster_facts(running)
         await kube.start(ca, facts)
-        serving = any(cluster.member_of(m.uuid) is not None for m in running)
-        await kube.sync([_kubelet(m, self.etcd_up(m.uuid, cluster_id)) for m in machines], facts, serving)
+        serving = any(cluster.member_of(k.uuid) is not None for k in running)
+        await kube.sync(kubelets, facts, serving)
 
     # --- persistence ---
 
@@ -181,9 +190,9 @@ class ClusterServices:
 
     def _save(self, cluster_id: str) -> None:
         self._saves.pop(cluster_id, None)
-        cluster = self.emulator.clusters.get(cluster_id)
+        cluster = self.clusters.get(cluster_id)
         if cluster is not None:
-            self.emulator.store.save_cluster(cluster)
+            self.machines.save_cluster(cluster)
 
     async def stop(self) -> None:
         self._stopped = True
@@ -210,25 +219,8 @@ def _loopback(endpoint: str) -> tuple[str, int] | None:
     return (str(address), port) if address.version == 4 and address.is_loopback else None
 
 
-def _cluster_facts(running_control_planes: list[Machine]) -> KubeFacts | None:
+def _cluster_facts(running_control_planes: list[Kubelet]) -> KubeFacts | None:
     """The add-ons' settings (kube-proxy, CoreDNS, the API version): those of the first running control
     plane, as the manifests were rendered by one."""
-    first = min(running_control_planes, key=lambda m: m.uuid, default=None)
-    return kube_facts(first.config) if first is not None and first.config is not None else None
-
-
-def _kubelet(machine: Machine, up: bool) -> Kubelet:
-    assert machine.config is not None
-    hardware = machine.record.hardware
-    return Kubelet(
-        uuid=machine.uuid,
-        name=machine.hostname.lower(),
-        address=machine.address,
-        talos_version=machine.record.talos_version,
-        cpus=hardware.cpus,
-        memory_mib=hardware.memory_mib,
-        disk_bytes=int(hardware.disks[0]["size"]) if hardware.disks else 0,
-        control_plane=machine.config.is_control_plane,
-        facts=kube_facts(machine.config),
-        up=up,
-    )
+    first = min(running_control_planes, key=lambda k: k.uuid, default=None)
+    return first.facts if first is not None else None

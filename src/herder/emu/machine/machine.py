@@ -1,5 +1,5 @@
-"""One emulated Talos machine: its persisted record, its lifecycle (maintenance → installing → booting →
-running, reboot, upgrade, reset, shutdown, power) and the machine API calls it answers.
+"""One emulated Talos machine: its lifecycle (maintenance → installing → booting → running, reboot, upgrade,
+reset, shutdown, power) and the machine API calls it answers.
 
 Stages and events follow machined's (``MachineStatusEvent``, ``SequenceEvent``); the durations come from
 ``Timings``. Whatever a real machine keeps on disk (its config, whether it is installed, its version, its
@@ -20,18 +20,33 @@ import tarfile
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 
-from herder.emu import certs
-from herder.emu.cluster import Cluster
-from herder.emu.config import ConfigError, MachineConfig, config_diff, parse_config, reboot_required_diff
+from herder.emu.cluster.kubernetes import Kubelet
+from herder.emu.cluster.state import Cluster
 from herder.emu.errors import ApiError, invalid, not_authorized, precondition
-from herder.emu.events import EventLog
-from herder.emu.network import GRACE
+from herder.emu.machine import certs
+from herder.emu.machine.config import (
+    ConfigError,
+    MachineConfig,
+    config_diff,
+    parse_config,
+    reboot_required_diff,
+)
+from herder.emu.machine.events import EventLog
+from herder.emu.machine.kube_config import kube_facts
+from herder.emu.machine.network import GRACE, Network
+from herder.emu.machine.record import MachineRecord
+from herder.emu.machine.resources import (
+    ResourceState,
+    address_resources,
+    hardware_resources,
+    status_resource,
+)
 from herder.emu.options import FAULTS
+from herder.emu.timings import Timings
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.kubeconfig import generate_admin_kubeconfig
@@ -41,80 +56,55 @@ from herder.talos.machine.types import ApplyMode, MachineStage
 from herder.talos.pki import CertificateAndKey
 from herder.talos.versions import check_talos_upgrade
 
-if TYPE_CHECKING:
-    from herder.emu.emulator import Emulator
-
-"""Faults a machine can be given; ``crash`` and ``heal`` are actions, the others last until ``heal``."""
-
 _IMAGE_TAG = re.compile(r"^[^\s@]+:(v?\d+\.\d+\.\d+[0-9A-Za-z.\-+]*)$")
-
-
-@dataclass
-class Hardware:
-    cpus: int = 4
-    memory_mib: int = 8192
-    disks: list[dict[str, Any]] = field(
-        default_factory=lambda: [{"name": "/dev/sda", "size": 100 << 30, "model": "QEMU HARDDISK"}]
-    )
-
-
-@dataclass
-class MachineRecord:
-    """What survives a restart of the emulator (and a crash of the machine)."""
-
-    uuid: str
-    address: str
-    port: int
-    talos_version: str
-    hardware: Hardware = field(default_factory=Hardware)
-    config: bytes | None = None
-    staged_config: bytes | None = None
-    installed: bool = False
-    powered_on: bool = True
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.address}:{self.port}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "uuid": self.uuid,
-            "address": self.address,
-            "port": self.port,
-            "talos_version": self.talos_version,
-            "hardware": vars(self.hardware),
-            "config": self.config.decode() if self.config is not None else None,
-            "staged_config": self.staged_config.decode() if self.staged_config is not None else None,
-            "installed": self.installed,
-            "powered_on": self.powered_on,
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> MachineRecord:
-        def blob(key: str) -> bytes | None:
-            value = raw.get(key)
-            return value.encode() if isinstance(value, str) else None
-
-        return cls(
-            uuid=raw["uuid"],
-            address=raw["address"],
-            port=int(raw["port"]),
-            talos_version=raw["talos_version"],
-            hardware=Hardware(**raw.get("hardware", {})),
-            config=blob("config"),
-            staged_config=blob("staged_config"),
-            installed=bool(raw.get("installed")),
-            powered_on=bool(raw.get("powered_on", True)),
-        )
 
 
 class SequenceFailed(Exception):
     """A sequence ended in error; the machine reports it in the sequence's stop event."""
 
 
+class MachineStore(Protocol):
+    """Where a machine persists what a real one keeps on disk, and its cluster's state."""
+
+    def save_machine(self, record: MachineRecord) -> None: ...
+
+    def load_machine(self, uuid: str) -> MachineRecord | None: ...
+
+    def save_cluster(self, cluster: Cluster) -> None: ...
+
+
+class MachineHost(Protocol):
+    """What a machine needs of the emulator it runs in (the emulator provides it; a machine never sees more)."""
+
+    @property
+    def timings(self) -> Timings: ...
+
+    @property
+    def network(self) -> Network: ...
+
+    @property
+    def store(self) -> MachineStore: ...
+
+    def cluster(self, cluster_id: str) -> Cluster:
+        """The cluster of that id, created on first use."""
+        ...
+
+    def machines_of(self, cluster_id: str) -> list[Machine]:
+        """The machines configured for that cluster."""
+        ...
+
+    def kubernetes_url(self, cluster: Cluster) -> str:
+        """Where the emulator serves the cluster's Kubernetes API."""
+        ...
+
+    def machine_changed(self, machine: Machine) -> None:
+        """The machine's stage, config or reachability changed: its cluster follows."""
+        ...
+
+
 class Machine:
-    def __init__(self, emulator: Emulator, record: MachineRecord) -> None:
-        self.emulator = emulator
+    def __init__(self, host: MachineHost, record: MachineRecord) -> None:
+        self.host = host
         self.record = record
         self.config: MachineConfig | None = None
         """The active config (a TRY config until it is reverted or confirmed)."""
@@ -123,6 +113,7 @@ class Machine:
         self.unmet: tuple[tuple[str, str], ...] = ()
         self.faults: set[str] = set()
         self.events = EventLog()
+        self._resources: ResourceState | None = None
         self.last_error = ""
         self.recover_snapshot: bytes | None = None
         self.api_secure = False
@@ -150,11 +141,54 @@ class Machine:
 
     @property
     def cluster(self) -> Cluster | None:
-        return self.emulator.cluster(self.config.cluster_id) if self.config is not None else None
+        return self.host.cluster(self.config.cluster_id) if self.config is not None else None
+
+    @property
+    def resources(self) -> ResourceState:
+        """Its resources, as machined's resource API serves them (made when first asked for: most machines
+        of a large emulator never are)."""
+        if self._resources is None:
+            self._resources = ResourceState()
+            for item in (
+                *hardware_resources(self.uuid, self.record.hardware),
+                *address_resources(self.address),
+                status_resource(self.stage, self.ready, self.unmet),
+            ):
+                self._resources.put(*item)
+        return self._resources
 
     @property
     def in_maintenance(self) -> bool:
         return self.config is None
+
+    def runs_in(self, cluster_id: str) -> bool:
+        """Whether it runs, reachable, configured for that cluster: its etcd and its kubelet are up."""
+        return (
+            self.stage is MachineStage.RUNNING
+            and self.config is not None
+            and self.config.cluster_id == cluster_id
+            and not self.host.network.is_partitioned(self.uuid)
+        )
+
+    def kubelet(self) -> Kubelet:
+        """Its kubelet, as its cluster's Kubernetes sees it (a configured machine only)."""
+        config = self.config
+        assert config is not None
+        hardware = self.record.hardware
+        return Kubelet(
+            uuid=self.uuid,
+            hostname=self.hostname,
+            address=self.address,
+            talos_version=self.record.talos_version,
+            cpus=hardware.cpus,
+            memory_mib=hardware.memory_mib,
+            disk_bytes=int(hardware.disks[0]["size"]) if hardware.disks else 0,
+            control_plane=config.is_control_plane,
+            facts=kube_facts(config),
+            api_endpoint=config.endpoint,
+            kubernetes_ca=config.kubernetes_ca,
+            up=self.runs_in(config.cluster_id),
+        )
 
     def answers_to(self, target: str) -> bool:
         """Whether a ``node`` target names this machine (its address or hostname), as apid's local check."""
@@ -189,7 +223,7 @@ class Machine:
     async def stop(self) -> None:
         self._cancel_try()
         await self._cancel_sequence()
-        self.emulator.network.stop(self.uuid, grace=0)
+        self.host.network.stop(self.uuid, grace=0)
 
     def _busy(self) -> bool:
         return self._sequence is not None and not self._sequence.done()
@@ -242,17 +276,19 @@ class Machine:
             ],
         )
         self.events.publish(pb.MachineStatusEvent(stage=int(stage), status=status))  # type: ignore[arg-type]
-        self.emulator.stage_changed(self)
+        if self._resources is not None:
+            self._resources.put(*status_resource(stage, ready, unmet))
+        self.host.machine_changed(self)
 
     async def _sleep(self, step: str) -> None:
-        timings = self.emulator.timings
+        timings = self.host.timings
         seconds = float(getattr(timings, step))
         if step == "boot" and "slow-boot" in self.faults:
             seconds = max(seconds, timings.slow_boot)
         await asyncio.sleep(seconds)
 
     def _persist(self) -> None:
-        self.emulator.store.save_machine(self.record)
+        self.host.store.save_machine(self.record)
 
     # --- apid ---
 
@@ -261,9 +297,7 @@ class Machine:
         # so a thousand machines booting at once use every core.
         context = await asyncio.to_thread(_maintenance_context, self.address, self.hostname)
         self.api_secure = False
-        await self.emulator.network.serve(
-            self.uuid, self.address, self.record.port, context, authenticated=False
-        )
+        await self.host.network.serve(self.uuid, self.address, self.record.port, context, authenticated=False)
 
     async def _serve_secure(self, issuing_ca: CertificateAndKey) -> None:
         assert self.config is not None
@@ -275,13 +309,11 @@ class Machine:
             self._api_context = (key, context)
         context = self._api_context[1]
         self.api_secure = True
-        await self.emulator.network.serve(
-            self.uuid, self.address, self.record.port, context, authenticated=True
-        )
+        await self.host.network.serve(self.uuid, self.address, self.record.port, context, authenticated=True)
 
     def _api_down(self, *, grace: float = GRACE) -> None:
         self.api_secure = False
-        self.emulator.network.stop(self.uuid, grace=grace)
+        self.host.network.stop(self.uuid, grace=grace)
 
     def _issuing_ca(self) -> CertificateAndKey | None:
         """The CA this machine's API certificate comes from now: its own on a control plane, trustd's for a
@@ -375,14 +407,14 @@ class Machine:
             cluster.trustd.set()
             if cluster.bootstrapped and cluster.member_of(self.uuid) is None:
                 cluster.join(self.uuid, self.hostname, self.address)
-                self.emulator.store.save_cluster(cluster)
+                self.host.store.save_cluster(cluster)
 
     def _register_with_cluster(self) -> None:
         config, cluster = self.config, self.cluster
         assert config is not None and cluster is not None
         if config.is_control_plane:
             cluster.learn_control_plane(config.cluster_name, config.os_ca, config.token)
-            self.emulator.store.save_cluster(cluster)
+            self.host.store.save_cluster(cluster)
 
     # --- power and faults (the control API, not the machine API) ---
 
@@ -410,14 +442,14 @@ class Machine:
             await self.crash()
         elif fault == "heal":
             self.faults.clear()
-            self.emulator.network.partition(self.uuid, False)
-            self.emulator.stage_changed(self)
+            self.host.network.partition(self.uuid, False)
+            self.host.machine_changed(self)
         else:
             self.faults.add(fault)
             if fault == "partition":
-                self.emulator.network.partition(self.uuid, True)
+                self.host.network.partition(self.uuid, True)
                 # Its etcd member and kubelet drop out too.
-                self.emulator.stage_changed(self)
+                self.host.machine_changed(self)
 
     async def crash(self) -> None:
         """The machine dies and comes back: only what it had persisted survives."""
@@ -425,9 +457,13 @@ class Machine:
         self._cancel_try()
         self._api_down(grace=0)
         self.events.clear()
+        if self._resources is not None:
+            # machined's resources are in memory: they start over, and watches of them end.
+            self._resources.close()
+            self._resources = None
         self.recover_snapshot = None
         self._api_context = None
-        self.record = self.emulator.store.load_machine(self.uuid) or self.record
+        self.record = self.host.store.load_machine(self.uuid) or self.record
         self.config = None
         self._set_stage(MachineStage.UNKNOWN)
         if self.record.powered_on:
@@ -494,7 +530,7 @@ class Machine:
         if mode is not ApplyMode.TRY:
             self._cancel_try()
         if mode is ApplyMode.TRY:
-            timeout = self.emulator.timings.try_timeout
+            timeout = self.host.timings.try_timeout
             if request.HasField("try_mode_timeout"):
                 timeout = request.try_mode_timeout.ToTimedelta().total_seconds()
             details += (
@@ -514,7 +550,7 @@ class Machine:
             if mode is ApplyMode.REBOOT:
                 self._run("reboot", self._reboot_body, takeover=True)
         # Its kubelet and static pods follow a config applied without a reboot at once.
-        self.emulator.stage_changed(self)
+        self.host.machine_changed(self)
         return pb.ApplyConfiguration(mode=int(mode), mode_details=details, warnings=list(new.warnings))  # type: ignore[arg-type]
 
     def _apply_in_maintenance(
@@ -644,7 +680,7 @@ class Machine:
                     except ApiError as e:
                         # etcd refused (no quorum, or the last members): the machine stays as it was.
                         raise SequenceFailed(f"failed to leave etcd: {e.message}") from None
-                    self.emulator.store.save_cluster(cluster)
+                    self.host.store.save_cluster(cluster)
             self._set_stage(MachineStage.RESETTING)
             await self._sleep("reset")
             self._cancel_try()
@@ -746,14 +782,14 @@ class Machine:
             snapshot = self.recover_snapshot
         cluster.bootstrap(self.uuid, self.hostname, self.address, snapshot)
         self.recover_snapshot = None
-        for peer in self.emulator.machines_of(cluster.id):
+        for peer in self.host.machines_of(cluster.id):
             if (
                 peer.config is not None
                 and peer.config.is_control_plane
                 and peer.stage is MachineStage.RUNNING
             ):
                 cluster.join(peer.uuid, peer.hostname, peer.address)
-        self.emulator.store.save_cluster(cluster)
+        self.host.store.save_cluster(cluster)
 
     def etcd_members(self) -> list[pb.EtcdMember]:
         cluster, _member = self._etcd_member("etcd members")
@@ -765,18 +801,18 @@ class Machine:
     def etcd_leave(self) -> None:
         cluster, member = self._etcd_member("etcd leave")
         cluster.remove(member)
-        self.emulator.store.save_cluster(cluster)
+        self.host.store.save_cluster(cluster)
 
     def etcd_forfeit_leadership(self) -> str:
         cluster, _member = self._etcd_member("etcd forfeit leadership")
         leader = cluster.forfeit_leadership(self.uuid)
-        self.emulator.store.save_cluster(cluster)
+        self.host.store.save_cluster(cluster)
         return leader
 
     def etcd_remove_member(self, member_id: int) -> None:
         cluster, _member = self._etcd_member("etcd remove member")
         cluster.remove(member_id)
-        self.emulator.store.save_cluster(cluster)
+        self.host.store.save_cluster(cluster)
 
     def etcd_snapshot(self) -> bytes:
         cluster, _member = self._etcd_member("etcd snapshot")
@@ -795,7 +831,7 @@ class Machine:
         text = generate_admin_kubeconfig(
             config.kubernetes_ca,
             cluster_name=config.cluster_name or "talos",
-            endpoint=self.emulator.services.api(cluster).url,
+            endpoint=self.host.kubernetes_url(cluster),
         )
         return _tar_gz("kubeconfig", text.encode())
 

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from herder.emu.cluster import Cluster
-from herder.emu.machine import MachineRecord
+from herder.emu.cluster.state import Cluster
+from herder.emu.machine.record import MachineRecord
 
 
 def _write(path: Path, data: Any) -> None:

@@ -1,5 +1,6 @@
-"""What a machine config says about Kubernetes, as an emulated machine's kubelet and control plane read it:
-images and versions, node registration, labels and taints, which add-ons run, the API server's SANs.
+"""What a machine config says about Kubernetes (``KubeFacts``), as an emulated machine's kubelet and control
+plane read it: images and versions, node registration, labels and taints, which add-ons run, the API
+server's SANs.
 
 Both forms are read: the v1alpha1 document's ``machine``/``cluster`` sections (contracts before 1.14) and
 the typed ``Kube*Config`` documents that replace them. Facts are computed once per config (configs are
@@ -8,60 +9,15 @@ interned by digest, so a thousand machines with one config cost one read).
 
 from __future__ import annotations
 
-import ipaddress
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
-from herder.emu.config import MachineConfig
+from herder.emu.cluster.kube_facts import DEFAULT_KUBERNETES_VERSION, KubeFacts, image_version
+from herder.emu.machine.config import MachineConfig
 from herder.talos.documents import is_legacy
 from herder.talos.generate_input import LABEL_CONTROL_PLANE, LABEL_EXCLUDE_FROM_EXTERNAL_LB, endpoint_host
 
-DEFAULT_KUBERNETES_VERSION = "1.32.0"
 CONTROL_PLANE_TAINT = (LABEL_CONTROL_PLANE, "", "NoSchedule")
-
-
-@dataclass(frozen=True)
-class KubeFacts:
-    kubelet_image: str
-    apiserver_image: str
-    controller_manager_image: str
-    scheduler_image: str
-    proxy_image: str
-    coredns_image: str
-    register_node: bool
-    labels: tuple[tuple[str, str], ...]
-    taints: tuple[tuple[str, str, str], ...]
-    """(key, value, effect)"""
-    apiserver_sans: tuple[str, ...]
-    proxy: bool
-    coredns: bool
-    flannel: bool
-    controller_manager: bool
-    scheduler: bool
-    dns_domain: str
-    service_subnet: str
-    pod_subnet: str
-    bootstrap_token: str
-
-    @property
-    def kubelet_version(self) -> str:
-        return image_version(self.kubelet_image) or "v" + DEFAULT_KUBERNETES_VERSION
-
-    @property
-    def apiserver_version(self) -> str:
-        return image_version(self.apiserver_image) or self.kubelet_version
-
-    def service_ip(self, index: int) -> str:
-        """The ``index``-th address of the service network (1: the ``kubernetes`` Service, 10: kube-dns)."""
-        network = ipaddress.ip_network(self.service_subnet, strict=False)
-        return str(network.network_address + index)
-
-
-def image_version(image: str) -> str:
-    """The tag of an image reference (``v1.32.0``), or empty."""
-    tail = image.rsplit("/", 1)[-1]
-    return tail.partition(":")[2].partition("@")[0] if ":" in tail else ""
 
 
 _facts: weakref.WeakKeyDictionary[MachineConfig, KubeFacts] = weakref.WeakKeyDictionary()

@@ -9,10 +9,10 @@ import logging
 import os
 from pathlib import Path
 
-from herder.emu.emulator import Emulator
-from herder.emu.formation import cluster_configs, form_cluster
+from herder.emu.control.emulator import Emulator
+from herder.emu.control.formation import cluster_configs, form_cluster
+from herder.emu.control.run import serve
 from herder.emu.options import EmulatorOptions
-from herder.emu.run import serve
 from herder.talos.talosconfig import dump_talosconfig
 
 log = logging.getLogger("herder.demo")

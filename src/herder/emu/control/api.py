@@ -19,12 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from herder.emu.control.emulator import Emulator
 from herder.emu.options import FAULTS
-
-if TYPE_CHECKING:
-    from herder.emu.emulator import Emulator
 
 _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 _MAX_BODY = 1 << 20

@@ -9,18 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from herder.emu.control.emulator import Emulator
+from herder.emu.machine.machine import Machine
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import generate_bundle
 from herder.talos.generate_input import ConfigInput
 from herder.talos.machine import MachineClient, MachineStage
 from herder.talos.secrets import SecretsBundle, generate_secrets
 from herder.talos.talosconfig import Talosconfig, generate_talosconfig
-
-if TYPE_CHECKING:
-    from herder.emu.emulator import Emulator
-    from herder.emu.machine import Machine
 
 
 @dataclass(frozen=True)

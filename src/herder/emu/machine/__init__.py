@@ -1,0 +1,5 @@
+"""One emulated Talos machine: its persisted record (``record``), its lifecycle (``machine``), its config as
+Talos reads it (``config``, ``kube_config``), its apid listener and certificates (``network``,
+``certs``), its events (``events``) and resources (``resources``), and the gRPC Talos APIs every machine
+answers: the machine API (``service``) and the resource API (``resource_service``), routed as apid routes
+(``routing``)."""

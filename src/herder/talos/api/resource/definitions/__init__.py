@@ -1,0 +1,1 @@
+"""Generated stubs of Talos's resource definitions, one package per resource group (``talos.resource.definitions.*``)."""
