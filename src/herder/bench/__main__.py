@@ -9,6 +9,7 @@ BENCHMARKS = {
     "store": "herder.bench.store",
     "api": "herder.bench.api",
     "emu": "herder.bench.emu",
+    "clusters": "herder.bench.clusters",
 }
 
 

@@ -17,6 +17,7 @@ from herder.controllers.clusters.config_apply import ConfigApplyController
 from herder.controllers.clusters.credentials import ClusterCredentials
 from herder.controllers.clusters.load_balancer import EndpointRange, LoadBalancerController
 from herder.controllers.clusters.machine_link import MachineLinkController
+from herder.controllers.clusters.machine_registration import MachineRegistrationController
 from herder.controllers.clusters.machine_set_allocation import MachineSetAllocationController
 from herder.controllers.clusters.machine_set_status import MachineSetStatusController
 from herder.runtime.controller import Controller
@@ -45,6 +46,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
     return [
         GarbageCollector(store.registry),
         EventCollector(),
+        MachineRegistrationController(),
         MachineLinkController(keys),
         ClusterSecretsController(),
         ClusterTeardownController(),

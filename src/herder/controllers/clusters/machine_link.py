@@ -3,8 +3,9 @@
 A link connects to the machine's Talos API as Talos and Omni do: without a client certificate while the
 machine is in maintenance mode, and with herder's own certificate from the cluster's Talos CA once the
 machine has been given that cluster's config. It tries the other way when the first one is refused (a
-machine reset behind herder's back is in maintenance again). While connected it streams the machine's
-events (stages as they change), so nothing polls each machine every few seconds; when the stream breaks it
+machine reset behind herder's back is in maintenance again). While connected it watches the machine's
+MachineStatus resource (its stage as it changes) over the Talos resource API, and reads its hardware and
+addresses once, so nothing polls each machine every few seconds; when the stream breaks it
 reconnects with backoff, and only a machine that stays unreachable past a grace period is reported so.
 Status is written only when something a user sees changes.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.machine_facts import read_facts
 from herder.controllers.clusters.members import cluster_of
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE
@@ -27,13 +29,13 @@ from herder.resources.machines import MACHINE, MachineSpec
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
 from herder.state.store import WatchEvent
-from herder.talos.machine import (
-    Credentials,
-    MachineAPIError,
-    MachineClient,
-    MachineStage,
-    MachineStatus,
-    Unauthenticated,
+from herder.talos.machine import Credentials, MachineAPIError, MachineClient, MachineStage, Unauthenticated
+from herder.talos.machine.resources import (
+    MACHINE_STATUS,
+    MACHINE_STATUS_ID,
+    RUNTIME,
+    MachineStatusSpec,
+    ResourceEventType,
 )
 
 log = logging.getLogger(__name__)
@@ -41,16 +43,8 @@ log = logging.getLogger(__name__)
 # How long a machine may be out of reach before it is reported Unreachable (a reboot takes a while).
 UNREACHABLE_AFTER = 15.0
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
-# How long a fresh stream may take to tell the machine's stage before herder infers it, and how long a
-# stage must stand before it is written.
-_STAGE_GRACE = 1.0
+# How long a stage must stand before it is written.
 _SETTLE = 0.1
-
-
-async def _wait_for(event: asyncio.Event, timeout: float) -> bool:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout)
-    return event.is_set()
 
 
 STAGES: dict[MachineStage, str] = {
@@ -198,25 +192,29 @@ class MachineLinkController(Controller):
         )
         async with client:
             version = await client.version()
+            facts = await read_facts(client)
             await self._report(
-                link, connected=True, talosVersion=version.tag, maintenance=credentials is None, lastError=""
+                link,
+                connected=True,
+                talosVersion=version.tag,
+                maintenance=credentials is None,
+                lastError="",
+                **facts,
             )
             latest: list[str] = []
             staged = asyncio.Event()
 
-            async def consume() -> None:
-                async for event in client.events(tail_events=-1):
-                    if isinstance(event.payload, MachineStatus):
-                        latest.append(STAGES.get(event.payload.stage, "Unknown"))
+            async def follow() -> None:
+                # The MachineStatus resource starts the watch as it is, then changes as stages do.
+                async for event in client.watch_resources(RUNTIME, MACHINE_STATUS, MACHINE_STATUS_ID):
+                    if event.resource is not None and event.type != ResourceEventType.DESTROYED:
+                        stage = event.resource.typed(MachineStatusSpec).machine_stage
+                        latest.append(STAGES.get(stage, "Unknown"))
                         staged.set()
-                raise MachineAPIError("the event stream ended")
+                raise MachineAPIError("the machine's status stream ended")
 
             async def write() -> None:
-                # The backlog arrives in one burst and stages follow each other closely: only the newest
-                # of a burst is written, so history is not replayed into the status.
-                if not await _wait_for(staged, _STAGE_GRACE):
-                    # No stage in the machine's backlog: what answered, and how, says enough.
-                    latest.append("Maintenance" if credentials is None else "Running")
+                # Stages can follow each other closely: only the one that stands is written.
                 while True:
                     await staged.wait()
                     await asyncio.sleep(_SETTLE)
@@ -224,7 +222,7 @@ class MachineLinkController(Controller):
                     await self._report(link, stage=latest[-1])
                     del latest[:-1]
 
-            tasks = {asyncio.create_task(consume()), asyncio.create_task(write())}
+            tasks = {asyncio.create_task(follow()), asyncio.create_task(write())}
             changed = asyncio.create_task(link.changed.wait())
             try:
                 done, _ = await asyncio.wait({*tasks, changed}, return_when=asyncio.FIRST_COMPLETED)

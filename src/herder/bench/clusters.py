@@ -1,0 +1,239 @@
+"""``python -m herder.bench clusters --clusters 100``: herder forms N clusters of 3 control planes and 2
+workers on one emulator, through its API, as users would ask for them.
+
+A real ``herder serve`` (embedded SQLite, its load balancers on loopback) and the emulator run as
+separate processes. The emulator's machines are registered with herder (MachineRegistrations, as
+``herder machine add`` makes them) and, once every Machine is connected, each cluster is created with
+a control plane set listing 3 machines and a worker set listing 2. The clock runs from the first
+cluster's creation until every Cluster's ``Ready`` condition is True. Prints that time, the RSS of the
+server and of the emulator, and the store writes and reconciles per machine the clusters cost (counted
+from the server's own metrics, registration excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from herder.bench.report import emit
+from herder.client import Client
+from herder.emu.control.process import EmulatorProcess
+from herder.resources import Resource
+from herder.resources.clusters import CLUSTER, MACHINE_SET, control_plane_set_name
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_REGISTRATION, registration_name
+from herder.resources.status import condition_true
+
+CONTROL_PLANES = 3
+WORKERS = 2
+TALOS = "v1.13.9"
+KUBERNETES = "1.33.0"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``herder serve`` as a child process, ended by its PID."""
+
+    def __init__(self, data_dir: Path, clusters: int) -> None:
+        self.data_dir = data_dir
+        self.port = _free_port()
+        first = random.randrange(20000, 40000, 1000)
+        self.args = [
+            sys.executable,
+            "-c",
+            "from herder.cli.main import main; main()",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--cluster-endpoints",
+            f"127.0.0.1:{first}-{first + clusters + 10}",
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = (self.data_dir.parent / "server.log").open("wb")
+        self.process = subprocess.Popen(
+            self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+    async def client(self, timeout: float = 60) -> Client:
+        kubeconfig = self.data_dir / "admin.kubeconfig"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"herder serve exited with {self.process.returncode}")
+            if kubeconfig.exists():
+                client = Client.from_kubeconfig(kubeconfig)
+                try:
+                    await client.list("namespaces")
+                    return client
+                except Exception:
+                    await client.close()
+            await asyncio.sleep(0.2)
+        raise TimeoutError("herder serve did not come up")
+
+    def rss_mib(self) -> float:
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+async def _metric_sums(client: Client, *names: str) -> dict[str, float]:
+    """Sums of Prometheus counters over all their labels, from the server's /metrics."""
+    response = await client._http.get("/metrics")
+    response.raise_for_status()
+    sums = dict.fromkeys(names, 0.0)
+    for line in response.text.splitlines():
+        for name in names:
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums
+
+
+def _obj(info: Any, name: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> Resource:
+    return Resource.model_validate(
+        {
+            "apiVersion": info.api_version,
+            "kind": info.kind,
+            "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
+            "spec": spec,
+        }
+    )
+
+
+async def _create_all(client: Client, objects: list[Resource], width: int = 50) -> None:
+    """Create objects ``width`` at a time, as a busy client would."""
+    for i in range(0, len(objects), width):
+        await asyncio.gather(*(client.create(obj) for obj in objects[i : i + width]))
+
+
+async def run(clusters: int, timeout: float) -> None:
+    machines = clusters * (CONTROL_PLANES + WORKERS)
+    with tempfile.TemporaryDirectory(prefix="herder-bench-clusters-") as tmp:
+        root = Path(tmp)
+        (root / "emulator").mkdir()
+        emulator = EmulatorProcess(
+            data_dir=root / "emulator",
+            machines=machines,
+            machine_cidr=f"127.{random.randint(120, 200)}.0.0/16",
+        )
+        server = Server(root / "server", clusters)
+        emulator.start()
+        server.start()
+        try:
+            await emulator.wait_ready(120)
+            client = await server.client()
+            published = emulator.published()
+            await _create_all(
+                client,
+                [
+                    _obj(MACHINE_REGISTRATION, registration_name(m["endpoint"]), {"endpoint": m["endpoint"]})
+                    for m in published
+                ],
+            )
+            deadline = time.monotonic() + timeout
+            while True:
+                listed = await client.list(MACHINE)
+                connected = [m for m in listed.items if (m.status or {}).get("connected")]
+                if len(connected) >= machines:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"only {len(connected)}/{machines} machines registered and connected")
+                await asyncio.sleep(0.5)
+            before = await _metric_sums(client, "herder_store_writes_total", "herder_reconcile_total")
+            uuids = sorted(m["uuid"] for m in published)
+            started = time.monotonic()
+            created: list[Resource] = []
+            sets: list[Resource] = []
+            for i in range(clusters):
+                name = f"bench-{i:03d}"
+                own = uuids[i * 5 : i * 5 + 5]
+                labels = {CLUSTER_LABEL: name}
+                created.append(_obj(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}))
+                sets.append(
+                    _obj(
+                        MACHINE_SET,
+                        control_plane_set_name(name),
+                        {"role": "controlplane", "machines": own[:CONTROL_PLANES]},
+                        labels,
+                    )
+                )
+                sets.append(
+                    _obj(
+                        MACHINE_SET,
+                        f"{name}-workers",
+                        {"role": "worker", "machines": own[CONTROL_PLANES:]},
+                        labels,
+                    )
+                )
+            await _create_all(client, created)
+            await _create_all(client, sets)
+            ready = 0
+            while True:
+                listed = await client.list(CLUSTER)
+                ready = sum(1 for c in listed.items if condition_true(c.status, "Ready"))
+                if ready >= clusters:
+                    break
+                if time.monotonic() > deadline + timeout:
+                    raise TimeoutError(f"only {ready}/{clusters} clusters Ready")
+                await asyncio.sleep(0.5)
+            elapsed = time.monotonic() - started
+            after = await _metric_sums(client, "herder_store_writes_total", "herder_reconcile_total")
+            writes = after["herder_store_writes_total"] - before["herder_store_writes_total"]
+            reconciles = after["herder_reconcile_total"] - before["herder_reconcile_total"]
+            emit(
+                "clusters_until_all_ready",
+                elapsed,
+                "s",
+                clusters=clusters,
+                machines=machines,
+                goal_max=120,
+                cores=os.cpu_count(),
+            )
+            emit("clusters_server_rss", server.rss_mib(), "MiB", clusters=clusters)
+            emit("clusters_emulator_rss", emulator.rss_mib(), "MiB", machines=machines)
+            emit("clusters_store_writes_per_machine", writes / machines, "writes", goal_max=40)
+            emit("clusters_reconciles_per_machine", reconciles / machines, "reconciles")
+            await client.close()
+        finally:
+            server.stop()
+            emulator.stop()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m herder.bench clusters", description=__doc__)
+    parser.add_argument(
+        "--clusters", type=int, default=100, help="clusters of 3 control planes and 2 workers"
+    )
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to give up after")
+    args = parser.parse_args(argv)
+    asyncio.run(run(args.clusters, args.timeout))
+    return 0
