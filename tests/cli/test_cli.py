@@ -244,7 +244,7 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
             text=True,
         )
         names = [line.split()[0] for line in ok(listed).splitlines()[1:]]
-        assert "ntp" in names and "audit-policy" in names and "kubespan" not in names
+        assert "ntp" in names and "audit-policy" in names and "herder-kubespan" not in names
         refused = subprocess.run(
             [
                 "/usr/bin/kubectl",

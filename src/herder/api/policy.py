@@ -11,7 +11,8 @@ from starlette.requests import Request
 from herder.api import roles, tokens
 from herder.api.audit import AuditLog
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
-from herder.resources import Resource
+from herder.krm.status import invalid
+from herder.resources import FieldError, Resource
 from herder.state.store import Store
 
 # Hidden objects Support reached in the current request (a request runs in one task, so one context):
@@ -57,10 +58,18 @@ class HerderPolicy:
             raise Denied(f'{access.kind.kind} "{obj.name}" is read-only: nobody may change or delete it')
 
     def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
-        """Refuse a write that adds, changes or removes a ``herder.dev/`` label or annotation users may not set."""
+        """Refuse a create below Support of a reserved name, hiding an object whose name is not
+        reserved, and a write that adds, changes or removes a ``herder.dev/`` label or annotation
+        users may not set.
+        """
         # A status write keeps the object's metadata whatever the body says: nothing to refuse there.
-        if roles.sees_hidden(who.role) or access.subresource:
+        if access.subresource:
             return
+        if roles.sees_hidden(who.role):
+            _check_hidden_name(access, current, new)
+            return
+        if current is None:
+            _refuse_reserved(who, access, new)
         for what, allowed, before, after in (
             (
                 "label",
@@ -111,6 +120,31 @@ class HerderPolicy:
             message=message,
             conceal=access is not None and access.name in _HIDDEN_REACHED.get(),
         )
+
+
+def _refuse_reserved(who: Identity, access: Access, new: Resource) -> None:
+    """Refuse, whatever exists, a create in herder's reserved names: where hidden objects live."""
+    meta = new.metadata
+    for what, name in (("name", meta.name or meta.generate_name), ("namespace", meta.namespace)):
+        if roles.reserved(name):
+            raise Denied(
+                f'{access.kind.plural} "{meta.name or meta.generate_name}" is forbidden: {who.name} '
+                f"(role {who.role}) cannot create an object whose {what} begins with "
+                f'"{roles.RESERVED_PREFIX}": those are reserved to herder'
+            )
+
+
+def _check_hidden_name(access: Access, current: Resource | None, new: Resource) -> None:
+    """Only objects of reserved names may become hidden: no create below Support can meet them."""
+    hidden = roles.HIDDEN_LABEL in new.metadata.labels
+    was_hidden = current is not None and roles.HIDDEN_LABEL in current.metadata.labels
+    name = new.metadata.name or new.metadata.generate_name
+    if hidden and not was_hidden and not roles.reserved(name):
+        cause = FieldError(
+            "metadata.labels",
+            f'{roles.HIDDEN_LABEL}: only an object whose name begins with "{roles.RESERVED_PREFIX}" may be hidden',
+        )
+        raise invalid(access.kind, name or "", [cause])
 
 
 def _refusal(who: Identity, access: Access) -> str:

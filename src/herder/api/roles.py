@@ -27,6 +27,10 @@ TOKEN_SUBRESOURCE = "token"
 
 # Objects carrying this label do not exist for roles below Support.
 HIDDEN_LABEL = "herder.dev/hidden"
+# Names herder keeps for itself, as Kubernetes keeps "kube-": below Support no object is created with
+# such a name or in a namespace so named, and only objects so named may be hidden. A create below
+# Support therefore never meets a hidden object, and cannot tell that one exists by failing.
+RESERVED_PREFIX = "herder-"
 # Objects carrying this annotation are visible but nobody below Support may change or delete them.
 READ_ONLY_ANNOTATION = "herder.dev/read-only"
 HERDER_PREFIX = "herder.dev/"
@@ -121,6 +125,11 @@ def allows(role: str, access: Access) -> bool:
             return scope.status and access.verb in UPDATE_VERBS | READ_VERBS
         return not access.subresource and access.verb in scope.verbs
     return at_least(role, rule.minimum(access.verb, access.subresource))
+
+
+def reserved(name: str | None) -> bool:
+    """Whether ``name`` (an object's name or generateName, or a namespace) is herder's own."""
+    return name is not None and name.startswith(RESERVED_PREFIX)
 
 
 def sees_hidden(role: str) -> bool:

@@ -114,7 +114,7 @@ def _demo_objects() -> list[Resource]:
             labels={"herder.dev/cluster": "demo"},
         ),
         config_patch(
-            "kubespan",
+            "herder-kubespan",
             "machine:\n  network:\n    kubespan:\n      enabled: true\n",
             "managed control planes run KubeSpan (a system patch: hidden below Support)",
             labels={"herder.dev/cluster": "demo", "herder.dev/hidden": "true"},
