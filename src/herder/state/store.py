@@ -244,6 +244,10 @@ class Store:
         info = self.kind(kind)
         return (await self._current(info, name, namespace))[2]
 
+    async def count(self, kind: str | KindInfo, namespace: str | None = None) -> int:
+        """How many objects of a kind there are (in ``namespace``), without reading them."""
+        return await self.backend.count(self.kind_prefix(self.kind(kind), namespace))
+
     async def list(
         self,
         kind: str | KindInfo,
