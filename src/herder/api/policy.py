@@ -1,5 +1,5 @@
-"""herder's access policy on ``krm``: bearer tokens, the roles' policy table, hidden and read-only
-objects, herder-owned labels, and the audit trail.
+"""herder's access policy on ``krm``: bearer tokens (with the rate limit of failed ones), the roles'
+policy table, hidden and read-only objects, reserved names, herder-owned labels, and the audit trail.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from starlette.requests import Request
 
 from herder.api import roles, tokens
 from herder.api.audit import AuditLog
+from herder.api.auth_limit import AuthFailureLimit
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
-from herder.krm.status import invalid
+from herder.krm.status import ApiError, invalid
 from herder.resources import FieldError, Resource
 from herder.state.store import Store
 
@@ -28,15 +29,28 @@ def _note_hidden(who: Identity, obj: Resource) -> None:
 class HerderPolicy:
     """The ``krm.AccessPolicy`` of herder's API server."""
 
-    def __init__(self, store: Store, audit: AuditLog) -> None:
+    def __init__(self, store: Store, audit: AuditLog, auth_limit: AuthFailureLimit | None = None) -> None:
         self._store = store
         self._audit = audit
+        self._auth_limit = auth_limit or AuthFailureLimit()
 
     async def authenticate(self, request: Request) -> Identity:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("a bearer token is required")
-        return await tokens.authenticate(self._store, token.strip())
+        try:
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("a bearer token is required")
+            return await tokens.authenticate(self._store, token.strip())
+        except Unauthenticated:
+            source = _source(request)
+            wait = self._auth_limit.failed(source)
+            if wait is None:
+                raise
+            raise ApiError(
+                429,
+                f"too many failed authentications from {source}: try again in {wait} s",
+                details={"retryAfterSeconds": wait},
+                headers={"Retry-After": str(wait)},
+            ) from None
 
     def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
         if not roles.allows(who.role, access):
@@ -110,16 +124,22 @@ class HerderPolicy:
     async def record(
         self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
     ) -> None:
+        if who is None and status == 429:
+            return  # a rate-limited failure: a flood of them must not fill audit.log
         await self._audit.record(
             who,
             access,
             method=request.method,
-            source=request.client.host if request.client else "",
+            source=_source(request),
             user_agent=request.headers.get("user-agent", ""),
             code=status,
             message=message,
             conceal=access is not None and access.name in _HIDDEN_REACHED.get(),
         )
+
+
+def _source(request: Request) -> str:
+    return request.client.host if request.client else ""
 
 
 def _refuse_reserved(who: Identity, access: Access, new: Resource) -> None:
