@@ -203,31 +203,22 @@ SERVICE_ACCOUNTS = "/apis/herder.dev/v1alpha1/serviceaccounts"
 
 @pytest.fixture(scope="module")
 def hidden_homes(server: Server, tokens: dict[str, str]) -> str:
-    """A hidden namespace and a hidden service account, both named as the hidden patch."""
+    """A hidden namespace named as the hidden patch, with a hidden patch in it."""
 
     async def make() -> None:
         async with server.http(tokens["Support"]) as support:
-            for path, body in (
-                (
-                    "/api/v1/namespaces",
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Namespace",
-                        "metadata": {"name": "herder-secret-plan", "labels": HIDDEN},
-                    },
-                ),
-                (
-                    SERVICE_ACCOUNTS,
-                    {
-                        "apiVersion": "herder.dev/v1alpha1",
-                        "kind": "ServiceAccount",
-                        "metadata": {"name": "herder-secret-plan", "labels": HIDDEN},
-                        "spec": {"role": "Reader"},
-                    },
-                ),
-            ):
-                answer = await support.post(path, json=body)
-                assert answer.status_code == 201, answer.text
+            namespace = {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": "herder-secret-plan", "labels": HIDDEN},
+            }
+            answer = await support.post("/api/v1/namespaces", json=namespace)
+            assert answer.status_code == 201, answer.text
+            inside = patch_body("herder-inside", labels=HIDDEN)
+            inside["metadata"]["namespace"] = "herder-secret-plan"
+            path = "/apis/herder.dev/v1alpha1/namespaces/herder-secret-plan/configpatches"
+            assert (await support.post(path, json=inside)).status_code == 201
+            assert (await support.get(path)).status_code == 200
 
     asyncio.run(make())
     return "herder-secret-plan"
@@ -254,7 +245,6 @@ async def _probes(http: httpx.AsyncClient, name: str) -> list[tuple[str, int, st
         "delete dry-run": http.request("DELETE", f"{CP}/{name}", json={"dryRun": ["All"]}),
         "delete": http.delete(f"{CP}/{name}"),
         "get namespace": http.get(f"/api/v1/namespaces/{name}"),
-        "issue token": http.post(f"{SERVICE_ACCOUNTS}/{name}/token", json={"spec": {}}),
         "list by name": http.get(CP, params={"fieldSelector": f"metadata.name={name}"}),
     }
     answers = []
@@ -306,11 +296,35 @@ async def test_support_gets_the_true_answers(
         assert (await support.post(CP, json=patch_body("herder-made-by-support"))).status_code == 201
 
 
+async def test_supports_audit_events_name_no_reserved_name_for_admins(
+    server: Server, tokens: dict[str, str], hidden: str, hidden_homes: str
+) -> None:
+    async with server.http(tokens["Support"]) as support:
+        # Even a create that fails on the hidden name must not tell admins the name is taken.
+        assert (await support.post(CP, json=patch_body(hidden))).status_code == 409
+    async with server.http(tokens["Admin"]) as admin:
+        events = (await admin.get("/apis/herder.dev/v1alpha1/auditevents")).json()["items"]
+    by_support = [e for e in events if e["spec"]["role"] == "Support"]
+    assert {("create", "(hidden)", "(hidden)"), ("list", "", "(hidden)")} <= {
+        (e["spec"]["verb"], e["spec"]["name"], e["spec"]["namespace"]) for e in by_support
+    }
+    assert hidden_homes not in json.dumps(by_support) and "herder-inside" not in json.dumps(by_support)
+
+
 async def test_only_objects_of_reserved_names_may_be_hidden(
     server: Server, tokens: dict[str, str], hidden: str
 ) -> None:
     hide = {"metadata": {"labels": {"herder.dev/hidden": "true"}}}
+    account = {
+        "apiVersion": "herder.dev/v1alpha1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "herder-quiet-account", "labels": {"herder.dev/hidden": "true"}},
+        "spec": {"role": "Reader"},
+    }
     async with server.http(tokens["Support"]) as support:
+        # Identities are named in the audit events of their own requests: they are never hidden.
+        refused = await support.post(SERVICE_ACCOUNTS, json=account)
+        assert refused.status_code == 422 and "audit events name it" in refused.text
         refused = await support.post(CP, json=patch_body("plain-name", labels={"herder.dev/hidden": "true"}))
         assert refused.status_code == 422, refused.text
         assert refused.json()["details"]["causes"][0]["field"] == "metadata.labels"

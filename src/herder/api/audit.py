@@ -71,9 +71,10 @@ class AuditLog:
         user_agent: str,
         code: int,
         message: str = "",
-        conceal: bool = False,
+        conceal: frozenset[str] = frozenset(),
     ) -> None:
-        """Record one answered request; ``conceal`` keeps the object's name (a hidden one) out of the store."""
+        """Record one answered request; the names in ``conceal`` (of hidden objects) are kept out of
+        the store's event, as its name, its namespace or in its message."""
         if not audited(who, access, method):
             return
         now = datetime.now(UTC)
@@ -99,8 +100,15 @@ class AuditLog:
         if who is None:
             return
         if conceal:
-            # The file is the operator's; the store's events are read by admins, who may not know the name.
-            spec = {**spec, "name": HIDDEN_NAME, "message": message.replace(spec["name"], HIDDEN_NAME)[:1024]}
+            # The file is the operator's; the store's events are read by admins, who may not know the names.
+            for hidden in sorted(conceal, key=len, reverse=True):
+                message = message.replace(hidden, HIDDEN_NAME)
+            spec = {
+                **spec,
+                "name": HIDDEN_NAME if spec["name"] in conceal else spec["name"],
+                "namespace": HIDDEN_NAME if spec["namespace"] in conceal else spec["namespace"],
+                "message": message[:1024],
+            }
         try:
             await self._store.create(self._event(now, spec), actor=SYSTEM)
         except StateError:

@@ -134,8 +134,21 @@ class HerderPolicy:
             user_agent=request.headers.get("user-agent", ""),
             code=status,
             message=message,
-            conceal=access is not None and access.name in _HIDDEN_REACHED.get(),
+            conceal=_concealed(who, access),
         )
+
+
+def _concealed(who: Identity | None, access: Access | None) -> frozenset[str]:
+    """What the audit events admins read must not name of Support's requests: the hidden objects it
+    reached, and any reserved name or namespace (which may be a hidden one: even a create that
+    failed with AlreadyExists would tell). Others' requests were answered as if nothing hidden
+    existed, so their events tell nothing either."""
+    if who is None or not roles.sees_hidden(who.role) or access is None:
+        return frozenset()
+    reached = _HIDDEN_REACHED.get()
+    return frozenset(
+        name for name in (access.name, access.namespace) if name and (roles.reserved(name) or name in reached)
+    )
 
 
 def _source(request: Request) -> str:
@@ -155,16 +168,22 @@ def _refuse_reserved(who: Identity, access: Access, new: Resource) -> None:
 
 
 def _check_hidden_name(access: Access, current: Resource | None, new: Resource) -> None:
-    """Only objects of reserved names may become hidden: no create below Support can meet them."""
+    """Only objects of reserved names may become hidden: no create below Support can meet them.
+    Identities may not: their names are in the audit events of every request they make."""
     hidden = roles.HIDDEN_LABEL in new.metadata.labels
     was_hidden = current is not None and roles.HIDDEN_LABEL in current.metadata.labels
     name = new.metadata.name or new.metadata.generate_name
-    if hidden and not was_hidden and not roles.reserved(name):
-        cause = FieldError(
-            "metadata.labels",
-            f'{roles.HIDDEN_LABEL}: only an object whose name begins with "{roles.RESERVED_PREFIX}" may be hidden',
+    if not hidden or was_hidden:
+        return
+    why = ""
+    if access.kind.kind in tokens.SUBJECT_KINDS:
+        why = f"a {access.kind.kind} may not be hidden: audit events name it as the one who asked"
+    elif not roles.reserved(name):
+        why = f'only an object whose name begins with "{roles.RESERVED_PREFIX}" may be hidden'
+    if why:
+        raise invalid(
+            access.kind, name or "", [FieldError("metadata.labels", f"{roles.HIDDEN_LABEL}: {why}")]
         )
-        raise invalid(access.kind, name or "", [cause])
 
 
 def _refusal(who: Identity, access: Access) -> str:
