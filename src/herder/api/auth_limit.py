@@ -1,7 +1,7 @@
 """The rate limit of failed authentication, per source address.
 
 Each source (an IPv4 address, or the /64 network of an IPv6 one, which one host usually holds whole)
-may fail ``burst`` times in a row, and then once per ``refill_seconds``; a failure beyond that is
+may fail ``burst`` times in quick succession, and then once per ``refill_seconds``; a failure beyond that is
 answered 429 TooManyRequests with ``Retry-After`` instead of 401, and is not written to
 ``audit.log`` (the server log says once when a source starts being limited). A request is always
 authenticated first, so a valid token from a limited source still works: clients behind one NAT with
@@ -49,6 +49,8 @@ def source_of(address: str) -> str:
 
 
 class AuthFailureLimit:
+    """A bucket of allowed failures per source, refilled with time (one process's view)."""
+
     def __init__(
         self,
         *,
