@@ -98,18 +98,18 @@ async def test_admins_see_support_acting_on_hidden_objects_without_their_names(
     server: Server, tokens: dict[str, str]
 ) -> None:
     hidden = {
-        **_body("quiet-system-patch"),
-        "metadata": {"name": "quiet-system-patch", "labels": {"herder.dev/hidden": "true"}},
+        **_body("herder-quiet-patch"),
+        "metadata": {"name": "herder-quiet-patch", "labels": {"herder.dev/hidden": "true"}},
     }
     async with server.http(tokens["Support"]) as support:
         assert (await support.post(CP, json=hidden)).status_code == 201
-        assert (await support.get(f"{CP}/quiet-system-patch")).status_code == 200
+        assert (await support.get(f"{CP}/herder-quiet-patch")).status_code == 200
     async with server.http(tokens["Admin"]) as admin:
         answer = await admin.get(EVENTS)
-    assert "quiet-system-patch" not in answer.text
+    assert "herder-quiet-patch" not in answer.text
     support_events = [e["spec"] for e in answer.json()["items"] if e["spec"]["role"] == "Support"]
     assert {("create", "(hidden)"), ("get", "(hidden)")} <= {(e["verb"], e["name"]) for e in support_events}
-    assert any(line["name"] == "quiet-system-patch" for line in _log(server))
+    assert any(line["name"] == "herder-quiet-patch" for line in _log(server))
 
 
 async def test_unauthenticated_writes_go_to_the_file_only(server: Server, tokens: dict[str, str]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import ssl
 import time
@@ -52,26 +51,27 @@ def admin_token(server: Server) -> str:
 
 
 def test_one_replica_leads_and_another_takes_over(tmp_path: Path, etcd: str) -> None:
-    with running(tmp_path / "a", "--state", etcd) as a:
-        # Replicas share the encryption key, as they share the state it protects.
-        (tmp_path / "b").mkdir(mode=0o700)
-        shutil.copy2(tmp_path / "a" / "encryption.key", tmp_path / "b" / "encryption.key")
-        with running(tmp_path / "b", "--state", etcd) as b:
-            token = admin_token(a)
-            # A token issued through one replica works on the other: one state, one key.
-            with httpx.Client(verify=_trust(b), timeout=5) as http:
-                answer = http.get(f"{b.url}/api/v1/namespaces", headers={"Authorization": f"Bearer {token}"})
-            assert answer.status_code == 200, answer.text
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and [leading(a, token), leading(b, token)].count(True) != 1:
-                time.sleep(0.2)
-            states = [leading(a, token), leading(b, token)]
-            assert states.count(True) == 1, states
-            leader, follower = (a, b) if states[0] else (b, a)
-            os.kill(leader.process.pid, signal.SIGKILL)
-            leader.process.wait()
-            killed = time.monotonic()
-            while time.monotonic() - killed < 20 and not leading(follower, token):
-                time.sleep(0.2)
-            assert leading(follower, token), "no replica took over the controllers"
-            assert time.monotonic() - killed < 15
+    # Replicas share the encryption key, as they share the state it protects.
+    key = tmp_path / "encryption.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    flags = ("--state", etcd, "--encryption-key-file", str(key))
+    with running(tmp_path / "a", *flags) as a, running(tmp_path / "b", *flags) as b:
+        token = admin_token(a)
+        # A token issued through one replica works on the other: one state, one key.
+        with httpx.Client(verify=_trust(b), timeout=5) as http:
+            answer = http.get(f"{b.url}/api/v1/namespaces", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200, answer.text
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and [leading(a, token), leading(b, token)].count(True) != 1:
+            time.sleep(0.2)
+        states = [leading(a, token), leading(b, token)]
+        assert states.count(True) == 1, states
+        leader, follower = (a, b) if states[0] else (b, a)
+        os.kill(leader.process.pid, signal.SIGKILL)
+        leader.process.wait()
+        killed = time.monotonic()
+        while time.monotonic() - killed < 20 and not leading(follower, token):
+            time.sleep(0.2)
+        assert leading(follower, token), "no replica took over the controllers"
+        assert time.monotonic() - killed < 15

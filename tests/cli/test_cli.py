@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from herder.api.tls import ensure_tls
+from herder.client.kubeconfig import load
 from tests.api.server import HERDER, Server, free_port, running, stop
 
 PATCHES = """\
@@ -244,7 +245,7 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
             text=True,
         )
         names = [line.split()[0] for line in ok(listed).splitlines()[1:]]
-        assert "ntp" in names and "audit-policy" in names and "kubespan" not in names
+        assert "ntp" in names and "audit-policy" in names and "herder-kubespan" not in names
         refused = subprocess.run(
             [
                 "/usr/bin/kubectl",
@@ -292,3 +293,52 @@ def test_serve_with_operator_certificates_and_memory_state(tmp_path: Path) -> No
     with running(tmp_path / "data", *flags) as server:
         assert not (server.data_dir / "ca.crt").exists() and not (server.data_dir / "herder.db").exists()
         assert "default" in ok(server.run("kubectl", "get", "ns"))
+
+
+def test_serve_with_an_encryption_key_file_shared_across_servers(tmp_path: Path) -> None:
+    """Two servers, one after the other on one database with one key file, each with its own data
+    dir: the second opens what the first sealed (the first's admin token is checked against a
+    sealed TokenDigest)."""
+    key = tmp_path / "herder.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    flags = ("--state", f"sqlite://{tmp_path / 'shared.db'}", "--encryption-key-file", str(key))
+    with running(tmp_path / "first", *flags) as first:
+        ok(first.run("herder", "serviceaccount", "create", "ci", "--role", "Reader"))
+        token = load(first.kubeconfig).token
+    assert token
+    with running(tmp_path / "second", *flags) as second:
+        as_first_admin = second.kubeconfig_for(token, "first-admin")
+        listed = ok(second.run("kubectl", "get", "serviceaccounts", kubeconfig=as_first_admin))
+        assert "ci" in listed
+    assert not (tmp_path / "first" / "encryption.key").exists()
+    assert not (tmp_path / "second" / "encryption.key").exists()
+
+
+def test_serve_refuses_a_bad_encryption_key_file(tmp_path: Path) -> None:
+    readable = tmp_path / "readable.key"
+    readable.write_bytes(os.urandom(32))
+    readable.chmod(0o644)
+    short = tmp_path / "short.key"
+    short.write_bytes(os.urandom(31))
+    short.chmod(0o600)
+    encoded = tmp_path / "encoded.key"
+    encoded.write_text(os.urandom(32).hex() + "\n")
+    encoded.chmod(0o600)
+    for path, reason in (
+        (tmp_path / "missing.key", "no such file"),
+        (readable, "mode 0644 lets other users read the key; run chmod 600"),
+        (short, "holds 31 bytes"),
+        (encoded, "holds more than 32 bytes"),
+        (tmp_path, "not a regular file"),
+    ):
+        data = tmp_path / "data"
+        result = subprocess.run(
+            [HERDER, "serve", "--data-dir", str(data), "--encryption-key-file", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        line = one_line_error(result)
+        assert f"encryption key file {path}: {reason}" in line, line
+        assert not data.exists()

@@ -223,6 +223,29 @@ async def test_list_pagination_returns_every_item_once(store: Store) -> None:
         await store.list("cp", "default", limit=4, continue_token="garbage!")
 
 
+async def test_count_and_pages_filtered_by_where(store: Store) -> None:
+    await store.create(ns("other"))
+    for i in range(8):
+        namespace = "other" if i >= 6 else "default"
+        await store.create(patch(f"q{i}", namespace=namespace, labels={"kept": str(i % 3 == 0).lower()}))
+    assert await store.count("cp") == 8
+    assert await store.count("cp", "default") == 6
+    assert await store.count("namespaces") == 2
+
+    def kept(obj: Resource) -> bool:
+        return obj.metadata.labels["kept"] == "true"
+
+    # Pages are full of kept objects, and the last has no token although an unkept object follows.
+    pages: list[list[str]] = []
+    token = None
+    while True:
+        page = await store.list("cp", limit=1, continue_token=token, where=kept)
+        pages.append([o.name for o in page.items])
+        if (token := page.continue_token) is None:
+            break
+    assert pages == [["q0"], ["q3"], ["q6"]]
+
+
 async def test_watch_sees_changes_in_order(store: Store) -> None:
     it = store.watch("configpatches", "default")
     start = asyncio.ensure_future(anext(it))

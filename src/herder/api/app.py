@@ -54,9 +54,18 @@ class TokenRequest(BaseModel):
     spec: TokenRequestSpec = TokenRequestSpec()
 
 
-def build_app(store: Store, policy: HerderPolicy, actions: Sequence[ObjectAction] = ()) -> Starlette:
+def build_app(
+    store: Store,
+    policy: HerderPolicy,
+    actions: Sequence[ObjectAction] = (),
+    *,
+    max_body_bytes: int = krm.MAX_BODY_BYTES,
+) -> Starlette:
     """The whole API of ``store``'s kinds; ``policy`` authenticates, authorizes and audits; ``actions``
-    are the object actions the composition root gives in (see ``herder.api.actions``)."""
+    are the object actions the composition root gives in (see ``herder.api.actions``).
+
+    A request body larger than ``max_body_bytes`` is answered 413, on every path that reads one.
+    """
 
     async def issue_token(request: Request) -> Response:
         info = _SUBJECTS.get(request.path_params["plural"])
@@ -70,7 +79,7 @@ def build_app(store: Store, policy: HerderPolicy, actions: Sequence[ObjectAction
         try:
             who = await policy.authenticate(request)
             policy.authorize(who, access)
-            raw = await media.read_body(request, krm.MAX_BODY_BYTES)
+            raw = await media.read_body(request, max_body_bytes)
             try:
                 asked = TokenRequest.model_validate(
                     media.parse_object(raw, media.JSON) if raw.strip() else {}
@@ -112,7 +121,7 @@ def build_app(store: Store, policy: HerderPolicy, actions: Sequence[ObjectAction
             return api_error(exc).response()
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    api = krm.build_app(store.registry, store, policy)
+    api = krm.build_app(store.registry, store, policy, max_body_bytes=max_body_bytes)
     return Starlette(
         routes=[
             Route("/metrics", metrics, methods=["GET"]),

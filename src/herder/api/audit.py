@@ -4,7 +4,8 @@ Each entry becomes an ``AuditEvent`` (readable by Admin through the API) and a J
 ``audit.log`` in the data directory. Requests that never authenticated go to the file only, so that
 anonymous callers cannot fill the store. Entries hold who, what and the outcome, never a request
 body, a query string or a header, so no secret can reach the trail. Support's requests on hidden
-objects are shown to admins, who may not know those objects, without the object's name.
+objects are shown to admins, who may not know those objects, without the object's name. The stored
+events are kept within an age and a count by ``audit_retention``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 import os
 import secrets
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,9 +51,10 @@ def audited(who: Identity | None, access: Access | None, method: str) -> bool:
 class AuditLog:
     """Writes audit entries to the store and to ``audit.log``."""
 
-    def __init__(self, store: Store, path: Path) -> None:
+    def __init__(self, store: Store, path: Path, on_stored: Callable[[], None] | None = None) -> None:
         self._store = store
         self._path = path
+        self._on_stored = on_stored
         self._file = open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")  # noqa: SIM115
         self._lock = asyncio.Lock()
 
@@ -68,9 +71,10 @@ class AuditLog:
         user_agent: str,
         code: int,
         message: str = "",
-        conceal: bool = False,
+        conceal: frozenset[str] = frozenset(),
     ) -> None:
-        """Record one answered request; ``conceal`` keeps the object's name (a hidden one) out of the store."""
+        """Record one answered request; the names in ``conceal`` (of hidden objects) are kept out of
+        the store's event, as its name, its namespace or in its message."""
         if not audited(who, access, method):
             return
         now = datetime.now(UTC)
@@ -96,13 +100,23 @@ class AuditLog:
         if who is None:
             return
         if conceal:
-            # The file is the operator's; the store's events are read by admins, who may not know the name.
-            spec = {**spec, "name": HIDDEN_NAME, "message": message.replace(spec["name"], HIDDEN_NAME)[:1024]}
+            # The file is the operator's; the store's events are read by admins, who may not know the names.
+            for hidden in sorted(conceal, key=len, reverse=True):
+                message = message.replace(hidden, HIDDEN_NAME)
+            spec = {
+                **spec,
+                "name": HIDDEN_NAME if spec["name"] in conceal else spec["name"],
+                "namespace": HIDDEN_NAME if spec["namespace"] in conceal else spec["namespace"],
+                "message": message[:1024],
+            }
         try:
             await self._store.create(self._event(now, spec), actor=SYSTEM)
         except StateError:
             # The request is already answered; a lost store entry must not fail it (the file has it).
             log.exception("could not store an audit event; audit.log has it")
+            return
+        if self._on_stored is not None:
+            self._on_stored()
 
     @staticmethod
     def _event(now: datetime, spec: dict[str, Any]) -> Resource:

@@ -1,5 +1,5 @@
-"""herder's access policy on ``krm``: bearer tokens, the roles' policy table, hidden and read-only
-objects, herder-owned labels, and the audit trail.
+"""herder's access policy on ``krm``: bearer tokens (with the rate limit of failed ones), the roles'
+policy table, hidden and read-only objects, reserved names, herder-owned labels, and the audit trail.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from starlette.requests import Request
 
 from herder.api import roles, tokens
 from herder.api.audit import AuditLog
+from herder.api.auth_limit import AuthFailureLimit
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
-from herder.resources import Resource
+from herder.krm.status import ApiError, invalid
+from herder.resources import FieldError, Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
 from herder.state.store import Store
 
@@ -28,15 +30,28 @@ def _note_hidden(who: Identity, obj: Resource) -> None:
 class HerderPolicy:
     """The ``krm.AccessPolicy`` of herder's API server."""
 
-    def __init__(self, store: Store, audit: AuditLog) -> None:
+    def __init__(self, store: Store, audit: AuditLog, auth_limit: AuthFailureLimit | None = None) -> None:
         self._store = store
         self._audit = audit
+        self._auth_limit = auth_limit or AuthFailureLimit()
 
     async def authenticate(self, request: Request) -> Identity:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("a bearer token is required")
-        return await tokens.authenticate(self._store, token.strip())
+        try:
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("a bearer token is required")
+            return await tokens.authenticate(self._store, token.strip())
+        except Unauthenticated:
+            source = _source(request)
+            wait = self._auth_limit.failed(source)
+            if wait is None:
+                raise
+            raise ApiError(
+                429,
+                f"too many failed authentications from {source}: try again in {wait} s",
+                details={"retryAfterSeconds": wait},
+                headers={"Retry-After": str(wait)},
+            ) from None
 
     def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
         if not roles.allows(who.role, access):
@@ -58,10 +73,18 @@ class HerderPolicy:
             raise Denied(f'{access.kind.kind} "{obj.name}" is read-only: nobody may change or delete it')
 
     def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
-        """Refuse a write that adds, changes or removes a ``herder.dev/`` label or annotation users may not set."""
+        """Refuse a create below Support of a reserved name, hiding an object whose name is not
+        reserved, and a write that adds, changes or removes a ``herder.dev/`` label or annotation
+        users may not set.
+        """
         # A status write keeps the object's metadata whatever the body says: nothing to refuse there.
-        if roles.sees_hidden(who.role) or access.subresource:
+        if access.subresource:
             return
+        if roles.sees_hidden(who.role):
+            _check_hidden_name(access, current, new)
+            return
+        if current is None:
+            _refuse_reserved(who, access, new)
         rule = roles.rule_for(access.kind)
         annotations = roles.USER_SETTABLE_ANNOTATIONS | {
             key
@@ -108,16 +131,64 @@ class HerderPolicy:
     async def record(
         self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
     ) -> None:
+        if who is None and status == 429:
+            return  # a rate-limited failure: a flood of them must not fill audit.log
         await self._audit.record(
             who,
             access,
             method=request.method,
-            source=request.client.host if request.client else "",
+            source=_source(request),
             user_agent=request.headers.get("user-agent", ""),
             code=status,
             message=message,
-            conceal=access is not None and access.name in _HIDDEN_REACHED.get(),
+            conceal=_concealed(who, access),
         )
+
+
+def _concealed(who: Identity | None, access: Access | None) -> frozenset[str]:
+    """What the audit events admins read must not name of Support's requests: the hidden objects it
+    reached, and any reserved name or namespace (which may be a hidden one: even a create that
+    failed with AlreadyExists would tell). Others' requests were answered as if nothing hidden
+    existed, so their events tell nothing either."""
+    if who is None or not roles.sees_hidden(who.role) or access is None:
+        return frozenset()
+    reached = _HIDDEN_REACHED.get()
+    return frozenset(
+        name for name in (access.name, access.namespace) if name and (roles.reserved(name) or name in reached)
+    )
+
+
+def _source(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def _refuse_reserved(who: Identity, access: Access, new: Resource) -> None:
+    """Refuse, whatever exists, a create in herder's reserved names: where hidden objects live."""
+    meta = new.metadata
+    for what, name in (("name", meta.name or meta.generate_name), ("namespace", meta.namespace)):
+        if roles.reserved(name):
+            raise Denied(
+                f'{access.kind.plural} "{meta.name or meta.generate_name}" is forbidden: {who.name} '
+                f"(role {who.role}) cannot create an object whose {what} begins with "
+                f'"{roles.RESERVED_PREFIX}": those are reserved to herder'
+            )
+
+
+def _check_hidden_name(access: Access, current: Resource | None, new: Resource) -> None:
+    """Only objects of reserved names may become hidden: no create below Support can meet them.
+    Identities may not: their names are in the audit events of every request they make."""
+    hidden = HIDDEN_LABEL in new.metadata.labels
+    was_hidden = current is not None and HIDDEN_LABEL in current.metadata.labels
+    name = new.metadata.name or new.metadata.generate_name
+    if not hidden or was_hidden:
+        return
+    why = ""
+    if access.kind.kind in tokens.SUBJECT_KINDS:
+        why = f"a {access.kind.kind} may not be hidden: audit events name it as the one who asked"
+    elif not roles.reserved(name):
+        why = f'only an object whose name begins with "{roles.RESERVED_PREFIX}" may be hidden'
+    if why:
+        raise invalid(access.kind, name or "", [FieldError("metadata.labels", f"{HIDDEN_LABEL}: {why}")])
 
 
 def _refusal(who: Identity, access: Access) -> str:

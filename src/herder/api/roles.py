@@ -27,6 +27,10 @@ ALL_VERBS = READ_VERBS | WRITE_VERBS
 # The subresource through which a bearer token is issued for a ServiceAccount or a User.
 TOKEN_SUBRESOURCE = "token"
 
+# Names herder keeps for itself, as Kubernetes keeps "kube-": below Support no object is created with
+# such a name or in a namespace so named, and only objects so named may be hidden. A create below
+# Support therefore never meets a hidden object, and cannot tell that one exists by failing.
+RESERVED_PREFIX = "herder-"
 HERDER_PREFIX = "herder.dev/"
 # The herder.dev/ labels users may set themselves: the ones that target or scope an object.
 USER_SETTABLE_LABELS = frozenset(
@@ -153,6 +157,11 @@ def allows(role: str, access: Access) -> bool:
             return scope.status and access.verb in UPDATE_VERBS | READ_VERBS
         return not access.subresource and access.verb in scope.verbs
     return at_least(role, rule.minimum(access.verb, access.subresource))
+
+
+def reserved(name: str | None) -> bool:
+    """Whether ``name`` (an object's name or generateName, or a namespace) is herder's own."""
+    return name is not None and name.startswith(RESERVED_PREFIX)
 
 
 def sees_hidden(role: str) -> bool:

@@ -1,10 +1,10 @@
 """``herder serve``: the data directory, TLS, the store, first-start bootstrap and the HTTPS server.
 
-On first start the data directory gets a CA and serving certificate, an encryption key, the
-``default`` namespace, the ``admin`` ServiceAccount and ``admin.kubeconfig`` (mode 0600), so that
-``kubectl --kubeconfig DIR/admin.kubeconfig get ns`` works with no other step. Background work
-(the controller manager) is given in by the composition root, the CLI, and runs beside the server
-until it stops.
+On first start the data directory gets a CA and serving certificate, an encryption key (unless a
+key file shared by replicas is given), the ``default`` namespace, the ``admin`` ServiceAccount and
+``admin.kubeconfig`` (mode 0600), so that ``kubectl --kubeconfig DIR/admin.kubeconfig get ns``
+works with no other step. Background work (the controller manager) is given in by the composition
+root, the CLI, and runs beside the server until it stops, as does the pruning of the audit trail.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,13 +26,16 @@ from herder.api import tokens
 from herder.api.actions import ObjectAction
 from herder.api.app import build_app
 from herder.api.audit import AuditLog
+from herder.api.audit_retention import AuditPruner, Retention
 from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
 from herder.api.policy import HerderPolicy
 from herder.api.tls import TlsFiles, ensure_tls
+from herder.krm.app import MAX_BODY_BYTES
 from herder.krm.policy import Unauthenticated
 from herder.resources import Resource
 from herder.resources.access import SERVICE_ACCOUNT
 from herder.resources.catalog import herder_registry
+from herder.state.encryption import read_key_file
 from herder.state.errors import AlreadyExists
 from herder.state.store import SYSTEM, Store
 from herder.state.url import KEY_FILE, open_store
@@ -75,6 +78,11 @@ class ServeOptions:
     tls_key: Path | None = None
     # The CA that clients should trust for an operator-provided certificate (written to the kubeconfig).
     tls_ca: Path | None = None
+    # The key sealing sensitive kinds, shared by replicas (default: DATA_DIR/encryption.key, made on first start).
+    encryption_key_file: Path | None = None
+    audit_retention: Retention = field(default_factory=Retention)
+    # Default: krm's, as Kubernetes's (3 MiB).
+    max_body_bytes: int | None = None
 
     @property
     def state_url(self) -> str:
@@ -179,19 +187,29 @@ async def serve(
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop the server and the background work, and close the store."""
     host, port = parse_listen(options.listen)
+    # A key file given is checked before anything is made: a bad one is a one-line error.
+    key = read_key_file(options.encryption_key_file) if options.encryption_key_file else None
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     tls = _tls(options, host)
-    store = await open_store(options.state_url, herder_registry(), key_file=options.data_dir / KEY_FILE)
+    store = await open_store(
+        options.state_url, herder_registry(), key=key, key_file=options.data_dir / KEY_FILE
+    )
     for step in prepare:
         step(store)
-    audit = AuditLog(store, options.data_dir / AUDIT_LOG)
-    workers = [make(store) for make in background]
+    pruner = AuditPruner(store, options.audit_retention)
+    audit = AuditLog(store, options.data_dir / AUDIT_LOG, on_stored=pruner.recorded)
+    workers: list[Background] = [pruner, *(make(store) for make in background)]
     tasks: list[asyncio.Task[None]] = []
     try:
         url = server_url(host, port)
         kubeconfig = await bootstrap(store, options.data_dir, url, tls.ca.read_bytes() if tls.ca else None)
         config = uvicorn.Config(
-            build_app(store, HerderPolicy(store, audit), actions(store) if actions else ()),
+            build_app(
+                store,
+                HerderPolicy(store, audit),
+                actions(store) if actions else (),
+                max_body_bytes=options.max_body_bytes or MAX_BODY_BYTES,
+            ),
             host=host,
             port=port,
             ssl_certfile=str(tls.cert),
@@ -199,6 +217,9 @@ async def serve(
             log_config=None,
             access_log=False,
             lifespan="off",
+            # Clients are who they connect from: a forwarded-for header must not dodge the limit of
+            # failed authentication, nor put another address in the audit trail.
+            proxy_headers=False,
             # Watches stay open for minutes; a stopping server does not wait for their clients.
             timeout_graceful_shutdown=2,
         )

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from herder.api.audit_retention import DEFAULT_MAX_AGE, DEFAULT_MAX_EVENTS, Retention
 from herder.api.datadir import DEFAULT_LISTEN, KUBECONFIG, default_data_dir, write_kubeconfig
 from herder.cli.errors import fail
 from herder.client.kubeconfig import load
@@ -117,6 +119,32 @@ def serve_command(
     tls_ca: Annotated[
         Path | None, typer.Option("--tls-ca", help="CA of --tls-cert, written to the admin kubeconfig.")
     ] = None,
+    encryption_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--encryption-key-file",
+            help="Key sealing sensitive kinds, one file shared by every replica: 32 raw bytes, mode 0600 "
+            "(default: DATA_DIR/encryption.key, made on first start).",
+        ),
+    ] = None,
+    audit_max_age_days: Annotated[
+        int, typer.Option("--audit-max-age-days", min=1, help="Audit events older than this are deleted.")
+    ] = DEFAULT_MAX_AGE.days,
+    audit_max_events: Annotated[
+        int,
+        typer.Option(
+            "--audit-max-events", min=1, help="The oldest audit events beyond this many are deleted."
+        ),
+    ] = DEFAULT_MAX_EVENTS,
+    max_body_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-body-bytes",
+            min=1024,
+            help="Larger request bodies are answered 413 (default: 3 MiB).",
+            show_default=False,
+        ),
+    ] = None,
     cluster_endpoints: ClusterEndpointsOption = None,
 ) -> None:
     """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
@@ -129,6 +157,9 @@ def serve_command(
         tls_cert=tls_cert,
         tls_key=tls_key,
         tls_ca=tls_ca,
+        encryption_key_file=encryption_key_file,
+        audit_retention=Retention(timedelta(days=audit_max_age_days), audit_max_events),
+        max_body_bytes=max_body_bytes,
     )
     _run(options, _controller_options(cluster_endpoints))
 
@@ -166,7 +197,7 @@ def _demo_objects() -> list[Resource]:
             labels={"herder.dev/cluster": "demo"},
         ),
         config_patch(
-            "kubespan",
+            "herder-kubespan",
             "machine:\n  network:\n    kubespan:\n      enabled: true\n",
             "managed control planes run KubeSpan (a system patch: hidden below Support)",
             labels={"herder.dev/cluster": "demo", "herder.dev/hidden": "true"},

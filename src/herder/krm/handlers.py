@@ -229,6 +229,9 @@ class ResourceAPI:
         """The named object, authorized; a hidden one is not found, as if it did not exist."""
         target = call.target
         assert target.name is not None
+        # A caller who may not do this to any object of the kind is refused before the read, so that
+        # refusals do not tell which names exist.
+        self.policy.authorize(call.who, call.access)
         obj = await self.store.get(target.info, target.name, target.namespace)
         if not self.policy.visible(call.who, obj):
             raise NotFound(target.info.plural, target.name)
@@ -252,8 +255,10 @@ class ResourceAPI:
             field_selector=fields,
             limit=_integer(call.query, "limit"),
             continue_token=call.query.get("continue") or None,
+            # Filtered in the store, so that pages and continue tokens say nothing of hidden objects.
+            where=lambda obj: self.policy.visible(call.who, obj),
         )
-        items = [o for o in result.items if self.policy.visible(call.who, o)]
+        items = result.items
         rv = str(result.resource_version)
         if representation == "table":
             return self._table(call, items, rv, result.continue_token)

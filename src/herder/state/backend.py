@@ -61,6 +61,16 @@ class Backend(abc.ABC):
     ) -> tuple[list[KV], int]:
         """Keys under ``prefix`` in order, after ``start_after``, and the revision they were read at."""
 
+    async def count(self, prefix: str) -> int:
+        """How many keys are under ``prefix`` (backends with a cheaper way than reading them override it)."""
+        total, start_after = 0, None
+        while True:
+            kvs, _ = await self.range(prefix, start_after=start_after, limit=1000)
+            total += len(kvs)
+            if len(kvs) < 1000:
+                return total
+            start_after = kvs[-1].key
+
     @abc.abstractmethod
     async def create(self, key: str, value: bytes) -> int:
         """Write a new key; ``KeyExists`` if present. Returns the new revision."""

@@ -1,13 +1,15 @@
 """Encryption at rest of sensitive kinds: AES-256-GCM with the object's key as associated data.
 
-The key comes from a file in the data directory, created with mode 0600 on first use, or is given
-explicitly. Binding the ciphertext to its storage key stops a sealed value from being replayed under
-another object's name.
+The key comes from a file in the data directory, created with mode 0600 on first use, from a key
+file the operator gives (replicas share one), or is given explicitly. A key file holds exactly the 32
+raw bytes of the key, readable by its owner only. Binding the ciphertext to its storage key stops a
+sealed value from being replayed under another object's name.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -35,10 +37,7 @@ class Cipher:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
-            key = path.read_bytes()
-            if len(key) != 32:
-                raise ValueError(f"{path}: an encryption key file holds exactly 32 bytes") from None
-            return cls(key)
+            return cls(read_key_file(path))
         key = AESGCM.generate_key(bit_length=256)
         with os.fdopen(fd, "wb") as f:
             f.write(key)
@@ -60,6 +59,37 @@ class Cipher:
             raise DecryptionFailed(
                 f"cannot decrypt {storage_key}: wrong encryption key or damaged value"
             ) from err
+
+
+def read_key_file(path: str | Path) -> bytes:
+    """The key in an existing key file; ``ValueError`` (one line, naming the file) if it is missing,
+    not a regular file, readable by others, or not exactly 32 bytes.
+    """
+    try:
+        # Non-blocking: a FIFO in its place is refused below instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ValueError(f"encryption key file {path}: no such file") from None
+    except OSError as err:
+        raise ValueError(f"encryption key file {path}: {err.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"encryption key file {path}: not a regular file")
+        if info.st_mode & 0o077:
+            raise ValueError(
+                f"encryption key file {path}: mode {stat.S_IMODE(info.st_mode):04o} lets other users "
+                f"read the key; run chmod 600 {path}"
+            )
+        key = os.read(fd, 33)
+    finally:
+        os.close(fd)
+    if len(key) != 32:
+        raise ValueError(
+            f"encryption key file {path}: holds {'more than 32' if len(key) > 32 else len(key)} bytes, "
+            "but a key file holds exactly 32 raw bytes (as herder writes DATA_DIR/encryption.key)"
+        )
+    return key
 
 
 def is_sealed(value: bytes) -> bool:

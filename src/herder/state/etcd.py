@@ -241,6 +241,11 @@ class EtcdBackend(Backend):
         resp = await self._range(f"list {prefix or '/'}", request)
         return [_kv(self._unkey(kv.key), kv) for kv in resp.kvs], int(resp.header.revision)
 
+    async def count(self, prefix: str) -> int:
+        base = self._prefix(prefix)
+        request = rpc.RangeRequest(key=base, range_end=_range_end(base), count_only=True)
+        return int((await self._range(f"count {prefix or '/'}", request)).count)
+
     async def revision(self) -> int:
         resp = await self._range("read the revision", rpc.RangeRequest(key=self._key("/"), count_only=True))
         return int(resp.header.revision)

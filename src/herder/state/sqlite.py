@@ -216,6 +216,13 @@ class SQLiteBackend(Backend):
 
         return await self._read(read)
 
+    async def count(self, prefix: str) -> int:
+        def read(conn: sqlite3.Connection) -> int:
+            sql = "SELECT count(*) FROM objects WHERE key >= ? AND key < ?"
+            return int(conn.execute(sql, (prefix, prefix + "\uffff")).fetchone()[0])
+
+        return await self._read(read)
+
     async def create(self, key: str, value: bytes) -> int:
         return await self._write(lambda: self._commit(key, value, None))
 

@@ -252,6 +252,10 @@ class Store:
         info = self.kind(kind)
         return (await self._current(info, name, namespace))[2]
 
+    async def count(self, kind: str | KindInfo, namespace: str | None = None) -> int:
+        """How many objects of a kind there are (in ``namespace``), without reading them."""
+        return await self.backend.count(self.kind_prefix(self.kind(kind), namespace))
+
     async def list(
         self,
         kind: str | KindInfo,
@@ -261,7 +265,13 @@ class Store:
         field_selector: str | FieldSelector | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
+        where: Callable[[Resource], bool] | None = None,
     ) -> ListResult:
+        """The objects of a kind that match the selectors and ``where``, in key order, a page at a time.
+
+        A page ends at its last item and has a continue token only when a further item matches, so
+        neither the token nor the page size says anything about objects ``where`` leaves out.
+        """
         info = self.kind(kind)
         labels = _labels(label_selector)
         fields = _fields(field_selector, info)
@@ -273,18 +283,22 @@ class Store:
         items: list[Resource] = []
         page = 500 if limit is None else max(limit, 50)
         rev = first_rev
+        last = ""
         while True:
             kvs, read_rev = await self.backend.range(prefix, start_after=start_after, limit=page)
             rev = rev if rev is not None else read_rev
             for kv in kvs:
                 start_after = kv.key
                 obj = self._decode(kv.key, kv.value, kv.mod_rev)
-                if labels.matches(obj.metadata.labels) and fields.matches(obj):
-                    items.append(obj)
+                if (
+                    labels.matches(obj.metadata.labels)
+                    and fields.matches(obj)
+                    and (where is None or where(obj))
+                ):
                     if limit is not None and len(items) >= limit:
-                        more, _ = await self.backend.range(prefix, start_after=start_after, limit=1)
-                        token = _make_continue(start_after, rev) if more else None
-                        return ListResult(items, rev, token)
+                        return ListResult(items, rev, _make_continue(last, rev))
+                    items.append(obj)
+                    last = kv.key
             if len(kvs) < page:
                 return ListResult(items, rev)
 
