@@ -90,6 +90,14 @@ class Site:
         machines = [m for m in self.machines if not uuids_or_all or m["uuid"] in uuids_or_all]
         self.run("herder", "machine", "add", *(m["endpoint"] for m in machines))
 
+    def connected(self) -> list[str]:
+        """The UUIDs of the Machines herder is connected to."""
+        return [
+            m["metadata"]["name"]
+            for m in self.get("machines")["items"]
+            if (m.get("status") or {}).get("connected")
+        ]
+
     def stage_of(self, uuid: str) -> str:
         return str((self.get("machine", uuid).get("status") or {}).get("stage", ""))
 
@@ -122,22 +130,27 @@ def machine_class(name: str, match_labels: dict[str, str]) -> dict[str, Any]:
 
 
 @contextmanager
-def running_site(workdir: Path, machines: int, *serve_args: str) -> Iterator[Site]:
-    """A server and an emulator of ``machines`` machines on a loopback network of their own."""
+def running_site(workdir: Path, machines: int, *serve_args: str, register: bool = True) -> Iterator[Site]:
+    """A server and an emulator of ``machines`` machines on a loopback network of their own; with
+    ``register`` the emulator registers its machines with the server (``herder emu run --register``)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    emulator = EmulatorProcess(
-        data_dir=workdir / "emulator",
-        machines=machines,
-        machine_cidr=f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24",
-    )
-    emulator.data_dir.mkdir(parents=True, exist_ok=True)
-    emulator.start()
-    try:
-        asyncio.run(emulator.wait_ready())
-        with running(workdir / "server", "--cluster-endpoints", endpoint_range(), *serve_args) as server:
-            yield Site(server, emulator, workdir)
-    finally:
-        emulator.stop()
+    with running(workdir / "server", "--cluster-endpoints", endpoint_range(), *serve_args) as server:
+        emulator = EmulatorProcess(
+            data_dir=workdir / "emulator",
+            machines=machines,
+            machine_cidr=f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24",
+            extra_args=["--register", str(server.kubeconfig)] if register else [],
+        )
+        emulator.data_dir.mkdir(parents=True, exist_ok=True)
+        emulator.start()
+        try:
+            asyncio.run(emulator.wait_ready())
+            site = Site(server, emulator, workdir)
+            if register:
+                site.until(lambda: len(site.connected()) == machines, timeout=60, what=f"{machines} machines")
+            yield site
+        finally:
+            emulator.stop()
 
 
 def resource(data: dict[str, Any]) -> Resource:

@@ -19,7 +19,6 @@ from tests.clusters.site import Site, cluster, machine_class, machine_set, runni
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with running_site(tmp_path_factory.mktemp("lifecycle"), 7) as s:
-        s.register()
         yield s
 
 

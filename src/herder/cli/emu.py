@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -21,6 +21,9 @@ from herder.emu.options import (
     EmulatorOptions,
 )
 from herder.emu.timings import Timings
+
+if TYPE_CHECKING:
+    from herder.emu.control.emulator import Emulator
 
 app = typer.Typer(
     help="The Talos emulator: many emulated Talos machines in one process.", no_args_is_help=True
@@ -79,6 +82,14 @@ def run(
     timing: Annotated[
         list[str] | None, typer.Option("--timing", help="Override one step: STEP=SECONDS (boot, install, …).")
     ] = None,
+    register: Annotated[
+        Path | None,
+        typer.Option(
+            "--register",
+            help="Kubeconfig of a herder server (an Admin's): register the machines started here with it.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run N emulated Talos machines until SIGTERM or SIGINT; writes DATA_DIR/machines.json."""
     host, port = _split_listen(listen)
@@ -92,12 +103,19 @@ def run(
         talos_version=talos_version,
         timings=_timings(timings, timing or []),
     )
+    if register is not None and not register.is_file():
+        raise fail(f"--register {register}: no such kubeconfig")
     # The emulator itself (grpc, the emulated Kubernetes API) loads only for the command that runs it.
+    from herder.emu.control.registration import register_machines
     from herder.emu.control.run import serve
+
+    async def ready(emulator: Emulator) -> None:
+        if register is not None:
+            await register_machines(emulator, register)
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        asyncio.run(serve(options, host, port))
+        asyncio.run(serve(options, host, port, ready=ready))
     except (OSError, ValueError) as e:
         raise fail(str(e)) from None
 
