@@ -203,6 +203,46 @@ def test_generate_name_and_status_subresource(http: httpx.Client) -> None:
     assert_status(http.get(f"{PATCHES}/{created['metadata']['name']}/status"), 404)
 
 
+def test_server_side_apply_of_the_status_subresource(http: httpx.Client) -> None:
+    ns = "/api/v1/namespaces/applied-status"
+    config = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "applied-status"}}
+    main = {
+        **config,
+        "metadata": {"name": "applied-status", "labels": {"a": "1"}},
+        "status": {"phase": "Gone"},
+    }
+    created = http.patch(f"{ns}?fieldManager=owner", content=json.dumps(main), headers=APPLY)
+    assert created.status_code == 201, created.text
+    assert created.json()["status"] == {"phase": "Active"}  # the main resource does not write status
+    status = {
+        **config,
+        "metadata": {"name": "applied-status", "labels": {"b": "2"}},
+        "status": {"phase": "Terminating"},
+    }
+    reported = http.patch(f"{ns}/status?fieldManager=reporter", content=json.dumps(status), headers=APPLY)
+    assert reported.status_code == 200, reported.text
+    body = reported.json()
+    assert body["status"] == {"phase": "Terminating"} and body["metadata"]["labels"] == {"a": "1"}
+    entries = {e["manager"]: e for e in body["metadata"]["managedFields"]}
+    assert entries["reporter"]["subresource"] == "status"
+    assert entries["reporter"]["fieldsV1"] == {"f:status": {"f:phase": {}}}
+    assert entries["owner"]["fieldsV1"] == {"f:metadata": {"f:labels": {"f:a": {}}}}
+    assert "subresource" not in entries["owner"]
+    other = {**status, "status": {"phase": "Active"}}
+    refused = assert_status(
+        http.patch(f"{ns}/status?fieldManager=other", content=json.dumps(other), headers=APPLY), 409
+    )
+    assert refused["message"] == (
+        'Apply failed with 1 conflict: conflict with "reporter" with subresource "status": .status.phase'
+    )
+    assert_status(
+        http.patch(
+            "/api/v1/namespaces/missing-ns/status?fieldManager=m", content=json.dumps(config), headers=APPLY
+        ),
+        404,
+    )
+
+
 def test_list_pages_with_continue(http: httpx.Client) -> None:
     for i in range(5):
         http.post(PATCHES, json=patch_object(f"page-{i}", paged="yes"))

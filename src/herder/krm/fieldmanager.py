@@ -367,26 +367,28 @@ class FieldManager:
         comparison = structured.compare(before, merged, shape)
         changed = _scoped(comparison.changed(), sub)
         removed = _scoped(comparison.removed, sub)
-        conflicts: dict[Manager, FieldSet] = {}
+        taken: dict[Manager, FieldSet] = {}
         for m, owned in managers.items():
             if m != identity:
-                taken = owned.fields.intersection(changed)
-                if not taken.empty():
-                    conflicts[m] = taken
-        if conflicts and not force:
+                mine_now = owned.fields.intersection(changed)
+                if not mine_now.empty():
+                    taken[m] = mine_now
+        refused = {} if force else taken
+        if refused and manager == KUBECTL and live is not None and LAST_APPLIED in live.metadata.annotations:
+            # kubectl's first server-side apply after client-side ones may take what those applied.
+            allowed = _client_side_applied(shape, live, sub)
+            refused = {m: s.difference(allowed) for m, s in refused.items()}
+            refused = {m: s for m, s in refused.items() if not s.empty()}
+        if refused:
             raise ApplyConflict(
                 sorted(
-                    (
-                        (m.describe(managers[m]), format_path(path))
-                        for m, s in conflicts.items()
-                        for path in s.leaves()
-                    ),
+                    (m.describe(managers[m]), format_path(p)) for m, s in refused.items() for p in s.leaves()
                 )
             )
         after: Managers = {}
         for m, owned in managers.items():
             if m != identity:
-                rest = owned.fields.difference(conflicts.get(m) or FieldSet()).difference(removed)
+                rest = owned.fields.difference(taken.get(m) or FieldSet()).difference(removed)
                 if not rest.empty():
                     after[m] = Owned(rest, owned.api_version, owned.time)
         mine = _scoped(applied_set, sub)
@@ -421,6 +423,19 @@ class FieldManager:
 
 def _model_shape(schema: dict[str, Any]) -> Shape:
     return Shape(schema, schema.get("$defs") or {})
+
+
+def _client_side_applied(shape: Shape, live: Resource, subresource: str) -> FieldSet:
+    """The fields kubectl's client-side apply last set (its annotation says) and nobody changed since."""
+    try:
+        last = json.loads(live.metadata.annotations[LAST_APPLIED])
+    except ValueError:
+        return FieldSet()
+    if not isinstance(last, dict):
+        return FieldSet()
+    before, now_ = _view(last, subresource), _view(live.to_dict(), subresource)
+    since = structured.compare(before, now_, shape).modified
+    return _scoped(structured.field_set(before, shape), subresource).difference(since)
 
 
 def _keep_last_applied(obj: dict[str, Any], config: dict[str, Any]) -> None:
