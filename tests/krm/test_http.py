@@ -204,11 +204,11 @@ def test_generate_name_and_status_subresource(http: httpx.Client) -> None:
 
 
 def test_server_side_apply_of_the_status_subresource(http: httpx.Client) -> None:
-    ns = "/api/v1/namespaces/applied-status"
-    config = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "applied-status"}}
+    ns = "/api/v1/namespaces/status-applied"
+    config = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "status-applied"}}
     main = {
         **config,
-        "metadata": {"name": "applied-status", "labels": {"a": "1"}},
+        "metadata": {"name": "status-applied", "labels": {"a": "1"}},
         "status": {"phase": "Gone"},
     }
     created = http.patch(f"{ns}?fieldManager=owner", content=json.dumps(main), headers=APPLY)
@@ -216,7 +216,7 @@ def test_server_side_apply_of_the_status_subresource(http: httpx.Client) -> None
     assert created.json()["status"] == {"phase": "Active"}  # the main resource does not write status
     status = {
         **config,
-        "metadata": {"name": "applied-status", "labels": {"b": "2"}},
+        "metadata": {"name": "status-applied", "labels": {"b": "2"}},
         "status": {"phase": "Terminating"},
     }
     reported = http.patch(f"{ns}/status?fieldManager=reporter", content=json.dumps(status), headers=APPLY)
@@ -241,6 +241,7 @@ def test_server_side_apply_of_the_status_subresource(http: httpx.Client) -> None
         ),
         404,
     )
+    assert http.delete(ns).status_code == 200  # the session's server is shared: leave its namespaces be
 
 
 def test_list_pages_with_continue(http: httpx.Client) -> None:

@@ -173,3 +173,4 @@ def test_delete_by_label_selector_and_all_deletes_just_those(server: Server) -> 
     server.kubectl("delete", "cp", "-n", "deleting", "--all")
     assert names("-n", "deleting") == []
     assert "configpatch.herder.dev/del-elsewhere" in names()
+    server.kubectl("delete", "namespace", "deleting")

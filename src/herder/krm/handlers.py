@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -159,6 +159,12 @@ def _selectors(query: QueryParams, info: KindInfo) -> tuple[LabelSelector, Field
     return LabelSelector.parse(query.get("labelSelector")), fields
 
 
+def _list_body(info: KindInfo, metadata: dict[str, str], items: Iterable[bytes]) -> bytes:
+    """A ``KindList`` of objects already encoded."""
+    head = media.dumps({"apiVersion": info.api_version, "kind": f"{info.kind}List", "metadata": metadata})
+    return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
+
+
 def _drop(data: dict[str, Any], path: str) -> bool:
     """Remove the field at a dotted path (list indices as numbers); whether there was one."""
     *parents, last = path.split(".")
@@ -283,11 +289,7 @@ class ResourceAPI:
         metadata: dict[str, str] = {"resourceVersion": rv}
         if result.continue_token:
             metadata["continue"] = result.continue_token
-        head = media.dumps(
-            {"apiVersion": call.info.api_version, "kind": f"{call.info.kind}List", "metadata": metadata}
-        )
-        body = head[:-1] + b',"items":[' + b",".join(self._encode(o) for o in items) + b"]}"
-        return Response(body, media_type=media.JSON)
+        return Response(_list_body(call.info, metadata, map(self._encode, items)), media_type=media.JSON)
 
     async def watch(self, call: Call) -> Response:
         representation = media.negotiate(call.request.headers.get("accept"))
@@ -493,14 +495,29 @@ class ResourceAPI:
         return await self.store.update(obj, actor=actor, dry_run=call.dry_run)
 
     async def _write(
-        self, call: Call, change: Callable[[Resource], tuple[Resource, list[str]]], *, tracked: bool = False
+        self,
+        call: Call,
+        change: Callable[[Resource], tuple[Resource, list[str]]],
+        *,
+        tracked: bool = False,
+        create: Callable[[], Awaitable[Response]] | None = None,
     ) -> Response:
         """Write ``change(current)`` over the current object. It applies to exactly the object it was
         made from: when another writer got in between, it is made again from the new one, unless the
         request named the resourceVersion it expects. ``tracked``: ``change`` records managed fields
-        itself (an apply)."""
+        itself (an apply); ``create``: what to do instead when there is no object."""
         for attempt in range(WRITE_ATTEMPTS):
-            current = await self._fetch(call)
+            try:
+                current = await self._fetch(call)
+            except NotFound:
+                if create is None:
+                    raise
+                try:
+                    return await create()
+                except AlreadyExists:
+                    if attempt == WRITE_ATTEMPTS - 1:
+                        raise
+                    continue  # created by someone else meanwhile: apply to theirs
             obj, warnings = change(current)
             obj.metadata.resource_version = obj.metadata.resource_version or current.metadata.resource_version
             self._authorize_write(call, current, obj)
@@ -561,18 +578,13 @@ class ResourceAPI:
             data = self.fields.applied(call.info, current, config, manager, sub, force=force)
             return self._decode(call, data)
 
-        if sub is None:
-            try:
-                await self._fetch(call)
-            except NotFound:
-                obj, warnings = applied(None)
-                self._authorize_write(call, None, obj)
-                self.policy.authorize(call.who, replace(call.access, verb="create"), obj)
-                try:
-                    return await self._create(call, obj, warnings)
-                except AlreadyExists:
-                    pass  # created by someone else meanwhile: apply to theirs
-        return await self._write(call, applied, tracked=True)
+        async def create() -> Response:
+            obj, warnings = applied(None)
+            self._authorize_write(call, None, obj)
+            self.policy.authorize(call.who, replace(call.access, verb="create"), obj)
+            return await self._create(call, obj, warnings)
+
+        return await self._write(call, applied, tracked=True, create=None if sub else create)
 
     @staticmethod
     def _check_apply_config(call: Call, config: dict[str, Any]) -> None:
@@ -653,14 +665,8 @@ class ResourceAPI:
                 warnings.append(f'{call.info.plural} "{obj.name}" was not deleted: {err}')
             except (NotFound, Conflict):
                 continue  # deleted, or replaced by another object of its name, since the list
-        head = media.dumps(
-            {
-                "apiVersion": call.info.api_version,
-                "kind": f"{call.info.kind}List",
-                "metadata": {"resourceVersion": str(listed.resource_version)},
-            }
-        )
-        body = head[:-1] + b',"items":[' + b",".join(media.dump_resource(o) for o in deleted) + b"]}"
+        metadata = {"resourceVersion": str(listed.resource_version)}
+        body = _list_body(call.info, metadata, map(media.dump_resource, deleted))
         return self._with_warnings(Response(body, media_type=media.JSON), warnings)
 
     # rendering
