@@ -642,13 +642,15 @@ class ResourceAPI:
         self.policy.authorize(call.who, call.access)
         labels, fields = _selectors(call.query, call.info)
         listed = await self.store.list(
-            call.info, call.target.namespace, label_selector=labels, field_selector=fields
+            call.info,
+            call.target.namespace,
+            label_selector=labels,
+            field_selector=fields,
+            where=lambda obj: self.policy.visible(call.who, obj),
         )
         deleted: list[Resource] = []
         warnings: list[str] = []
         for obj in listed.items:
-            if not self.policy.visible(call.who, obj):
-                continue
             try:
                 self.policy.authorize(call.who, replace(call.access, name=obj.name), obj)
                 deleted.append(
