@@ -54,6 +54,31 @@ async def test_mutations_are_recorded_with_who_what_and_outcome(
     )
 
 
+async def test_server_side_apply_and_deletecollection_are_recorded(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    applied = {**_body("audited-apply"), "metadata": {"name": "audited-apply", "labels": {"audit": "bulk"}}}
+    async with server.http(tokens["Operator"]) as operator:
+        answer = await operator.patch(
+            f"{CP}/audited-apply",
+            params={"fieldManager": "audit-test"},
+            content=json.dumps(applied),
+            headers={"content-type": "application/apply-patch+yaml"},
+        )
+        assert answer.status_code == 201, answer.text
+        gone = await operator.delete(CP, params={"labelSelector": "audit=bulk"})
+        assert gone.status_code == 200, gone.text
+        assert [i["metadata"]["name"] for i in gone.json()["items"]] == ["audited-apply"]
+    events = await _events(server, tokens, kind="ConfigPatch")
+    assert any(e["verb"] == "patch" and e["name"] == "audited-apply" and e["code"] == 201 for e in events)
+    bulk = next(e for e in events if e["verb"] == "deletecollection")
+    assert (
+        bulk["code"] == 200
+        and bulk["namespace"] == "default"
+        and bulk["user"] == "serviceaccount:as-operator"
+    )
+
+
 async def test_reads_are_not_recorded_but_every_support_request_is(
     server: Server, tokens: dict[str, str]
 ) -> None:

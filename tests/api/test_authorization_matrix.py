@@ -171,13 +171,17 @@ async def _try(
         patch = {"metadata": {"labels": {"touched": "yes"}}} if sub is None else {"status": {}}
         headers = {"Content-Type": "application/merge-patch+json"}
         return (await http.patch(path(info, name, sub), params=dry, json=patch, headers=headers)).status_code
+    if verb == "deletecollection":
+        only = {**dry, "fieldSelector": f"metadata.name={name}"}
+        return (await http.delete(path(info), params=only)).status_code
     assert verb == "delete"
     return (await http.delete(path(info, name), params=dry)).status_code
 
 
 def _accesses(info: KindInfo) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = [
-        (verb, None) for verb in ("get", "list", "watch", "create", "update", "patch", "delete")
+        (verb, None)
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
     ]
     if info.has_status:
         out += [("update", "status"), ("patch", "status")]
@@ -218,6 +222,10 @@ PINNED = [
     ("Operator", "ClusterSecrets", "list", False),
     ("Admin", "AuditEvent", "list", True),
     ("Admin", "AuditEvent", "delete", False),
+    ("Admin", "AuditEvent", "deletecollection", False),
+    ("Operator", "ConfigPatch", "deletecollection", True),
+    ("Reader", "ConfigPatch", "deletecollection", False),
+    ("Operator", "Namespace", "deletecollection", False),
     ("Admin", "Token", "delete", True),
     ("Admin", "Token", "create", False),
     ("Admin", "TokenDigest", "get", False),
@@ -233,6 +241,7 @@ PINNED = [
     ("Operator", "MachineSet", "create", True),
     ("Reader", "Cluster", "delete", False),
     ("InfraProvider", "ConfigPatch", "create", True),
+    ("InfraProvider", "ConfigPatch", "deletecollection", True),
     ("InfraProvider", "Namespace", "list", False),
     ("InfraProvider", "ServiceAccount", "get", False),
 ]

@@ -46,6 +46,7 @@ def assert_status(response: httpx.Response, code: int, reason: str | None = None
 
 
 JSON = {"content-type": "application/json"}
+APPLY = {"content-type": "application/apply-patch+yaml"}
 BAD_REQUESTS: list[tuple[str, str, str, dict[str, str], bytes, int]] = [
     # (id, method, path, headers, body, code)
     ("truncated json", "POST", PATCHES, JSON, b'{"apiVersion":', 400),
@@ -68,7 +69,22 @@ BAD_REQUESTS: list[tuple[str, str, str, dict[str, str], bytes, int]] = [
     ("text/plain body", "POST", PATCHES, {"content-type": "text/plain"}, b"hello", 415),
     ("patch as application/json", "PATCH", f"{PATCHES}/target", JSON, b"{}", 415),
     ("strategic merge on a custom kind", "PATCH", f"{PATCHES}/target", {"content-type": "application/strategic-merge-patch+json"}, b"{}", 415),
-    ("server-side apply", "PATCH", f"{PATCHES}/target", {"content-type": "application/apply-patch+yaml"}, b"{}", 415),
+    ("apply without a field manager", "PATCH", f"{PATCHES}/target", APPLY, b"{}", 422),
+    ("apply without apiVersion and kind", "PATCH", f"{PATCHES}/target?fieldManager=t", APPLY, b"metadata: {name: target}", 400),
+    ("apply of malformed yaml", "PATCH", f"{PATCHES}/target?fieldManager=t", APPLY, b"a: [b\n c: }", 400),
+    ("apply of a list", "PATCH", f"{PATCHES}/target?fieldManager=t", APPLY, b"[1]", 400),
+    ("apply setting managedFields", "PATCH", f"{PATCHES}/target?fieldManager=t", APPLY, json.dumps({**patch_object("target"), "metadata": {"name": "target", "managedFields": [{}]}}).encode(), 400),
+    ("apply of a keyed item without its key", "PATCH", f"{PATCHES}/target?fieldManager=t", APPLY, json.dumps({**patch_object("target"), "metadata": {"name": "target", "ownerReferences": [{"name": "x"}]}}).encode(), 422),
+    ("apply renames", "PATCH", f"{PATCHES}/target?fieldManager=t", APPLY, json.dumps(patch_object("other")).encode(), 400),
+    ("apply with a bad force", "PATCH", f"{PATCHES}/target?fieldManager=t&force=maybe", APPLY, json.dumps(patch_object("target")).encode(), 400),
+    ("force on a merge patch", "PATCH", f"{PATCHES}/target?force=true", MERGE, b"{}", 422),
+    ("field manager too long", "POST", f"{PATCHES}?fieldManager={'m' * 129}", JSON, json.dumps(patch_object("x")).encode(), 422),
+    ("field manager unprintable", "POST", f"{PATCHES}?fieldManager=a%07b", JSON, json.dumps(patch_object("x")).encode(), 422),
+    ("managedFields of an unknown operation", "POST", PATCHES, JSON, json.dumps({**patch_object("x"), "metadata": {"name": "x", "managedFields": [{"manager": "m", "operation": "Take"}]}}).encode(), 422),
+    ("managedFields in another notation", "POST", PATCHES, JSON, json.dumps({**patch_object("x"), "metadata": {"name": "x", "managedFields": [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"spec": {}}}]}}).encode(), 422),
+    ("deletecollection across namespaces", "DELETE", "/apis/herder.dev/v1alpha1/configpatches", {}, b"", 405),
+    ("deletecollection bad selector", "DELETE", f"{PATCHES}?labelSelector=a%20in%20(", {}, b"", 400),
+    ("deletecollection odd dryRun", "DELETE", PATCHES, JSON, b'{"dryRun": ["Some"]}', 400),
     ("merge patch not an object", "PATCH", f"{PATCHES}/target", MERGE, b"[1]", 400),
     ("merge patch malformed", "PATCH", f"{PATCHES}/target", MERGE, b"{", 400),
     ("json patch not a list", "PATCH", f"{PATCHES}/target", {"content-type": "application/json-patch+json"}, b"{}", 400),
@@ -185,6 +201,47 @@ def test_generate_name_and_status_subresource(http: httpx.Client) -> None:
     )
     assert back.json()["status"]["phase"] == "Active"
     assert_status(http.get(f"{PATCHES}/{created['metadata']['name']}/status"), 404)
+
+
+def test_server_side_apply_of_the_status_subresource(http: httpx.Client) -> None:
+    ns = "/api/v1/namespaces/status-applied"
+    config = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "status-applied"}}
+    main = {
+        **config,
+        "metadata": {"name": "status-applied", "labels": {"a": "1"}},
+        "status": {"phase": "Gone"},
+    }
+    created = http.patch(f"{ns}?fieldManager=owner", content=json.dumps(main), headers=APPLY)
+    assert created.status_code == 201, created.text
+    assert created.json()["status"] == {"phase": "Active"}  # the main resource does not write status
+    status = {
+        **config,
+        "metadata": {"name": "status-applied", "labels": {"b": "2"}},
+        "status": {"phase": "Terminating"},
+    }
+    reported = http.patch(f"{ns}/status?fieldManager=reporter", content=json.dumps(status), headers=APPLY)
+    assert reported.status_code == 200, reported.text
+    body = reported.json()
+    assert body["status"] == {"phase": "Terminating"} and body["metadata"]["labels"] == {"a": "1"}
+    entries = {e["manager"]: e for e in body["metadata"]["managedFields"]}
+    assert entries["reporter"]["subresource"] == "status"
+    assert entries["reporter"]["fieldsV1"] == {"f:status": {"f:phase": {}}}
+    assert entries["owner"]["fieldsV1"] == {"f:metadata": {"f:labels": {"f:a": {}}}}
+    assert "subresource" not in entries["owner"]
+    other = {**status, "status": {"phase": "Active"}}
+    refused = assert_status(
+        http.patch(f"{ns}/status?fieldManager=other", content=json.dumps(other), headers=APPLY), 409
+    )
+    assert refused["message"] == (
+        'Apply failed with 1 conflict: conflict with "reporter" with subresource "status": .status.phase'
+    )
+    assert_status(
+        http.patch(
+            "/api/v1/namespaces/missing-ns/status?fieldManager=m", content=json.dumps(config), headers=APPLY
+        ),
+        404,
+    )
+    assert http.delete(ns).status_code == 200  # the session's server is shared: leave its namespaces be
 
 
 def test_list_pages_with_continue(http: httpx.Client) -> None:

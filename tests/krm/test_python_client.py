@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, dynamic
-from kubernetes.dynamic.exceptions import NotFoundError, UnprocessibleEntityError
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, UnprocessibleEntityError
 
 from tests.krm.conftest import Server
 
@@ -71,3 +71,32 @@ def test_discovers_lists_and_watches(dyn: dynamic.DynamicClient) -> None:
     with pytest.raises(UnprocessibleEntityError) as err:
         patches.create(body={**body("py-bad"), "spec": {"data": "x", "nope": 1}}, namespace="default")
     assert "spec.nope" in str(err.value.body)
+
+
+def test_server_side_apply_and_delete_collection(dyn: dynamic.DynamicClient) -> None:
+    patches = dyn.resources.get(api_version="herder.dev/v1alpha1", kind="ConfigPatch")
+    for name in ("py-applied", "py-applied-too"):
+        applied = patches.server_side_apply(
+            body=body(name, source="python-ssa"), namespace="default", field_manager="py-tool"
+        )
+        assert [(e.manager, e.operation) for e in applied.metadata.managedFields] == [("py-tool", "Apply")]
+    with pytest.raises(ConflictError) as conflict:
+        patches.server_side_apply(
+            body={**body("py-applied"), "spec": {"data": "other: {}"}},
+            namespace="default",
+            field_manager="rival",
+        )
+    assert conflict.value.body and '"field":".spec.data"' in conflict.value.body
+    # The client's own user agent names the manager of its other writes.
+    patched = patches.patch(
+        name="py-applied",
+        namespace="default",
+        body={"metadata": {"labels": {"extra": "1"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert ("OpenAPI-Generator", "Update") in [
+        (e.manager, e.operation) for e in patched.metadata.managedFields
+    ]
+    deleted = patches.delete(namespace="default", label_selector="source=python-ssa")
+    assert sorted(i.metadata.name for i in deleted.items) == ["py-applied", "py-applied-too"]
+    assert patches.get(namespace="default", label_selector="source=python-ssa").items == []

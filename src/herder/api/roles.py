@@ -22,7 +22,8 @@ from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 RANK: dict[str, int] = {"Reader": 1, "Operator": 2, "Admin": 3, "Support": 4}
 READ_VERBS = frozenset({"get", "list", "watch"})
 UPDATE_VERBS = frozenset({"update", "patch"})
-WRITE_VERBS = frozenset({"create", "update", "patch", "delete"})
+DELETE_VERBS = frozenset({"delete", "deletecollection"})
+WRITE_VERBS = frozenset({"create", "update", "patch"}) | DELETE_VERBS
 ALL_VERBS = READ_VERBS | WRITE_VERBS
 # The subresource through which a bearer token is issued for a ServiceAccount or a User.
 TOKEN_SUBRESOURCE = "token"
@@ -85,7 +86,7 @@ class Rule:
             return None
         if verb in UPDATE_VERBS:
             return self.update
-        return self.create if verb == "create" else self.delete if verb == "delete" else None
+        return self.create if verb == "create" else self.delete if verb in DELETE_VERBS else None
 
 
 def _uniform(

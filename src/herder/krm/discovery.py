@@ -13,7 +13,7 @@ from typing import Any
 from herder.resources import KindInfo, KindRegistry
 
 # What every kind supports; Kubernetes clients read this list to know which commands may be used.
-VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 STATUS_VERBS = ["get", "patch", "update"]
 
 

@@ -1,16 +1,18 @@
-"""The resource endpoints: GET, LIST, WATCH, POST, PUT, PATCH and DELETE of every registered kind.
+"""The resource endpoints: GET, LIST, WATCH, POST, PUT, PATCH (server-side apply too), DELETE and
+DELETE of a collection, for every registered kind.
 
 A request path (``/api/v1/...`` or ``/apis/{group}/{version}/...``) is resolved to a ``Target``
 against the kind registry, the caller is authenticated and authorized through the ``AccessPolicy``,
 and the verb is carried out on the ``Store``. Objects the policy hides are answered exactly as
-objects that do not exist. Every outcome, success or ``Status`` error, is recorded with the policy.
+objects that do not exist. Every write records its field manager in ``metadata.managedFields``
+(``fieldmanager``). Every outcome, success or ``Status`` error, is recorded with the policy.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,13 +21,14 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from herder.krm import media, patch, protobuf
-from herder.krm.policy import Access, AccessPolicy, Identity
+from herder.krm import fieldmanager, media, patch, protobuf
+from herder.krm.fieldmanager import FieldManager
+from herder.krm.policy import Access, AccessPolicy, Denied, Identity
 from herder.krm.status import ApiError, api_error, causes_of
 from herder.krm.table import INCLUDE_OBJECT, table
 from herder.krm.watch import WatchStream, event_line
 from herder.resources import InvalidObject, KindInfo, KindRegistry, Resource, UnknownKind
-from herder.state.errors import Conflict, NotFound
+from herder.state.errors import AlreadyExists, Conflict, Forbidden, NotFound
 from herder.state.selectors import FieldSelector, LabelSelector
 from herder.state.store import Store, WatchEvent
 
@@ -37,8 +40,10 @@ BOOKMARK_INTERVAL = 30.0
 WATCH_TIMEOUT = 1800.0
 # How many encoded objects are kept (a few MB at most).
 ENCODED_CACHE = 10_000
-# Patches retried when another writer got in between the read and the write.
-PATCH_ATTEMPTS = 5
+# Writes retried when another writer got in between the read and the write.
+WRITE_ATTEMPTS = 5
+# The options object Kubernetes names in errors about each write method's query parameters.
+_OPTIONS = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions"}
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,15 @@ class Call:
         return bool(values)
 
     @property
+    def field_manager(self) -> str:
+        """The writer's field manager: ``fieldManager``, or its user agent's product name."""
+        return fieldmanager.manager_of(
+            self.query.get("fieldManager"),
+            self.request.headers.get("user-agent", ""),
+            _OPTIONS.get(self.request.method, "PatchOptions"),
+        )
+
+    @property
     def field_validation(self) -> str:
         value = self.query.get("fieldValidation") or "Strict"
         for mode in FIELD_VALIDATION:
@@ -143,6 +157,12 @@ def _integer(query: QueryParams, name: str) -> int | None:
 def _selectors(query: QueryParams, info: KindInfo) -> tuple[LabelSelector, FieldSelector]:
     fields = FieldSelector.parse(query.get("fieldSelector"), info.field_selectors)
     return LabelSelector.parse(query.get("labelSelector")), fields
+
+
+def _list_body(info: KindInfo, metadata: dict[str, str], items: Iterable[bytes]) -> bytes:
+    """A ``KindList`` of objects already encoded."""
+    head = media.dumps({"apiVersion": info.api_version, "kind": f"{info.kind}List", "metadata": metadata})
+    return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
 
 
 def _drop(data: dict[str, Any], path: str) -> bool:
@@ -179,6 +199,7 @@ class ResourceAPI:
         self.policy = policy
         self.max_body_bytes = max_body_bytes
         self.bookmark_interval = bookmark_interval
+        self.fields = FieldManager()
         # Lists and watches send the same stored objects again and again: each is encoded once.
         self._encoded: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 
@@ -209,8 +230,11 @@ class ResourceAPI:
             if method == "GET":
                 watch = _flag(request.query_params, "watch")
                 return ("watch", self.watch) if watch else ("list", self.list_objects)
-            if method == "POST" and (target.namespace or not target.info.namespaced):
-                return "create", self.create
+            if target.namespace or not target.info.namespaced:
+                if method == "POST":
+                    return "create", self.create
+                if method == "DELETE":
+                    return "deletecollection", self.delete_collection
         else:
             routes = {
                 "GET": ("get", self.get),
@@ -265,11 +289,7 @@ class ResourceAPI:
         metadata: dict[str, str] = {"resourceVersion": rv}
         if result.continue_token:
             metadata["continue"] = result.continue_token
-        head = media.dumps(
-            {"apiVersion": call.info.api_version, "kind": f"{call.info.kind}List", "metadata": metadata}
-        )
-        body = head[:-1] + b',"items":[' + b",".join(self._encode(o) for o in items) + b"]}"
-        return Response(body, media_type=media.JSON)
+        return Response(_list_body(call.info, metadata, map(self._encode, items)), media_type=media.JSON)
 
     async def watch(self, call: Call) -> Response:
         representation = media.negotiate(call.request.headers.get("accept"))
@@ -439,50 +459,149 @@ class ResourceAPI:
         self.policy.authorize(call.who, call.access, new)
         self.policy.admit(call.who, call.access, current, new)
 
+    def _tracked(self, call: Call, current: Resource | None, obj: Resource) -> Resource:
+        """``obj`` validated, carrying the managed fields its write records for the caller's manager.
+
+        A status write changes nothing but status (and its managers): the rest is the current object's,
+        with the preconditions ``obj`` named.
+        """
+        info, sub = call.info, call.target.subresource
+        if sub == "status" and current is not None:
+            meta = current.metadata.model_copy(
+                update={"resource_version": obj.metadata.resource_version, "uid": obj.metadata.uid}
+            )
+            obj = current.model_copy(update={"status": obj.status, "metadata": meta})
+        new = info.validate(obj)
+        new.metadata.managed_fields = self.fields.updated(info, current, new, call.field_manager, sub)
+        return new
+
     async def create(self, call: Call) -> Response:
         obj, warnings = self._decode(call, await self._body(call))
         if obj.name:
             call.access = replace(call.access, name=obj.name)
         self._authorize_write(call, None, obj)
+        return await self._create(call, self._tracked(call, None, obj), warnings)
+
+    async def _create(self, call: Call, obj: Resource, warnings: list[str]) -> Response:
         created = await self.store.create(obj, actor=self.policy.actor(call.who), dry_run=call.dry_run)
         return self._json(created, 201, warnings)
 
     async def _save(self, call: Call, obj: Resource) -> Resource:
         actor = self.policy.actor(call.who)
         if call.target.subresource == "status":
-            return await self.store.update_status(obj, actor=actor, dry_run=call.dry_run)
+            return await self.store.update_status(
+                obj, actor=actor, dry_run=call.dry_run, managed_fields=obj.metadata.managed_fields
+            )
         return await self.store.update(obj, actor=actor, dry_run=call.dry_run)
 
-    async def update(self, call: Call) -> Response:
-        obj, warnings = self._decode(call, await self._body(call))
-        current = await self._fetch(call)
-        self._authorize_write(call, current, obj)
-        return self._json(await self._save(call, obj), 200, warnings)
-
-    async def patch(self, call: Call) -> Response:
-        content_type = media.media_type(call.request.headers.get("content-type"))
-        change = patch.Patch(
-            call.info, content_type, await media.read_body(call.request, self.max_body_bytes)
-        )
-        for attempt in range(PATCH_ATTEMPTS):
-            current = await self._fetch(call)
-            patched = change.apply(current.to_dict())
-            if not isinstance(patched, dict):
-                raise ApiError(422, "the patched document is not an object")
-            obj, warnings = self._decode(call, patched)
+    async def _write(
+        self,
+        call: Call,
+        change: Callable[[Resource], tuple[Resource, list[str]]],
+        *,
+        tracked: bool = False,
+        create: Callable[[], Awaitable[Response]] | None = None,
+    ) -> Response:
+        """Write ``change(current)`` over the current object. It applies to exactly the object it was
+        made from: when another writer got in between, it is made again from the new one, unless the
+        request named the resourceVersion it expects. ``tracked``: ``change`` records managed fields
+        itself (an apply); ``create``: what to do instead when there is no object."""
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                current = await self._fetch(call)
+            except NotFound:
+                if create is None:
+                    raise
+                try:
+                    return await create()
+                except AlreadyExists:
+                    if attempt == WRITE_ATTEMPTS - 1:
+                        raise
+                    continue  # created by someone else meanwhile: apply to theirs
+            obj, warnings = change(current)
+            obj.metadata.resource_version = obj.metadata.resource_version or current.metadata.resource_version
             self._authorize_write(call, current, obj)
+            if not tracked:
+                obj = self._tracked(call, current, obj)
             try:
                 return self._json(await self._save(call, obj), 200, warnings)
             except Conflict:
-                # A patch that did not name a resourceVersion applies to whatever is current: try again.
                 if (
                     obj.metadata.resource_version != current.metadata.resource_version
-                    or attempt == PATCH_ATTEMPTS - 1
+                    or attempt == WRITE_ATTEMPTS - 1
                 ):
                     raise
         raise AssertionError("unreachable")
 
-    async def delete(self, call: Call) -> Response:
+    async def update(self, call: Call) -> Response:
+        obj, warnings = self._decode(call, await self._body(call))
+        return await self._write(call, lambda current: (obj.clone(), warnings))
+
+    async def patch(self, call: Call) -> Response:
+        content_type = media.media_type(call.request.headers.get("content-type"))
+        body = await media.read_body(call.request, self.max_body_bytes)
+        if content_type == patch.APPLY:
+            return await self.apply(call, body)
+        if "force" in call.query:
+            raise fieldmanager.invalid_option(
+                "PatchOptions",
+                "force",
+                "Forbidden: may not be specified for non-apply patch",
+                "FieldValueForbidden",
+            )
+        change = patch.Patch(call.info, content_type, body)
+
+        def patched(current: Resource) -> tuple[Resource, list[str]]:
+            data = change.apply(current.to_dict())
+            if not isinstance(data, dict):
+                raise ApiError(422, "the patched document is not an object")
+            return self._decode(call, data)
+
+        return await self._write(call, patched)
+
+    async def apply(self, call: Call, body: bytes) -> Response:
+        """Server-side apply: ``body`` (YAML or JSON) is the caller's configuration of the object, merged
+        into it under the caller's field manager, or created when there is no object (authorized as a
+        create too)."""
+        if not call.query.get("fieldManager"):
+            raise fieldmanager.invalid_option(
+                "PatchOptions",
+                "fieldManager",
+                "Required value: is required for apply patch",
+                "FieldValueRequired",
+            )
+        config = media.parse_object(body, media.YAML)
+        self._check_apply_config(call, config)
+        manager, force, sub = call.field_manager, _flag(call.query, "force"), call.target.subresource
+
+        def applied(current: Resource | None) -> tuple[Resource, list[str]]:
+            data = self.fields.applied(call.info, current, config, manager, sub, force=force)
+            return self._decode(call, data)
+
+        async def create() -> Response:
+            obj, warnings = applied(None)
+            self._authorize_write(call, None, obj)
+            self.policy.authorize(call.who, replace(call.access, verb="create"), obj)
+            return await self._create(call, obj, warnings)
+
+        return await self._write(call, applied, tracked=True, create=None if sub else create)
+
+    @staticmethod
+    def _check_apply_config(call: Call, config: dict[str, Any]) -> None:
+        info = call.info
+        if not config.get("apiVersion") or not config.get("kind"):
+            raise ApiError(
+                400,
+                f"an apply configuration must name its apiVersion ({info.api_version}) and kind ({info.kind})",
+            )
+        metadata = config.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise ApiError(400, "metadata must be an object")
+        if metadata and metadata.get("managedFields") is not None:
+            raise ApiError(400, "metadata.managedFields must be nil: an apply configuration cannot set them")
+
+    async def _delete_options(self, call: Call) -> tuple[dict[str, Any], bool]:
+        """The preconditions of a DELETE's options body, and whether it is a dry run."""
         options: dict[str, Any] = {}
         raw = await media.read_body(call.request, self.max_body_bytes)
         if raw.strip():
@@ -497,6 +616,10 @@ class ResourceAPI:
             raise ApiError(
                 400, "invalid DeleteOptions: preconditions must be an object, dryRun a list of All"
             )
+        return preconditions, call.dry_run or bool(dry_run)
+
+    async def delete(self, call: Call) -> Response:
+        preconditions, dry_run = await self._delete_options(call)
         await self._fetch(call)
         target = call.target
         assert target.name is not None
@@ -507,9 +630,46 @@ class ResourceAPI:
             actor=self.policy.actor(call.who),
             resource_version=preconditions.get("resourceVersion") or None,
             uid=preconditions.get("uid") or None,
-            dry_run=call.dry_run or bool(dry_run),
+            dry_run=dry_run,
         )
         return self._json(deleted)
+
+    async def delete_collection(self, call: Call) -> Response:
+        """Delete every object the selectors match that the caller may see and delete; answer the list
+        of them as they now are (gone, or marked for deletion). Objects the caller sees but may not
+        delete stay, each named in a ``Warning``; hidden ones are neither touched nor counted."""
+        _, dry_run = await self._delete_options(call)
+        self.policy.authorize(call.who, call.access)
+        labels, fields = _selectors(call.query, call.info)
+        listed = await self.store.list(
+            call.info,
+            call.target.namespace,
+            label_selector=labels,
+            field_selector=fields,
+            where=lambda obj: self.policy.visible(call.who, obj),
+        )
+        deleted: list[Resource] = []
+        warnings: list[str] = []
+        for obj in listed.items:
+            try:
+                self.policy.authorize(call.who, replace(call.access, name=obj.name), obj)
+                deleted.append(
+                    await self.store.delete(
+                        call.info,
+                        obj.name,
+                        obj.namespace,
+                        actor=self.policy.actor(call.who),
+                        uid=obj.metadata.uid,
+                        dry_run=dry_run,
+                    )
+                )
+            except (Denied, Forbidden) as err:
+                warnings.append(f'{call.info.plural} "{obj.name}" was not deleted: {err}')
+            except (NotFound, Conflict):
+                continue  # deleted, or replaced by another object of its name, since the list
+        metadata = {"resourceVersion": str(listed.resource_version)}
+        body = _list_body(call.info, metadata, map(media.dump_resource, deleted))
+        return self._with_warnings(Response(body, media_type=media.JSON), warnings)
 
     # rendering
 
@@ -526,7 +686,12 @@ class ResourceAPI:
         return data
 
     def _json(self, obj: Resource, status: int = 200, warnings: list[str] | None = None) -> Response:
-        response = Response(media.dump_resource(obj), status, media_type=media.JSON)
+        return self._with_warnings(
+            Response(media.dump_resource(obj), status, media_type=media.JSON), warnings
+        )
+
+    @staticmethod
+    def _with_warnings(response: Response, warnings: list[str] | None) -> Response:
         for warning in warnings or ():
             quoted = warning.replace("\\", "\\\\").replace('"', '\\"')
             response.headers.append("Warning", f'299 - "{quoted}"')

@@ -156,6 +156,7 @@ _WRITE = [
     _parameter("fieldValidation", "Strict (the default), Warn or Ignore: what to do with unknown fields"),
     _parameter("fieldManager", "the name of the actor making the change"),
 ]
+_FORCE = _parameter("force", "server-side apply: take the fields other managers own (true or false)")
 _READ = [
     _parameter("labelSelector", "a selector on the objects' labels"),
     _parameter("fieldSelector", "a selector on metadata.name and metadata.namespace"),
@@ -207,11 +208,14 @@ def _operations(info: KindInfo, schemas: _Schemas, prefix: str) -> dict[str, Any
         f"{scope}/{info.plural}": {
             "get": op("list", "list", list_ref, [*path_params, *_READ], []),
             "post": op("create", "post", obj_ref, [*path_params, *_WRITE], [media.JSON]),
+            "delete": op(
+                "deletecollection", "deletecollection", list_ref, [*path_params, *_READ[:2], _WRITE[0]], []
+            ),
         },
         f"{scope}/{info.plural}/{{name}}": {
             "get": op("read", "get", obj_ref, named, []),
             "put": op("replace", "put", obj_ref, [*named, *_WRITE], [media.JSON]),
-            "patch": op("patch", "patch", obj_ref, [*named, *_WRITE], patch.accepted(info)),
+            "patch": op("patch", "patch", obj_ref, [*named, *_WRITE, _FORCE], patch.accepted(info)),
             "delete": op("delete", "delete", obj_ref, [*named, _WRITE[0]], []),
         },
     }
@@ -219,7 +223,7 @@ def _operations(info: KindInfo, schemas: _Schemas, prefix: str) -> dict[str, Any
         paths[f"{scope}/{info.plural}/{{name}}/status"] = {
             "get": op("read", "get", obj_ref, named, []),
             "put": op("replace", "put", obj_ref, [*named, *_WRITE], [media.JSON]),
-            "patch": op("patch", "patch", obj_ref, [*named, *_WRITE], patch.accepted(info)),
+            "patch": op("patch", "patch", obj_ref, [*named, *_WRITE, _FORCE], patch.accepted(info)),
         }
     if info.namespaced:
         paths[f"{prefix}/{info.plural}"] = {"get": op("listAllNamespaces", "list", list_ref, _READ, [])}

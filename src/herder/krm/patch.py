@@ -4,7 +4,7 @@ Kubernetes answers strategic merge patches only for its built-in (core group) ki
 for custom resources with 415. herder does the same: for core kinds a strategic merge patch is applied
 as a merge patch that understands the ``$patch`` directive and drops the other ``$`` directives, which
 covers what kubectl sends for labels, annotations and ``apply`` of maps (lists are replaced whole).
-Server-side apply (``application/apply-patch+yaml``) is not served.
+Server-side apply (``application/apply-patch+yaml``) is served for every kind, by ``fieldmanager``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from herder.resources import KindInfo
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
+APPLY = "application/apply-patch+yaml"
 
 
 def accepted(info: KindInfo) -> list[str]:
     """The patch media types served for ``info``."""
-    return [JSON_PATCH, MERGE, STRATEGIC] if not info.group else [JSON_PATCH, MERGE]
+    return [JSON_PATCH, MERGE, APPLY, STRATEGIC] if not info.group else [JSON_PATCH, MERGE, APPLY]
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -58,7 +59,8 @@ def strategic(target: Any, patch: Any) -> Any:
 
 
 class Patch:
-    """A parsed PATCH body of one of the ``accepted`` types, ready to apply to the current object."""
+    """A parsed PATCH body of one of the ``accepted`` types but ``APPLY`` (which ``fieldmanager`` carries
+    out), ready to apply to the current object."""
 
     def __init__(self, info: KindInfo, content_type: str, body: bytes) -> None:
         """Raises 415 for a type not served for ``info`` and 400 for a malformed patch."""

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from herder.resources import KindInfo, Resource
 
 # The verbs of the Kubernetes API, as authorization sees them.
-VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,9 @@ class AccessPolicy(Protocol):
         """Raise ``Denied`` unless ``who`` may do ``access`` (to ``obj`` when it is known).
 
         list and watch pass no object; get and delete the stored one; create the new one; update and
-        patch call it twice, with the stored object and then with the object as it would become.
+        patch call it twice, with the stored object and then with the object as it would become (a
+        server-side apply that creates its object is a patch, and then a create, of the new one);
+        deletecollection is asked once without an object, then for each object it would delete.
         """
 
     def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:

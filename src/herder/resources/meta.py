@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 _CAMEL = ConfigDict(populate_by_name=True, extra="forbid")
+
+
+def list_map(*keys: str) -> dict[str, Any]:
+    """The schema extension declaring a list whose items are merged by ``keys`` (as a map), not replaced
+    whole, when configurations are applied: ``Field(json_schema_extra=list_map("type"))``."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
+# The schema extension declaring a list of unique scalars merged as a set.
+LIST_SET: dict[str, Any] = {"x-kubernetes-list-type": "set"}
 
 
 def now_rfc3339() -> str:
@@ -26,6 +36,23 @@ class OwnerReference(BaseModel):
     block_owner_deletion: bool | None = Field(default=None, alias="blockOwnerDeletion")
 
 
+class ManagedFieldsEntry(BaseModel):
+    """Which fields one field manager owns, as server-side apply records them (``metadata.managedFields``).
+
+    ``fieldsV1`` is the set of owned fields in Kubernetes' notation (``{"f:spec": {"f:replicas": {}}}``).
+    """
+
+    model_config = _CAMEL
+
+    manager: str | None = None
+    operation: Literal["Apply", "Update"] | None = None
+    api_version: str | None = Field(default=None, alias="apiVersion")
+    time: str | None = None
+    fields_type: Literal["FieldsV1"] | None = Field(default=None, alias="fieldsType")
+    fields_v1: dict[str, Any] | None = Field(default=None, alias="fieldsV1")
+    subresource: str | None = None
+
+
 class ObjectMeta(BaseModel):
     model_config = _CAMEL
 
@@ -40,10 +67,11 @@ class ObjectMeta(BaseModel):
     deletion_grace_period_seconds: int | None = Field(default=None, alias="deletionGracePeriodSeconds")
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
-    finalizers: list[str] = Field(default_factory=list)
-    owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
-    # Kubernetes clients send managedFields (server-side apply bookkeeping); herder keeps none.
-    managed_fields: list[dict[str, Any]] | None = Field(default=None, alias="managedFields", exclude=True)
+    finalizers: list[str] = Field(default_factory=list, json_schema_extra=LIST_SET)
+    owner_references: list[OwnerReference] = Field(
+        default_factory=list, alias="ownerReferences", json_schema_extra=list_map("uid")
+    )
+    managed_fields: list[ManagedFieldsEntry] | None = Field(default=None, alias="managedFields")
 
     @model_serializer(mode="wrap")
     def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

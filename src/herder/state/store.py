@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import json
 import secrets
 import uuid
@@ -19,7 +20,14 @@ from typing import Literal
 
 from prometheus_client import Counter
 
-from herder.resources import KindInfo, KindRegistry, Resource, UnknownKind, now_rfc3339
+from herder.resources import (
+    KindInfo,
+    KindRegistry,
+    ManagedFieldsEntry,
+    Resource,
+    UnknownKind,
+    now_rfc3339,
+)
 from herder.state.admission import Admission, Write
 from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
 from herder.state.encryption import Cipher
@@ -392,20 +400,30 @@ class Store:
         return await self._replace(info, key, kv, current, new, "update", dry_run)
 
     async def update_status(
-        self, obj: Resource, *, actor: str | None = None, dry_run: bool = False
+        self,
+        obj: Resource,
+        *,
+        actor: str | None = None,
+        dry_run: bool = False,
+        managed_fields: builtins.list[ManagedFieldsEntry] | None = None,
     ) -> Resource:
-        """Replace an object's status only; metadata, spec and generation are kept."""
+        """Replace an object's status only; metadata, spec and generation are kept, but for the
+        ``managed_fields`` given (the API records there who wrote which part of the status)."""
         return await _retry_unless_conditional(
-            bool(obj.metadata.resource_version), lambda: self._update_status(obj, dry_run)
+            bool(obj.metadata.resource_version), lambda: self._update_status(obj, dry_run, managed_fields)
         )
 
-    async def _update_status(self, obj: Resource, dry_run: bool) -> Resource:
+    async def _update_status(
+        self, obj: Resource, dry_run: bool, managed_fields: builtins.list[ManagedFieldsEntry] | None
+    ) -> Resource:
         info = self.registry.for_object(obj)
 
         async def step(key: str, kv: KV, current: Resource) -> Resource:
             _check_preconditions(info, obj, kv, current)
             new = current.model_copy()
             new.status = obj.status
+            if managed_fields is not None:
+                new.metadata = current.metadata.model_copy(update={"managed_fields": managed_fields})
             new = info.validate(new)
             return await self._replace(info, key, kv, current, new, "update_status", dry_run)
 
@@ -609,14 +627,14 @@ def _check_preconditions(info: KindInfo, obj: Resource, kv: KV, current: Resourc
 def _only_finalizers_differ(current: Resource, new: Resource) -> bool:
     a, b = current.to_dict(), new.to_dict()
     for data in (a, b):
-        for field in ("finalizers", "generation", "resourceVersion"):
+        for field in ("finalizers", "generation", "resourceVersion", "managedFields"):
             data["metadata"].pop(field, None)
     return a == b
 
 
 def _check_owner(info: KindInfo, current: Resource, actor: str | None, new: Resource | None = None) -> None:
     """Refuse a change (to ``new``, or a deletion) of a controller-owned object by anyone but its
-    controller; a change of finalizers alone is anyone's to make."""
+    controller; a change of finalizers alone (with the managed fields recording it) is anyone's to make."""
     owner = current.metadata.annotations.get(CONTROLLER_ANNOTATION)
     if not owner or actor in (owner, SYSTEM):
         return
