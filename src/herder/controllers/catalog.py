@@ -20,6 +20,8 @@ from herder.controllers.clusters.machine_link import MachineLinkController
 from herder.controllers.clusters.machine_registration import MachineRegistrationController
 from herder.controllers.clusters.machine_set_allocation import MachineSetAllocationController
 from herder.controllers.clusters.machine_set_status import MachineSetStatusController
+from herder.controllers.clusters.talos_upgrade import TalosUpgradeController
+from herder.controllers.clusters.version_rollout import VersionRolloutController
 from herder.runtime.controller import Controller
 from herder.runtime.event_collector import EventCollector
 from herder.runtime.garbage_collector import GarbageCollector
@@ -59,4 +61,6 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         BootstrapController(keys),
         ClusterStatusController(keys),
         ClusterMachineTeardownController(keys),
+        VersionRolloutController(),
+        TalosUpgradeController(keys),
     ]

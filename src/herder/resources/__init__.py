@@ -11,6 +11,7 @@ from herder.resources.meta import (
     ObjectMeta,
     OwnerReference,
     list_map,
+    now_micro,
     now_rfc3339,
 )
 from herder.resources.object import Resource
@@ -30,5 +31,6 @@ __all__ = [
     "Resource",
     "UnknownKind",
     "list_map",
+    "now_micro",
     "now_rfc3339",
 ]

@@ -94,6 +94,19 @@ class BootstrapStatus(BaseModel):
 ClusterPhase = Literal["Provisioning", "ScalingUp", "ScalingDown", "Running", "Destroying"]
 
 
+class Rollout(BaseModel):
+    """One change rolling through a cluster's machines: what it is doing, how far it got, why it stopped."""
+
+    model_config = _STRICT
+
+    kind: Literal["Talos", "Kubernetes", "Config"]
+    target: str = Field(default="", description="the version rolled out (empty for a config rollout)")
+    done: int = 0
+    total: int = 0
+    state: Literal["Rolling", "Done", "Stopped"] = "Rolling"
+    message: str = ""
+
+
 class ClusterStatus(BaseModel):
     model_config = _STRICT
 
@@ -103,6 +116,7 @@ class ClusterStatus(BaseModel):
     talos_contract: str = Field(default="", alias="talosContract")
     initial_talos_version: str = Field(default="", alias="initialTalosVersion")
     bootstrap: BootstrapStatus | None = None
+    rollouts: list[Rollout] = []
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []
 
@@ -211,6 +225,18 @@ class ApplyStatus(BaseModel):
     last_error: str = Field(default="", alias="lastError")
     last_error_time: str = Field(default="", alias="lastErrorTime")
     applied_at: str = Field(default="", alias="appliedAt")
+    rebooting: bool = Field(default=False, description="the last apply needed a reboot, not yet done")
+
+
+class UpgradeStatus(BaseModel):
+    """The Talos upgrade of one machine: asked for once; a failure stays until the target changes."""
+
+    model_config = _STRICT
+
+    target: str
+    from_version: str = Field(alias="fromVersion")
+    requested_at: str = Field(alias="requestedAt")
+    error: str = ""
 
 
 class ClusterMachineStatus(BaseModel):
@@ -220,6 +246,7 @@ class ClusterMachineStatus(BaseModel):
     ready: bool = False
     config_hash: str = Field(default="", alias="configHash", description="the config last applied")
     apply: ApplyStatus = ApplyStatus()
+    upgrade: UpgradeStatus | None = None
     etcd_member: bool = Field(default=False, alias="etcdMember")
     talos_version: str = Field(default="", alias="talosVersion")
     teardown: str = Field(default="", description="what tearing the machine down is waiting for")
@@ -232,6 +259,8 @@ class ClusterMachineConfigSpec(BaseModel):
     config: str = Field(min_length=1, description="the whole Talos machine config, YAML")
     hash: str = Field(description="SHA-256 of the config")
     talos_contract: str = Field(alias="talosContract")
+    talos_version: str = Field(default="", alias="talosVersion", description="the installer it names")
+    kubernetes_version: str = Field(default="", alias="kubernetesVersion")
 
 
 _CLUSTER = PrinterColumn("Cluster", label_path(CLUSTER_LABEL))

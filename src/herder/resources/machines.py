@@ -129,7 +129,9 @@ class MachineStatus(BaseModel):
     hardware: Hardware | None = None
     power: PowerStatus | None = None
     last_error: str = Field(default="", alias="lastError")
-    last_seen: str = Field(default="", alias="lastSeen")
+    connected_at: str = Field(
+        default="", alias="connectedAt", description="when the current connection began"
+    )
     conditions: list[dict[str, Any]] = []
 
 

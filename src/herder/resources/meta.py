@@ -25,6 +25,12 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def now_micro() -> str:
+    """The current time as Kubernetes' MicroTime: RFC 3339, UTC, microseconds (for ordering events that
+    follow each other within a second); such stamps compare in time order as strings."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class OwnerReference(BaseModel):
     model_config = _CAMEL
 

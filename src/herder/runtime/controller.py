@@ -181,24 +181,26 @@ class Context:
         except NotFound:
             return None
 
+    def reference_to(self, owner: Resource) -> OwnerReference:
+        """A controller owner reference to ``owner``: what it owns is garbage-collected after it."""
+        info: KindInfo = self.store.registry.for_object(owner)
+        return OwnerReference(
+            apiVersion=info.api_version,
+            kind=owner.kind,
+            name=owner.name,
+            uid=owner.metadata.uid or "",
+            controller=True,
+            blockOwnerDeletion=True,
+        )
+
     async def apply_output(self, owner: Resource, desired: Resource) -> Resource:
         """Create or update an object this controller owns on behalf of ``owner``.
 
         The output gets an ownerReference with ``controller: true`` (so it is garbage-collected after
         its owner) and the controller annotation (so nobody else may change it). Its status is kept.
         """
-        info: KindInfo = self.store.registry.for_object(owner)
         out = desired.clone()
-        out.metadata.owner_references = [
-            OwnerReference(
-                apiVersion=info.api_version,
-                kind=owner.kind,
-                name=owner.name,
-                uid=owner.metadata.uid or "",
-                controller=True,
-                blockOwnerDeletion=True,
-            )
-        ]
+        out.metadata.owner_references = [self.reference_to(owner)]
         out.metadata.annotations[CONTROLLER_ANNOTATION] = self.controller
         current = await self.get(ObjectKey.of(out))
         if current is None:

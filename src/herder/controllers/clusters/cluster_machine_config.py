@@ -122,6 +122,7 @@ class ClusterMachineConfigController(Controller):
             await ctx.event(member, "Warning", "InvalidConfig", str(exc))
             return None
         digest = hashlib.sha256(config.encode()).hexdigest()
+        wanted = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec)
         current = await ctx.get(ObjectKey(CLUSTER_MACHINE_CONFIG.kind, key.namespace, key.name))
         if current is None or (current.spec or {}).get("hash") != digest:
             await ctx.apply_output(
@@ -131,7 +132,13 @@ class ClusterMachineConfigController(Controller):
                         "apiVersion": CLUSTER_MACHINE_CONFIG.api_version,
                         "kind": CLUSTER_MACHINE_CONFIG.kind,
                         "metadata": {"name": member.name, "namespace": member.namespace},
-                        "spec": {"config": config, "hash": digest, "talosContract": secrets.contract},
+                        "spec": {
+                            "config": config,
+                            "hash": digest,
+                            "talosContract": secrets.contract,
+                            "talosVersion": wanted.talos_version,
+                            "kubernetesVersion": wanted.kubernetes_version,
+                        },
                     }
                 ),
             )

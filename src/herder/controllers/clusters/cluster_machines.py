@@ -3,7 +3,8 @@ with its cluster and set while it belongs to them.
 
 The node keeps a finalizer until its ClusterMachine is gone, so the machine's UUID stays taken (no other
 set can bind it) until the machine has been torn down and reset. A ClusterMachine starts with the
-cluster's versions; afterwards only rollouts change them.
+cluster's versions; afterwards only the version rollout changes them, so it is owned (garbage-collected
+with its node) but not locked to this controller: users may change neither, by the policy table.
 """
 
 from __future__ import annotations
@@ -58,38 +59,41 @@ class ClusterMachineController(Controller):
         if member is not None and member.metadata.deletion_timestamp:
             return None  # the machine is still leaving from an earlier membership: wait for it
         role = MACHINE_SET.spec_of(machine_set, MachineSetSpec).role
+        labels = {CLUSTER_LABEL: cluster.name, MACHINE_SET_LABEL: machine_set.name, ROLE_LABEL: role}
         if member is None:
             versions = CLUSTER.spec_of(cluster, ClusterSpec)
-            spec = {
-                "role": role,
-                "talosVersion": versions.talos_version,
-                "kubernetesVersion": versions.kubernetes_version,
-            }
-        else:
-            spec = dict(member.spec or {}, role=role)
-        desired = Resource.model_validate(
-            {
-                "apiVersion": CLUSTER_MACHINE.api_version,
-                "kind": CLUSTER_MACHINE.kind,
-                "metadata": {
-                    "name": node.name,
-                    "namespace": node.namespace,
-                    "labels": {
-                        CLUSTER_LABEL: cluster.name,
-                        MACHINE_SET_LABEL: machine_set.name,
-                        ROLE_LABEL: role,
-                    },
-                    "finalizers": [TEARDOWN_FINALIZER],
-                },
-                "spec": spec,
-            }
-        )
-        created = member is None
-        member = await ctx.apply_output(node, desired)
-        if created:
-            await ctx.event(
-                member, "Normal", "Joined", f"machine {node.name} joins cluster {cluster.name} as {role}"
+            await ctx.create(
+                Resource.model_validate(
+                    {
+                        "apiVersion": CLUSTER_MACHINE.api_version,
+                        "kind": CLUSTER_MACHINE.kind,
+                        "metadata": {
+                            "name": node.name,
+                            "namespace": node.namespace,
+                            "labels": labels,
+                            "finalizers": [TEARDOWN_FINALIZER],
+                            "ownerReferences": [
+                                ctx.reference_to(node).model_dump(by_alias=True, exclude_none=True)
+                            ],
+                        },
+                        "spec": {
+                            "role": role,
+                            "talosVersion": versions.talos_version,
+                            "kubernetesVersion": versions.kubernetes_version,
+                        },
+                    }
+                )
             )
+            await ctx.event(
+                node, "Normal", "Joined", f"machine {node.name} joins cluster {cluster.name} as {role}"
+            )
+        else:
+
+            def belong(m: Resource) -> None:
+                m.metadata.labels.update(labels)
+                m.spec = {**(m.spec or {}), "role": role}
+
+            await ctx.mutate(member_key, belong)
         await self._label(ctx, node, cluster.name, machine_set.name)
         return None
 

@@ -5,20 +5,32 @@ A machine in maintenance mode gets its config without a client certificate (it t
 into the cluster); a configured one with herder's certificate from the cluster's Talos CA, in AUTO mode
 (no reboot when none is needed). The applied config's hash is kept on ``status.configHash``. A failed
 apply keeps its error and attempt count on ``status.apply`` (and in a Warning event) and is retried with
-backoff until an attempt succeeds; nothing wipes the error before that. A locked machine gets no updates.
+backoff until an attempt succeeds; nothing wipes the error before that.
+
+A changed config rolls out: a locked machine gets no updates; a machine waiting for its Talos upgrade
+gets its new config after it; control planes take theirs one at a time while etcd is healthy, and
+workers as many at once as their set's ``updateStrategy`` allows, counting the machines that are not
+ready or still rebooting for a config they were given.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.members import cluster_of, machine_of
-from herder.resources import Resource, now_rfc3339
-from herder.resources.clusters import CLUSTER_MACHINE, CLUSTER_MACHINE_CONFIG, MACHINE_SET_NODE
-from herder.resources.machines import MACHINE, MachineSpec
-from herder.resources.status import find_condition, set_condition
+from herder.controllers.clusters.members import cluster_of, labelled, machine_of
+from herder.resources import Resource, now_micro, now_rfc3339
+from herder.resources.clusters import (
+    CLUSTER_MACHINE,
+    CLUSTER_MACHINE_CONFIG,
+    MACHINE_SET,
+    MACHINE_SET_NODE,
+    MachineSetSpec,
+)
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, MachineSpec
+from herder.resources.status import condition_true, find_condition, set_condition
 from herder.runtime.controller import (
     Context,
     Controller,
@@ -33,6 +45,8 @@ from herder.talos.machine import ApplyMode, MachineAPIError, MachineClient
 
 # Retries of a failed apply: doubling from a second, at most every five minutes.
 _RETRY_FIRST, _RETRY_MAX = 1.0, 300.0
+# How soon an update held back by its rollout looks for room again.
+_ROLLOUT_WAIT = 2.0
 
 
 def _machine_state(event: WatchEvent) -> Iterable[ObjectKey]:
@@ -49,6 +63,7 @@ class ConfigApplyController(Controller):
 
     def __init__(self, keys: ClusterKeys) -> None:
         self._keys = keys
+        self._locks: dict[str, asyncio.Lock] = {}
         self.watches = (
             Watch(CLUSTER_MACHINE.kind),
             Watch(CLUSTER_MACHINE_CONFIG.kind, controller_owner(CLUSTER_MACHINE.kind)),
@@ -68,14 +83,77 @@ class ConfigApplyController(Controller):
         applied = status.get("configHash", "")
         retry: float | None = None
         if wanted and wanted != applied and machine is not None and mstatus.get("connected"):
-            node = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, key.namespace, key.name))
-            locked = bool(node is not None and (node.spec or {}).get("locked"))
-            if not (locked and applied):
-                assert config is not None
+            assert config is not None
+            if not applied:
                 retry = await self._apply(ctx, member, machine, config)
+            else:
+                retry = await self._update(ctx, member, machine, config)
         role = str((member.spec or {}).get("role"))
         await ctx.mutate_status(key, lambda _, s: _observe(s, machine, wanted, role))
         return Result(requeue_after=retry) if retry is not None else None
+
+    async def _update(
+        self, ctx: Context, member: Resource, machine: Resource, config: Resource
+    ) -> float | None:
+        """Apply a changed config to a configured machine when its rollout lets it: not locked, not in the
+        middle of a Talos upgrade, and (control planes one at a time behind a healthy etcd, workers by
+        their set's ``updateStrategy``) without taking more machines down at once than allowed."""
+        key = ObjectKey.of(member)
+        node = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, key.namespace, key.name))
+        if node is not None and (node.spec or {}).get("locked"):
+            return None  # a locked machine gets no updates until it is unlocked (its node's event)
+        upgrade = (member.status or {}).get("upgrade") or {}
+        running = (machine.status or {}).get("talosVersion")
+        if (member.spec or {}).get("talosVersion") != running or (upgrade and not upgrade.get("error")):
+            return None  # upgraded first, updated after (the upgrade's events bring us back)
+        scope = member.metadata.labels.get(MACHINE_SET_LABEL, "")
+        async with self._rollout_lock(member):
+            if not await self._room(ctx, member, scope):
+                return _ROLLOUT_WAIT
+            return await self._apply(ctx, member, machine, config)
+
+    def _rollout_lock(self, member: Resource) -> asyncio.Lock:
+        # Decisions of one set (or one cluster's control planes) are taken one at a time, so that two
+        # members cannot both find room for the last place.
+        role = (member.spec or {}).get("role")
+        scope = (
+            f"{member.namespace}/{member.metadata.labels.get(CLUSTER_LABEL)}/control-planes"
+            if role == "controlplane"
+            else f"{member.namespace}/{member.metadata.labels.get(MACHINE_SET_LABEL)}"
+        )
+        return self._locks.setdefault(scope, asyncio.Lock())
+
+    async def _room(self, ctx: Context, member: Resource, set_name: str) -> bool:
+        cluster = await cluster_of(ctx, member)
+        if cluster is None:
+            return False
+        role = (member.spec or {}).get("role")
+        if role == "controlplane":
+            peers = [
+                m
+                for m in await labelled(
+                    ctx, CLUSTER_MACHINE.kind, member.namespace, CLUSTER_LABEL, cluster.name
+                )
+                if (m.spec or {}).get("role") == "controlplane" and m.name != member.name
+            ]
+            allowed = 1
+            if not condition_true(cluster.status, "EtcdHealthy"):
+                return False
+        else:
+            peers = [
+                m
+                for m in await labelled(
+                    ctx, CLUSTER_MACHINE.kind, member.namespace, MACHINE_SET_LABEL, set_name
+                )
+                if m.name != member.name
+            ]
+            machine_set = await ctx.get(ObjectKey(MACHINE_SET.kind, member.namespace, set_name))
+            strategy = (
+                MACHINE_SET.spec_of(machine_set, MachineSetSpec).update_strategy if machine_set else None
+            )
+            allowed = strategy.parallelism(len(peers) + 1) if strategy is not None else 1
+        down = sum(1 for m in peers if _down(m))
+        return down < allowed
 
     async def _apply(
         self, ctx: Context, member: Resource, machine: Resource, config: Resource
@@ -110,10 +188,11 @@ class ConfigApplyController(Controller):
             await ctx.event(member, "Warning", "ApplyFailed", f"attempt {attempts}: {error}")
             return float(min(_RETRY_FIRST * 2 ** (attempts - 1), _RETRY_MAX))
         digest = spec["hash"]
+        rebooting = not maintenance and result.mode == ApplyMode.REBOOT
 
         def succeeded(_: Resource, status: dict[str, Any]) -> None:
             status["configHash"] = digest
-            status["apply"] = {"attempts": 0, "appliedAt": now_rfc3339()}
+            status["apply"] = {"attempts": 0, "appliedAt": now_micro(), "rebooting": rebooting}
 
         await ctx.mutate_status(ObjectKey.of(member), succeeded)
         how = "in maintenance mode" if maintenance else f"({result.mode.name.lower().replace('_', ' ')})"
@@ -121,9 +200,18 @@ class ConfigApplyController(Controller):
         return None
 
 
+def _down(member: Resource) -> bool:
+    """Whether a member is out of service for a rollout: not ready, or rebooting for its new config."""
+    status = member.status or {}
+    return not status.get("ready") or bool((status.get("apply") or {}).get("rebooting"))
+
+
 def _observe(status: dict[str, Any], machine: Resource | None, wanted: str, role: str) -> None:
     """The member's view of its machine: stage, version, readiness and why it is not ready."""
     mstatus = (machine.status or {}) if machine is not None else {}
+    apply = status.get("apply") or {}
+    if apply.get("rebooting") and str(mstatus.get("connectedAt") or "") > str(apply.get("appliedAt") or ""):
+        status["apply"] = {**apply, "rebooting": False}  # it came back from the reboot its config asked
     stage = mstatus.get("stage", "Unknown") if machine is not None else "Unknown"
     status["stage"] = stage
     status["talosVersion"] = mstatus.get("talosVersion", "")

@@ -23,7 +23,7 @@ from typing import Any
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.machine_facts import read_facts
 from herder.controllers.clusters.members import cluster_of
-from herder.resources import Resource
+from herder.resources import Resource, now_micro
 from herder.resources.clusters import CLUSTER_MACHINE
 from herder.resources.machines import MACHINE, MachineSpec
 from herder.resources.status import set_condition
@@ -193,9 +193,12 @@ class MachineLinkController(Controller):
         async with client:
             version = await client.version()
             facts = await read_facts(client)
+            # A new connection is a new boot as often as not: when it began tells rollouts the machine
+            # came back from a reboot.
             await self._report(
                 link,
                 connected=True,
+                connectedAt=now_micro(),
                 talosVersion=version.tag,
                 maintenance=credentials is None,
                 lastError="",

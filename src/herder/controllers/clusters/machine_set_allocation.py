@@ -25,7 +25,6 @@ from herder.resources.machines import (
     LabelSelectorSpec,
     MachineClassSpec,
 )
-from herder.resources.meta import OwnerReference
 from herder.resources.status import condition_true
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
 from herder.state.errors import AlreadyExists
@@ -188,14 +187,7 @@ class MachineSetAllocationController(Controller):
                         ROLE_LABEL: spec.role,
                     },
                     "ownerReferences": [
-                        OwnerReference(
-                            apiVersion=MACHINE_SET.api_version,
-                            kind=MACHINE_SET.kind,
-                            name=machine_set.name,
-                            uid=machine_set.metadata.uid or "",
-                            controller=True,
-                            blockOwnerDeletion=True,
-                        ).model_dump(by_alias=True, exclude_none=True)
+                        ctx.reference_to(machine_set).model_dump(by_alias=True, exclude_none=True)
                     ],
                 },
             }

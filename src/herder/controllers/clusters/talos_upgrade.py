@@ -1,0 +1,131 @@
+"""Talos upgrades of single machines: a running ClusterMachine whose ``spec.talosVersion`` differs from the
+version its machine runs is upgraded in place with the Talos Upgrade call (the installer image of that
+version), as ``talosctl upgrade`` does, once.
+
+The request is recorded on ``status.upgrade`` (target, the version it came from, when) before it is
+sent. The machine then reboots, and herder's link to it reconnects: a machine that comes back on the new
+version is done; one that comes back on the old version (its new system did not boot), that does not go
+down within a while (Talos refused), or that stays away, has failed. A failure is kept with its reason
+on ``status.upgrade`` and in a Warning event, and the machine is not tried again for that version: the
+rollout stops there until the cluster's version changes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.cluster_machine_config import INSTALLER
+from herder.controllers.clusters.members import cluster_of, machine_of
+from herder.resources import Resource, now_micro
+from herder.resources.clusters import CLUSTER_MACHINE
+from herder.resources.machines import MACHINE, MachineSpec
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
+from herder.talos.machine import MachineAPIError, MachineClient
+
+# A machine that has not gone down this long after an upgrade was asked of it did not start it.
+START_TIMEOUT = 120.0
+# A machine out of reach this long after an upgrade was asked of it did not come back.
+RETURN_TIMEOUT = 900.0
+
+
+def _seconds_since(stamp: str) -> float:
+    then = datetime.strptime(stamp.rstrip("Z").split(".")[0], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    return (datetime.now(UTC) - then).total_seconds()
+
+
+class TalosUpgradeController(Controller):
+    name = "TalosUpgrade"
+    concurrency = 8
+
+    def __init__(self, keys: ClusterKeys, *, start_timeout: float = START_TIMEOUT) -> None:
+        self._keys = keys
+        self._start_timeout = start_timeout
+        self.watches = (
+            Watch(CLUSTER_MACHINE.kind),
+            Watch(MACHINE.kind, same_name(CLUSTER_MACHINE.kind)),
+        )
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        member = await ctx.get(key)
+        if member is None or member.metadata.deletion_timestamp:
+            return None
+        target = str((member.spec or {}).get("talosVersion") or "")
+        status = member.status or {}
+        upgrade = status.get("upgrade") or {}
+        machine = await machine_of(ctx, member)
+        if machine is None or not status.get("configHash"):
+            return None
+        mstatus = machine.status or {}
+        running = str(mstatus.get("talosVersion") or "")
+        up = bool(mstatus.get("connected")) and mstatus.get("stage") == "Running"
+        if upgrade.get("target") == target:
+            if upgrade.get("error"):
+                return None  # failed for this version: not tried again
+            return await self._follow(ctx, member, upgrade, running, up, mstatus)
+        if not up or running == target or not running:
+            if upgrade:
+                await self._record(ctx, key, None)  # the target moved on (or back): nothing is pending
+            return None
+        return await self._start(ctx, member, machine, target, running)
+
+    async def _start(
+        self, ctx: Context, member: Resource, machine: Resource, target: str, running: str
+    ) -> Result | None:
+        cluster = await cluster_of(ctx, member)
+        view = await self._keys.of(cluster) if cluster is not None else None
+        if view is None:
+            return None
+        requested = {"target": target, "fromVersion": running, "requestedAt": now_micro()}
+        await self._record(ctx, ObjectKey.of(member), requested)
+        endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
+        try:
+            async with MachineClient(endpoint, credentials=view.talos, timeout=60) as client:
+                await client.upgrade(f"{INSTALLER}:{target}")
+        except MachineAPIError as exc:
+            await self._fail(ctx, member, requested, f"the upgrade was refused: {exc}")
+            return None
+        await ctx.event(member, "Normal", "Upgrading", f"upgrading Talos from {running} to {target}")
+        return Result(requeue_after=self._start_timeout)
+
+    async def _follow(
+        self,
+        ctx: Context,
+        member: Resource,
+        upgrade: dict[str, Any],
+        running: str,
+        up: bool,
+        mstatus: dict[str, Any],
+    ) -> Result | None:
+        target = upgrade["target"]
+        came_back = str(mstatus.get("connectedAt") or "") > upgrade["requestedAt"]
+        if up and running == target:
+            await self._record(ctx, ObjectKey.of(member), None)
+            await ctx.event(member, "Normal", "Upgraded", f"Talos {target} runs")
+            return None
+        waited = _seconds_since(upgrade["requestedAt"])
+        if up and came_back:
+            await self._fail(
+                ctx, member, upgrade, f"the machine came back on {running}: the new system did not boot"
+            )
+        elif up and waited > self._start_timeout:
+            await self._fail(ctx, member, upgrade, f"the machine did not start the upgrade in {waited:.0f}s")
+        elif not up and waited > RETURN_TIMEOUT:
+            await self._fail(ctx, member, upgrade, f"the machine did not come back in {waited:.0f}s")
+        else:
+            return Result(requeue_after=10.0)
+        return None
+
+    async def _fail(self, ctx: Context, member: Resource, upgrade: dict[str, Any], error: str) -> None:
+        await self._record(ctx, ObjectKey.of(member), {**upgrade, "error": error})
+        await ctx.event(member, "Warning", "UpgradeFailed", f"upgrade to {upgrade['target']} failed: {error}")
+
+    async def _record(self, ctx: Context, key: ObjectKey, upgrade: dict[str, Any] | None) -> None:
+        def record(_: Resource, status: dict[str, Any]) -> None:
+            if upgrade is None:
+                status.pop("upgrade", None)
+            else:
+                status["upgrade"] = upgrade
+
+        await ctx.mutate_status(key, record)
