@@ -4,6 +4,7 @@ real kubectl against its emulated Kubernetes API."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import subprocess
@@ -13,12 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from herder.emu.cluster.state import Cluster
 from herder.emu.control import formation
 from herder.emu.control.emulator import Emulator
 from herder.emu.machine.machine import Machine
+from herder.talos.contracts import VersionContract
 from herder.talos.machine import MachineStage
-from tests.emu.support import ClusterConfigs, admin
+from tests.emu.support import CONTRACT, ClusterConfigs, admin, cluster_configs, edit_config
 
 KUBECTL = "/usr/bin/kubectl"
 
@@ -86,28 +90,52 @@ class Formed:
 
 async def form_cluster(
     emulator: Emulator,
-    configs: ClusterConfigs,
+    name: str,
     directory: Path,
     *,
     control_planes: int = 3,
     workers: int = 2,
-    controlplane_config: str | None = None,
+    contract: VersionContract = CONTRACT,
+    kubernetes_version: str = "1.33.0",
+    edit_controlplane: Callable[[dict[str, Any]], None] | None = None,
     snapshot: bytes | None = None,
 ) -> Formed:
-    """Bring up machines with the cluster's configs, bootstrap the first control plane (recovering from
-    ``snapshot`` if given), wait for every control plane in etcd, and fetch the admin kubeconfig."""
+    """Bring up machines with a cluster's configs, bootstrap the first control plane (recovering from
+    ``snapshot`` if given), wait for every control plane in etcd, and fetch the admin kubeconfig. The cluster
+    endpoint is the first control plane's API server (``https://IP:6443``), as on hardware without a load
+    balancer; ``edit_controlplane`` changes the control planes' v1alpha1 document."""
     free = [m for m in emulator.machines.values() if m.config is None]
     while len(free) < control_planes + workers:
         free.append(emulator.create_machine())
     cps, wks = free[:control_planes], free[control_planes : control_planes + workers]
+    configs = cluster_configs(
+        name, api_endpoint(cps[0]), contract=contract, kubernetes_version=kubernetes_version
+    )
+    controlplane = edit_config(configs.controlplane, edit_controlplane) if edit_controlplane else None
     kubeconfig = await formation.form_cluster(
-        emulator, configs, cps, wks, controlplane_config=controlplane_config, snapshot=snapshot
+        emulator, configs, cps, wks, controlplane_config=controlplane, snapshot=snapshot
     )
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "kubeconfig"
     path.write_bytes(kubeconfig)
     assert cps[0].config is not None
     return Formed(emulator, configs, cps, wks, path, cps[0].config.cluster_id)
+
+
+def api_endpoint(control_plane: Machine) -> str:
+    """Where a control plane serves the Kubernetes API: its own address, kube-apiserver's port."""
+    return f"https://{control_plane.address}:6443"
+
+
+def client_files(formed: Formed, directory: Path) -> tuple[dict[str, Any], Path, Path, Path]:
+    """The kubeconfig's cluster entry, and its CA, client certificate and key written to files."""
+    config = yaml.safe_load(formed.kubeconfig.read_text())
+    user, cluster = config["users"][0]["user"], config["clusters"][0]["cluster"]
+    ca, crt, key = directory / "ca.crt", directory / "admin.crt", directory / "admin.key"
+    ca.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    crt.write_bytes(base64.b64decode(user["client-certificate-data"]))
+    key.write_bytes(base64.b64decode(user["client-key-data"]))
+    return cluster, ca, crt, key
 
 
 async def etcd_healthy(formed: Formed, machine: Machine) -> bool:

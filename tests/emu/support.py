@@ -25,6 +25,7 @@ from herder.talos.contracts import VersionContract
 from herder.talos.documents import dump_documents, is_legacy, load_documents
 from herder.talos.machine import MachineClient, MachineStage, tls
 from herder.talos.machine.tunnel import ClientTunnel
+from herder.talos.secrets import SecretsBundle, generate_secrets
 
 # ClusterConfigs and bring_up are the operator's tools from herder.emu.control.formation, shared here.
 __all__ = [
@@ -45,9 +46,28 @@ CONTRACT = VersionContract.parse("1.13")
 
 
 @cache
-def cluster_configs(name: str) -> ClusterConfigs:
-    """Configs of one cluster (cached: generating the secrets costs an RSA-4096 key)."""
-    return formation.cluster_configs(name, f"https://{name}.example:6443", talos_version=str(CONTRACT))
+def _secrets(name: str, contract: VersionContract) -> SecretsBundle:
+    # Cached: generating the secrets costs an RSA-4096 key.
+    return generate_secrets(contract)
+
+
+@cache
+def cluster_configs(
+    name: str,
+    endpoint: str | None = None,
+    *,
+    contract: VersionContract = CONTRACT,
+    kubernetes_version: str = "1.33.0",
+) -> ClusterConfigs:
+    """Configs of one cluster (the same secrets for one name and contract) for its endpoint: by default
+    ``https://NAME.example:6443``, which nothing serves (enough for the Talos API)."""
+    return formation.cluster_configs(
+        name,
+        endpoint or f"https://{name}.example:6443",
+        talos_version=str(contract),
+        kubernetes_version=kubernetes_version,
+        secrets=_secrets(name, contract),
+    )
 
 
 def edit_config(text: str, change: Callable[[dict[str, Any]], None]) -> str:

@@ -4,7 +4,7 @@ security (client certificates against the cluster's CA), watches and persistence
 from __future__ import annotations
 
 import asyncio
-import base64
+import ipaddress
 import json
 import ssl
 from datetime import UTC, datetime, timedelta
@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-import yaml
 from cryptography import x509
 
 from herder.emu.control.api import ControlAPI
@@ -22,11 +21,10 @@ from herder.emu.control.emulator import Emulator
 from herder.resources.kubernetes import NODE, node_ready
 from herder.talos import pki
 from herder.talos.machine import FailedPrecondition, MachineStage, Unavailable
-from tests.emu.clusters import Formed, etcd_healthy, eventually, form_cluster
+from tests.emu.clusters import Formed, api_endpoint, client_files, etcd_healthy, eventually, form_cluster
 from tests.emu.support import (
     admin,
     bring_up,
-    cluster_configs,
     herder_cli,
     random_cidr,
     running_emulator,
@@ -37,7 +35,7 @@ from tests.emu.support import (
 async def test_a_control_plane_removed_as_herder_does_leaves_two_healthy_members(
     emulator: Emulator, tmp_path: Path
 ) -> None:
-    formed = await form_cluster(emulator, cluster_configs("scale-down"), tmp_path, workers=0)
+    formed = await form_cluster(emulator, "scale-down", tmp_path, workers=0)
     first, second, third = formed.control_planes
     assert formed.cluster.current_leader() == formed.cluster.member_of(first.uuid)
     async with admin(formed.configs, first) as client:
@@ -62,7 +60,7 @@ async def test_a_control_plane_removed_as_herder_does_leaves_two_healthy_members
 
 
 async def test_quorum_rules(emulator: Emulator, tmp_path: Path) -> None:
-    formed = await form_cluster(emulator, cluster_configs("quorum"), tmp_path, workers=0)
+    formed = await form_cluster(emulator, "quorum", tmp_path, workers=0)
     first, second, third = formed.control_planes
     lost = formed.cluster.member_of(third.uuid)
     assert lost is not None
@@ -74,7 +72,7 @@ async def test_quorum_rules(emulator: Emulator, tmp_path: Path) -> None:
         # Without quorum etcd changes no membership, and Kubernetes writes are refused.
         with pytest.raises(Unavailable, match="no leader"):
             await client.etcd_remove_member_by_id(lost.id)
-        cluster, ca, crt, key = _client_files(formed, tmp_path)
+        cluster, ca, crt, key = client_files(formed, tmp_path)
         async with httpx.AsyncClient(base_url=cluster["server"], verify=_context(ca, crt, key)) as http:
             refused = await http.post("/api/v1/namespaces/default/configmaps", json=_configmap("refused"))
             readyz, livez = await http.get("/readyz"), await http.get("/livez")
@@ -103,16 +101,6 @@ def _configmap(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}}
 
 
-def _client_files(formed: Formed, directory: Path) -> tuple[dict[str, Any], Path, Path, Path]:
-    config = yaml.safe_load(formed.kubeconfig.read_text())
-    user, cluster = config["users"][0]["user"], config["clusters"][0]["cluster"]
-    ca, crt, key = directory / "ca.crt", directory / "admin.crt", directory / "admin.key"
-    ca.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-    crt.write_bytes(base64.b64decode(user["client-certificate-data"]))
-    key.write_bytes(base64.b64decode(user["client-key-data"]))
-    return cluster, ca, crt, key
-
-
 def _context(ca: Path, crt: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(ca))
     if crt is not None:
@@ -123,16 +111,21 @@ def _context(ca: Path, crt: Path | None = None, key: Path | None = None) -> ssl.
 async def test_the_api_authenticates_client_certificates_of_the_cluster_ca(
     emulator: Emulator, tmp_path: Path
 ) -> None:
-    formed = await form_cluster(emulator, cluster_configs("certs"), tmp_path, control_planes=1, workers=0)
-    cluster, ca, crt, key = _client_files(formed, tmp_path)
+    formed = await form_cluster(emulator, "certs", tmp_path, control_planes=1, workers=0)
+    cluster, ca, crt, key = client_files(formed, tmp_path)
     url = cluster["server"]
-    # kube-apiserver's serving certificate, from the cluster's Kubernetes CA, for the endpoint's host too.
+    # The kubeconfig from Talos names the cluster endpoint: here the control plane's own API server.
+    assert url == api_endpoint(formed.control_planes[0])
+    # kube-apiserver's serving certificate, from the cluster's Kubernetes CA, for the node's address, the
+    # kubernetes Service and the config's SANs.
     parts = urlsplit(url)
     pem = await asyncio.to_thread(ssl.get_server_certificate, (parts.hostname, parts.port))
     served = x509.load_pem_x509_certificate(pem.encode())
     names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    dns = names.get_values_for_type(x509.DNSName)
-    assert {"certs.example", "kubernetes.default.svc.cluster.local"} <= set(dns)
+    assert "kubernetes.default.svc.cluster.local" in names.get_values_for_type(x509.DNSName)
+    assert {ipaddress.ip_address(formed.control_planes[0].address), ipaddress.ip_address("10.96.0.1")} <= set(
+        names.get_values_for_type(x509.IPAddress)
+    )
     assert served.issuer == x509.load_pem_x509_certificate(ca.read_bytes()).subject
     async with httpx.AsyncClient(base_url=url, verify=_context(ca), timeout=10) as anonymous:
         assert (await anonymous.get("/version")).json()["gitVersion"] == "v1.33.0"
@@ -157,10 +150,8 @@ async def test_the_api_authenticates_client_certificates_of_the_cluster_ca(
         assert 'User "dev" cannot list resource "configmaps"' in response.json()["message"]
 
     # A client of another cluster's CA does not get through the handshake.
-    other = await form_cluster(
-        emulator, cluster_configs("other"), tmp_path / "other", control_planes=1, workers=0
-    )
-    _other, _ca, other_crt, other_key = _client_files(other, tmp_path / "other")
+    other = await form_cluster(emulator, "other", tmp_path / "other", control_planes=1, workers=0)
+    _other, _ca, other_crt, other_key = client_files(other, tmp_path / "other")
     async with httpx.AsyncClient(
         base_url=url, verify=_context(ca, other_crt, other_key), timeout=10
     ) as stranger:
@@ -183,9 +174,9 @@ async def test_the_api_authenticates_client_certificates_of_the_cluster_ca(
 
 async def test_the_cluster_and_its_objects_survive_a_restart(tmp_path: Path) -> None:
     cidr, data = random_cidr(), tmp_path / "emu"
-    configs = cluster_configs("restart")
     async with running_emulator(data, 1, cidr=cidr) as emulator:
-        formed = await form_cluster(emulator, configs, tmp_path, control_planes=1, workers=0)
+        formed = await form_cluster(emulator, "restart", tmp_path, control_planes=1, workers=0)
+        configs = formed.configs
         await formed.kubectl("apply", "-f", "-", input=json.dumps(_configmap("kept")))
         control = ControlAPI(emulator)
         base = await control.start("127.0.0.1", 0)
@@ -195,21 +186,25 @@ async def test_the_cluster_and_its_objects_survive_a_restart(tmp_path: Path) -> 
             code, out, _err = await herder_cli("emu", "clusters", "--url", base)
         finally:
             await control.stop()
+        url = api_endpoint(formed.control_planes[0])
         assert code == 0 and out.split("\t")[:2] == [configs.name, "etcd 1/1 healthy"]
+        assert out.rstrip().endswith(url)
         assert summary["quorum"] and summary["serving"] and len(summary["members"]) == 1
-        url = summary["kubernetes"]
+        assert summary["kubernetes"] == [
+            {"url": url, "machine": formed.control_planes[0].uuid, "serving": True}
+        ]
     async with running_emulator(data, 1, cidr=cidr) as emulator:
         machines = [*emulator.machines.values()]
         restarted = Formed(emulator, configs, machines, [], formed.kubeconfig, formed.cluster_id)
         await wait_stage(emulator, restarted.control_planes[0], MachineStage.RUNNING)
         await eventually(lambda: emulator.services.summary(restarted.cluster)["serving"])
-        assert emulator.services.summary(restarted.cluster)["kubernetes"] == url
+        assert emulator.services.summary(restarted.cluster)["kubernetes"][0]["url"] == url
         cm = await restarted.kubectl_json("get", "configmap", "kept")
         assert cm["metadata"]["name"] == "kept"
 
 
 async def test_a_destroyed_machine_drops_out(emulator: Emulator, tmp_path: Path) -> None:
-    formed = await form_cluster(emulator, cluster_configs("destroyed"), tmp_path, control_planes=1, workers=1)
+    formed = await form_cluster(emulator, "destroyed", tmp_path, control_planes=1, workers=1)
     kubernetes = emulator.services.kubernetes[formed.cluster_id]
     worker = formed.workers[0]
 

@@ -6,22 +6,28 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
+import ssl
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-import yaml
 
 from herder.emu.control.emulator import Emulator
+from herder.emu.machine.machine import Machine
 from herder.talos.contracts import VersionContract
-from herder.talos.generate import generate_bundle
-from herder.talos.generate_input import ConfigInput
 from herder.talos.kubeconfig import generate_admin_kubeconfig
 from herder.talos.machine import AlreadyExists
-from herder.talos.secrets import generate_secrets
-from tests.emu.clusters import KUBECTL, etcd_healthy, eventually, form_cluster, nodes_ready
-from tests.emu.support import CONTRACT, ClusterConfigs, admin, cluster_configs, edit_config, running_emulator
+from tests.emu.clusters import (
+    KUBECTL,
+    api_endpoint,
+    client_files,
+    etcd_healthy,
+    eventually,
+    form_cluster,
+    nodes_ready,
+)
+from tests.emu.support import admin, cluster_configs, running_emulator
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
 
@@ -29,8 +35,8 @@ STATIC = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 async def test_a_cluster_forms_and_kubectl_sees_it(emulator: Emulator, tmp_path: Path) -> None:
-    configs = cluster_configs("kubectl")
-    formed = await form_cluster(emulator, configs, tmp_path)
+    formed = await form_cluster(emulator, "kubectl", tmp_path)
+    configs = formed.configs
     for machine in formed.control_planes:
         assert await etcd_healthy(formed, machine)
 
@@ -92,9 +98,7 @@ async def _all_ready(formed: Any, names: set[str]) -> bool:
 async def test_configmaps_and_secrets_survive_snapshot_and_recovery(
     emulator: Emulator, tmp_path: Path
 ) -> None:
-    formed = await form_cluster(
-        emulator, cluster_configs("source"), tmp_path / "source", control_planes=1, workers=0
-    )
+    formed = await form_cluster(emulator, "source", tmp_path / "source", control_planes=1, workers=0)
     # kubectl's typed create commands send these as protobuf.
     await formed.kubectl("create", "namespace", "apps")
     await formed.kubectl("create", "configmap", "settings", "-n", "apps", "--from-literal=color=blue")
@@ -109,7 +113,7 @@ async def test_configmaps_and_secrets_survive_snapshot_and_recovery(
 
     restored = await form_cluster(
         emulator,
-        cluster_configs("restored"),
+        "restored",
         tmp_path / "restored",
         control_planes=1,
         workers=0,
@@ -127,14 +131,10 @@ async def test_configmaps_and_secrets_survive_snapshot_and_recovery(
 
 
 async def test_control_planes_that_do_not_register_are_not_nodes(emulator: Emulator, tmp_path: Path) -> None:
-    configs = cluster_configs("managed")
-
     def skip_registration(doc: dict[str, Any]) -> None:
         doc["machine"].setdefault("kubelet", {})["skipNodeRegistration"] = True
 
-    formed = await form_cluster(
-        emulator, configs, tmp_path, controlplane_config=edit_config(configs.controlplane, skip_registration)
-    )
+    formed = await form_cluster(emulator, "managed", tmp_path, edit_controlplane=skip_registration)
     workers = {m.hostname.lower() for m in formed.workers}
     await eventually(lambda: _all_ready(formed, workers))
     rows = (await formed.kubectl("get", "nodes", "--no-headers")).stdout.splitlines()
@@ -145,20 +145,9 @@ async def test_control_planes_that_do_not_register_are_not_nodes(emulator: Emula
 
 
 async def test_a_kubernetes_upgrade_shows_in_pods_and_nodes(emulator: Emulator, tmp_path: Path) -> None:
-    configs = cluster_configs("upgrade")
-    formed = await form_cluster(emulator, configs, tmp_path, control_planes=1, workers=1)
-    newer = generate_bundle(
-        ConfigInput(
-            cluster_name=configs.name,
-            endpoint=f"https://{configs.name}.example:6443",
-            kubernetes_version="1.33.4",
-            contract=CONTRACT,
-            secrets=configs.secrets,
-        )
-    )
-    upgraded = ClusterConfigs(
-        configs.name, configs.secrets, newer.controlplane, newer.worker, configs.talosconfig
-    )
+    formed = await form_cluster(emulator, "upgrade", tmp_path, control_planes=1, workers=1)
+    configs = formed.configs
+    upgraded = cluster_configs("upgrade", api_endpoint(formed.control_planes[0]), kubernetes_version="1.33.4")
     for machine, config in (
         (formed.control_planes[0], upgraded.controlplane),
         (formed.workers[0], upgraded.worker),
@@ -181,7 +170,7 @@ async def test_a_kubernetes_upgrade_shows_in_pods_and_nodes(emulator: Emulator, 
 
 
 async def test_failures_show_in_nodes(emulator: Emulator, tmp_path: Path) -> None:
-    formed = await form_cluster(emulator, cluster_configs("failures"), tmp_path)
+    formed = await form_cluster(emulator, "failures", tmp_path)
     worker, lost_cp = formed.workers[0], formed.control_planes[2]
     await eventually(
         lambda: _all_ready(formed, {m.hostname.lower() for m in formed.control_planes + formed.workers})
@@ -230,51 +219,74 @@ async def test_failures_show_in_nodes(emulator: Emulator, tmp_path: Path) -> Non
     assert "SchedulingDisabled" not in described and "Unschedulable:      true" in described
 
 
-async def test_a_loopback_endpoint_is_where_the_api_listens(emulator: Emulator, tmp_path: Path) -> None:
-    """With the cluster endpoint on a loopback address, the kubeconfig herder generates from the cluster's
-    secrets reaches the emulated API, as it would reach a real cluster's endpoint."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    endpoint = f"https://127.0.0.1:{port}"
-    secrets = cluster_configs("loopback").secrets
-    bundle = generate_bundle(
-        ConfigInput(
-            cluster_name="loopback",
-            endpoint=endpoint,
-            kubernetes_version="1.33.0",
-            contract=CONTRACT,
-            secrets=secrets,
-        )
-    )
-    configs = ClusterConfigs("loopback", secrets, bundle.controlplane, bundle.worker, bundle.talosconfig)
-    formed = await form_cluster(emulator, configs, tmp_path, control_planes=1, workers=1)
-    assert yaml.safe_load(formed.kubeconfig.read_text())["clusters"][0]["cluster"]["server"] == endpoint
+async def test_each_control_plane_serves_the_api_on_its_address(emulator: Emulator, tmp_path: Path) -> None:
+    """As kube-apiserver: each control plane serves the cluster's API on its own address, port 6443, while it
+    runs, so a load balancer in front of them reaches and health-checks each; the kubeconfig generated from
+    the cluster's secrets for any of them works."""
+    formed = await form_cluster(emulator, "apiservers", tmp_path)
+    first, second, third = formed.control_planes
+    cluster, ca, _crt, _key = client_files(formed, tmp_path)
+    assert cluster["server"] == api_endpoint(first)
+    for machine in formed.control_planes:
+        assert await _readyz(machine, ca) == (200, "ok")
+    # Workers run no API server.
+    with pytest.raises(httpx.ConnectError):
+        await _readyz(formed.workers[0], ca)
+
+    # kubectl through the second control plane, with a kubeconfig herder makes from the cluster's secrets.
     formed.kubeconfig.write_text(
-        generate_admin_kubeconfig(secrets.k8s, cluster_name="loopback", endpoint=endpoint)
+        generate_admin_kubeconfig(
+            formed.configs.secrets.k8s, cluster_name="apiservers", endpoint=api_endpoint(second)
+        )
     )
     names = {m.hostname.lower() for m in formed.control_planes + formed.workers}
     await eventually(lambda: _all_ready(formed, names))
 
+    # A control plane that stops refuses connections; the others keep serving, and it serves again once back.
+    await third.power_off()
+    await eventually(lambda: _refused(third, ca))
+    assert await _readyz(second, ca) == (200, "ok")
+    third.power_on()
+    await eventually(lambda: _serves(third, ca))
+    summary = emulator.services.summary(formed.cluster)
+    assert [a["url"] for a in summary["kubernetes"]] == sorted(api_endpoint(m) for m in formed.control_planes)
+
+
+async def _readyz(machine: Machine, ca: Path) -> tuple[int, str]:
+    async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(ca)), timeout=5) as http:
+        response = await http.get(f"{api_endpoint(machine)}/readyz")
+    return response.status_code, response.text
+
+
+async def _refused(machine: Machine, ca: Path) -> bool:
+    try:
+        await _readyz(machine, ca)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+async def _serves(machine: Machine, ca: Path) -> bool:
+    try:
+        return await _readyz(machine, ca) == (200, "ok")
+    except httpx.TransportError:
+        return False
+
 
 async def test_a_cluster_of_the_typed_config_documents(tmp_path: Path) -> None:
     """Contracts from 1.14 carry Kubernetes settings in typed documents (KubeNodeConfig, KubeletConfig…)."""
-    contract = VersionContract.parse("1.14")
-    secrets = generate_secrets(contract)
-    bundle = generate_bundle(
-        ConfigInput(
-            cluster_name="typed",
-            endpoint="https://typed.example:6443",
-            kubernetes_version="1.33.2",
-            contract=contract,
-            secrets=secrets,
-        )
-    )
-    configs = ClusterConfigs("typed", secrets, bundle.controlplane, bundle.worker, bundle.talosconfig)
     async with running_emulator(tmp_path / "emu", 0) as emulator:
         for _ in range(2):
             emulator.create_machine(talos_version="v1.14.0")
-        formed = await form_cluster(emulator, configs, tmp_path, control_planes=1, workers=1)
+        formed = await form_cluster(
+            emulator,
+            "typed",
+            tmp_path,
+            control_planes=1,
+            workers=1,
+            contract=VersionContract.parse("1.14"),
+            kubernetes_version="1.33.2",
+        )
         names = {m.hostname.lower() for m in formed.control_planes + formed.workers}
         await eventually(lambda: _all_ready(formed, names))
         control_plane = await formed.kubectl_json("get", "node", formed.control_planes[0].hostname.lower())
@@ -294,7 +306,7 @@ def _pod(name: str, **spec: Any) -> dict[str, Any]:
 
 
 async def test_pods_anyone_creates_are_scheduled_and_run(emulator: Emulator, tmp_path: Path) -> None:
-    formed = await form_cluster(emulator, cluster_configs("workloads"), tmp_path, control_planes=1, workers=1)
+    formed = await form_cluster(emulator, "workloads", tmp_path, control_planes=1, workers=1)
     worker, control_plane = formed.workers[0].hostname.lower(), formed.control_planes[0].hostname.lower()
     on_control_plane = _pod(
         "on-control-plane",

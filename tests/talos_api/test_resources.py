@@ -223,8 +223,9 @@ def test_specs_encode_as_talos_does() -> None:
 
 
 async def test_herder_talos_get(emulator: Emulator, cluster_a: ClusterConfigs, tmp_path: Path) -> None:
-    cp, spare = list(emulator.machines.values())[:2]
+    cp, spare, worker = list(emulator.machines.values())[:3]
     await bring_up(emulator, cp, cluster_a.controlplane)
+    await bring_up(emulator, worker, cluster_a.worker)
     await wait_stage(emulator, spare, MachineStage.MAINTENANCE)
 
     code, out, err = await herder_cli("talos", "get", "systeminformation", "--insecure", "-e", spare.address)
@@ -248,6 +249,13 @@ async def test_herder_talos_get(emulator: Emulator, cluster_a: ClusterConfigs, t
     code, out, err = await herder_cli("talos", "get", "nodeaddresses", *auth)
     assert code == 0 and len(out.splitlines()) == 1 + len(res.NODE_ADDRESS_IDS), err
     assert f'["{cp.address}/32"]' in out
+    # Several nodes (comma-separated as with talosctl), through the control plane's apid.
+    nodes = f"{cp.address},{worker.address}"
+    code, out, err = await herder_cli(
+        "talos", "get", "ms", "--talosconfig", str(talosconfig), "-e", cp.address, "-n", nodes
+    )
+    assert code == 0, err
+    assert [row.split()[0] for row in out.splitlines()[1:]] == [cp.address, worker.address]
 
     code, _out, err = await herder_cli("talos", "get", "wishes", *auth)
     assert code == 1 and "'wishes' is not registered" in err

@@ -2,11 +2,12 @@
 emulator (100 by default).
 
 Each cluster's secrets and configs come from herder's Talos library (made before the clock starts, on
-every core). Then, as herder would drive them: the configs are applied through the Talos API (herder's
-client, 50 in flight), the first control plane of each cluster is bootstrapped once it runs, and each
-cluster's admin kubeconfig is fetched through the Talos API. A cluster is Ready when its etcd has 3
-healthy members (the emulator's control API) and its emulated Kubernetes API lists 5 Ready nodes. Prints
-the emulator's RSS and the time from the first apply until every cluster is Ready.
+every core), with the first control plane's API server (``https://IP:6443``) as the cluster endpoint.
+Then, as herder would drive them: the configs are applied through the Talos API (herder's client, 50 in
+flight), the first control plane of each cluster is bootstrapped once it runs, and each cluster's admin
+kubeconfig is fetched through the Talos API. A cluster is Ready when its etcd has 3 healthy members (the
+emulator's control API) and its emulated Kubernetes API, reached with that kubeconfig, lists 5 Ready
+nodes. Prints the emulator's RSS and the time from the first apply until every cluster is Ready.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ WORKERS = 2
 CONTRACT = "1.13"
 
 
-def _bundle(name: str) -> GeneratedBundle:
+def _bundle(name: str, endpoint: str) -> GeneratedBundle:
     contract = VersionContract.parse(CONTRACT)
     return generate_bundle(
         ConfigInput(
             cluster_name=name,
-            endpoint=f"https://{name}.invalid:6443",
+            endpoint=endpoint,
             kubernetes_version="1.33.0",
             contract=contract,
             secrets=generate_secrets(contract),
@@ -128,10 +129,6 @@ async def _etcd_ready(emulator: EmulatorProcess, clusters: int, deadline: float)
 async def run(clusters: int, in_flight: int, timeout: float) -> None:
     size = CONTROL_PLANES + WORKERS
     names = [f"bench-{i}" for i in range(clusters)]
-    setup = time.monotonic()
-    with ProcessPoolExecutor() as pool:
-        bundles = list(pool.map(_bundle, names))
-    generated = time.monotonic() - setup
     with tempfile.TemporaryDirectory(prefix="herder-bench-emu-clusters-") as tmp:
         emulator = EmulatorProcess(
             data_dir=Path(tmp) / "emu",
@@ -142,7 +139,14 @@ async def run(clusters: int, in_flight: int, timeout: float) -> None:
         emulator.start()
         try:
             await emulator.wait_ready(timeout)
-            endpoints = [m["endpoint"] for m in emulator.published()]
+            published = emulator.published()
+            endpoints = [m["endpoint"] for m in published]
+            # As on hardware without a load balancer: the first control plane's API server is the endpoint.
+            apis = [f"https://{published[i * size]['node']}:6443" for i in range(clusters)]
+            setup = time.monotonic()
+            with ProcessPoolExecutor() as pool:
+                bundles = list(pool.map(_bundle, names, apis))
+            generated = time.monotonic() - setup
             gate = asyncio.Semaphore(in_flight)
             started = time.monotonic()
             deadline = started + timeout

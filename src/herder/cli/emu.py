@@ -156,12 +156,15 @@ def list_machines(url: UrlOption = None, data_dir: DataDirOption = None) -> None
 
 @app.command("clusters")
 def list_clusters(url: UrlOption = None, data_dir: DataDirOption = None) -> None:
-    """List the emulated clusters: name, etcd quorum and healthy members, leader, Kubernetes API address."""
+    """List the emulated clusters: name, etcd quorum and healthy members, leader, and where the Kubernetes
+    API is served (each control plane's address, port 6443; "(down)" where it does not serve now)."""
     for c in _request("GET", _base_url(url, data_dir), "/clusters"):
         healthy = sum(1 for m in c["members"] if m["healthy"])
         etcd = f"{healthy}/{len(c['members'])} healthy" + ("" if c["quorum"] else ", no quorum")
-        api = c["kubernetes"] + ("" if c["serving"] else " (down)") if c["kubernetes"] else "-"
-        typer.echo(f"{c['name'] or c['id']}\tetcd {etcd}\tleader {c['leader'] or '-'}\t{api}")
+        apis = [a["url"] + ("" if a["serving"] else " (down)") for a in c["kubernetes"]]
+        typer.echo(
+            f"{c['name'] or c['id']}\tetcd {etcd}\tleader {c['leader'] or '-'}\t{', '.join(apis) or '-'}"
+        )
 
 
 @app.command("fault")

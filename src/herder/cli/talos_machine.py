@@ -127,10 +127,17 @@ def _target(
     return Target(
         talosconfig=talosconfig or given.talosconfig,
         insecure=insecure or given.insecure,
-        endpoints=endpoints or given.endpoints,
-        nodes=nodes or given.nodes,
+        endpoints=_split(endpoints or given.endpoints),
+        nodes=_split(nodes or given.nodes),
         timeout=timeout,
     )
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Repeated options and comma-separated lists alike (``-n a,b`` is ``-n a -n b``), as talosctl takes them."""
+    if values is None:
+        return None
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
 def _connection_options(

@@ -1,17 +1,18 @@
-"""The HTTPS endpoint of one emulated cluster's Kubernetes API: ``krm`` served by uvicorn's HTTP protocol on a
-TLS listener of our own, with the serving certificate kube-apiserver would have (signed by the cluster's
-Kubernetes CA, SANs from the config) and client-certificate authentication against that CA.
+"""The HTTPS endpoints of one emulated cluster's Kubernetes API: ``krm`` served by uvicorn's HTTP protocol on
+TLS listeners of our own, one per control plane on its own address and kube-apiserver's port (6443), each
+with the serving certificate that control plane's kube-apiserver would have (signed by the cluster's
+Kubernetes CA, for the node's address and the config's SANs) and client-certificate authentication
+against that CA.
 
 uvicorn does not pass the client's certificate to the application, so each connection's verified
 certificate is handed to it through the ASGI TLS extension (``scope["extensions"]["tls"]``), which the
-``ClientCertificatePolicy`` reads. The listener stays bound while the emulator runs (the port is the
-cluster's published address); while no control plane serves the API, connections are cut on arrival.
+``ClientCertificatePolicy`` reads. A listener is bound only while its control plane runs kube-apiserver:
+otherwise connections are refused, and closing it cuts the open ones (watches too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,8 @@ from herder.talos.machine import tls as machine_tls
 from herder.talos.pki import CertificateAndKey, ExtUsage, Usage
 
 MASTERS = "system:masters"
+PORT = 6443
+"""kube-apiserver's port."""
 SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
 _ASGI = Any  # ASGI callables, as uvicorn types them loosely too
 
@@ -136,13 +139,11 @@ class _Protocol(HttpToolsProtocol):
 
 
 class ApiEndpoint:
-    """One cluster's API listener on ``host:port`` (port 0: any free one, then kept in ``port``)."""
+    """One kube-apiserver's listener on ``host:port``, serving ``app`` between ``start`` and ``close``."""
 
-    def __init__(self, app: _ASGI, host: str, port: int) -> None:
+    def __init__(self, app: _ASGI, host: str, port: int = PORT) -> None:
         self.host = host
-        self.serving = False
-        self._socket = _bind(host, port)
-        self.port: int = self._socket.getsockname()[1]
+        self.port = port
         self._config = uvicorn.Config(
             app, http=_Protocol, lifespan="off", log_config=None, access_log=False, proxy_headers=False
         )
@@ -154,48 +155,31 @@ class ApiEndpoint:
     def url(self) -> str:
         return f"https://{self.host}:{self.port}"
 
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
     def _protocol(self) -> asyncio.Protocol:
         protocol = _Protocol(config=self._config, server_state=self._state, app_state={})
         protocol.endpoint = self
         return protocol
 
     async def start(self, certificate: CertificateAndKey, client_ca: bytes) -> None:
+        """Listen with this serving certificate (``OSError`` if the address cannot be bound)."""
         context = machine_tls.server_context(certificate.crt, certificate.key, client_ca=client_ca)
         # kube-apiserver asks for a client certificate but serves anonymous requests too (/version).
         context.verify_mode = ssl.CERT_OPTIONAL
         context.set_alpn_protocols(["http/1.1"])
         self._server = await asyncio.get_running_loop().create_server(
-            self._protocol, sock=self._socket, ssl=context, backlog=256
+            self._protocol, self.host, self.port, ssl=context, reuse_address=True, backlog=256
         )
 
-    def set_serving(self, serving: bool) -> None:
-        """Serve, or cut every open connection (watches too) and every new one, as a stopped API server."""
-        self.serving = serving
-        if not serving:
-            for connection in list(self._state.connections):
-                connection.transport.abort()
-
     async def close(self) -> None:
-        self.set_serving(False)
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        else:
-            self._socket.close()
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``port``, or on any free port if that one is taken."""
-    for candidate in dict.fromkeys((port, 0)):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, candidate))
-        except OSError:
-            sock.close()
-            continue
-        sock.listen(256)
-        sock.setblocking(False)
-        return sock
-    raise OSError(f"no free port on {host}")
+        """Stop as a stopped API server: new connections are refused, open ones (watches too) are cut."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for connection in list(self._state.connections):
+            connection.transport.abort()
+        if server is not None:
+            await server.wait_closed()

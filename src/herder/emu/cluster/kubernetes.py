@@ -26,6 +26,7 @@ import base64
 import contextlib
 import hashlib
 import ipaddress
+import logging
 import time
 import uuid as uuidlib
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from herder.emu.cluster.kube_api import (
+    PORT,
     SERVICE_NAMES,
     ApiEndpoint,
     ClientCertificatePolicy,
@@ -57,6 +59,8 @@ from herder.resources.kubernetes import (
 from herder.state.errors import NotFound, StateError
 from herder.state.store import Store
 from herder.talos.pki import CertificateAndKey
+
+log = logging.getLogger(__name__)
 
 KUBE_SYSTEM = "kube-system"
 NAMESPACES = ("default", KUBE_SYSTEM, "kube-public", "kube-node-lease")
@@ -85,8 +89,6 @@ class Kubelet:
     disk_bytes: int
     control_plane: bool
     facts: KubeFacts
-    api_endpoint: str
-    """The cluster endpoint its config names (where the kubelet reaches the API)."""
     kubernetes_ca: CertificateAndKey | None
     """The cluster's Kubernetes CA as its config carries it (with the key on control planes)."""
     up: bool
@@ -96,6 +98,21 @@ class Kubelet:
     def name(self) -> str:
         """Its Node's name."""
         return self.hostname.lower()
+
+
+def _apiserver_names(kubelet: Kubelet) -> list[str]:
+    """What a control plane's kube-apiserver certificate names: the node's address, localhost, the
+    ``kubernetes`` Service's names and address, and the config's SANs (the endpoint's host among them)."""
+    facts = kubelet.facts
+    return [
+        kubelet.address,
+        "localhost",
+        "127.0.0.1",
+        *SERVICE_NAMES,
+        f"{SERVICE_NAMES[-1]}.{facts.dns_domain}",
+        facts.service_ip(1),
+        *facts.apiserver_sans,
+    ]
 
 
 def _short_hash(*parts: str, length: int = 5) -> str:
@@ -117,9 +134,10 @@ def _strip_times(value: Any) -> Any:
 
 
 class ClusterKubernetes:
-    """One cluster's Kubernetes API and the emulated components that write to it."""
+    """One cluster's Kubernetes API, served by each of its control planes that runs kube-apiserver, and the
+    emulated components that write to it."""
 
-    def __init__(self, cluster: Cluster, host: str, port: int, resync: Callable[[], None]) -> None:
+    def __init__(self, cluster: Cluster, resync: Callable[[], None]) -> None:
         """``resync`` asks for another sync: someone else's pod needs scheduling, or a sync was cut short."""
         self.cluster = cluster
         self._resync = resync
@@ -129,29 +147,43 @@ class ClusterKubernetes:
         # build_app keeps this dict: updating it in place changes what /version answers (an upgrade).
         self.version = discovery.version_info()
         app = build_app(self.registry, self.store, ClientCertificatePolicy(), version_info=self.version)
-        self.endpoint = ApiEndpoint(with_health_checks(app, cluster.has_quorum), host, port)
-        cluster.api_port = self.endpoint.port
+        self._app = with_health_checks(app, cluster.has_quorum)
+        self.endpoints: dict[str, ApiEndpoint] = {}
+        """The API servers serving now, by the uuid of the control plane that runs each."""
         self._started = False
         self._seeded = False
         self._ca_pem = ""
 
-    @property
-    def url(self) -> str:
-        return self.endpoint.url
-
-    async def start(self, ca: CertificateAndKey, facts: KubeFacts | None) -> None:
-        """Listen with kube-apiserver's serving certificate: for the published address, the ``kubernetes``
-        Service's names and address, and the config's SANs (once)."""
+    async def start(self, ca: CertificateAndKey) -> None:
+        """Open the API's store and the scheduler's watch of pods (once)."""
         if self._started:
             return
         self._started = True
         self._ca_pem = ca.crt.decode()
-        names = [self.endpoint.host, "localhost", *SERVICE_NAMES]
-        if facts is not None:
-            names += [f"{SERVICE_NAMES[-1]}.{facts.dns_domain}", facts.service_ip(1), *facts.apiserver_sans]
         await self.store.start()
-        await self.endpoint.start(serving_certificate(ca, names), ca.crt)
         self._watcher = asyncio.get_running_loop().create_task(self._watch_pods())
+
+    async def serve(self, ca: CertificateAndKey, apiservers: list[Kubelet]) -> None:
+        """Run kube-apiserver on exactly these control planes: each listens on its own address and port 6443
+        with its own serving certificate, and every other one stops (refusing connections, cutting the open
+        ones)."""
+        wanted = {k.uuid: k for k in apiservers}
+        for uuid, endpoint in list(self.endpoints.items()):
+            if uuid not in wanted or wanted[uuid].address != endpoint.host:
+                del self.endpoints[uuid]
+                await endpoint.close()
+        for kubelet in apiservers:
+            if kubelet.uuid in self.endpoints:
+                continue
+            endpoint = ApiEndpoint(self._app, kubelet.address, PORT)
+            try:
+                await endpoint.start(serving_certificate(ca, _apiserver_names(kubelet)), ca.crt)
+            except OSError as e:
+                # The address is still held (by the API server of the machine's previous cluster, say).
+                log.warning("kube-apiserver on %s: %s; trying again", endpoint.url, e)
+                asyncio.get_running_loop().call_later(RETRY_DELAY, self._resync)
+                continue
+            self.endpoints[kubelet.uuid] = endpoint
 
     async def _watch_pods(self) -> None:
         """The scheduler's watch: a pod of someone else's (not the emulated components') needs a sync."""
@@ -170,17 +202,18 @@ class ClusterKubernetes:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
-        await self.endpoint.close()
+        for endpoint in self.endpoints.values():
+            await endpoint.close()
+        self.endpoints.clear()
         await self.store.close()
 
     # --- sync ---
 
-    async def sync(self, kubelets: list[Kubelet], cluster_facts: KubeFacts | None, serving: bool) -> None:
-        """Make the API's objects follow the machines; ``serving``: a control plane runs kube-apiserver."""
-        self.endpoint.set_serving(serving)
+    async def sync(self, kubelets: list[Kubelet], cluster_facts: KubeFacts | None) -> None:
+        """Make the API's objects follow the machines (while a control plane serves the API)."""
         if cluster_facts is not None:
             self.version.update(discovery.version_info(cluster_facts.apiserver_version))
-        if not serving or not self.cluster.has_quorum():
+        if not self.endpoints or not self.cluster.has_quorum():
             return
         try:
             if not self._seeded and cluster_facts is not None:

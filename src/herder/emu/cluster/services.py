@@ -1,6 +1,7 @@
 """What keeps the emulator's clusters following their machines: etcd member health from machine state,
-control planes joining etcd once they can, the emulated Kubernetes API of each cluster (at an address the
-emulator publishes), and the cluster's state persisted after it changes.
+control planes joining etcd once they can, the emulated Kubernetes API of each cluster (served by each
+control plane that runs, on its own address and port 6443, as kube-apiserver is), and the cluster's state
+persisted after it changes.
 
 Every change of a machine (stage, power, partition) or of a cluster's membership schedules one sync of
 that cluster; syncs of one cluster never overlap and changes during a sync cause one more. What the
@@ -11,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
+from herder.emu.cluster.kube_api import PORT
 from herder.emu.cluster.kube_facts import KubeFacts
 from herder.emu.cluster.kubernetes import ClusterKubernetes, Kubelet
 from herder.emu.cluster.state import Cluster
@@ -37,8 +37,6 @@ class ClusterMachines(Protocol):
 
 log = logging.getLogger(__name__)
 
-API_HOST = "127.0.0.1"
-"""Where the clusters' Kubernetes APIs listen, each on its own port."""
 SAVE_DELAY = 0.2
 """Writes to a cluster's keyspace are persisted together, this long after the first."""
 
@@ -98,25 +96,17 @@ class ClusterServices:
 
     # --- the published API ---
 
-    def api(self, cluster: Cluster) -> ClusterKubernetes:
-        """The cluster's Kubernetes API (its address is fixed from the first call; it serves once
-        bootstrapped): at the cluster's endpoint when that is a loopback address (so the kubeconfig any
-        tool generates for the cluster reaches it), else on a port of its own."""
-        kube = self.kubernetes.get(cluster.id)
-        if kube is None:
-            endpoints = [k.api_endpoint for k in self.machines.kubelets(cluster.id) if k.control_plane]
-            at_endpoint = _loopback(endpoints[0]) if endpoints else None
-            host, port = at_endpoint or (API_HOST, cluster.api_port)
-            cluster_id = cluster.id
-            kube = ClusterKubernetes(cluster, host, port, lambda: self.schedule(cluster_id))
-            self.kubernetes[cluster_id] = kube
-            self.machines.save_cluster(cluster)
-        return kube
-
     def summary(self, cluster: Cluster) -> dict[str, Any]:
-        """What the control API shows of a cluster: etcd members and health, and the API's address."""
+        """What the control API shows of a cluster: etcd members and health, and where its Kubernetes API
+        is served (each control plane's address, port 6443) and whether it serves there now."""
         leader = cluster.current_leader()
         kube = self.kubernetes.get(cluster.id)
+        serving = kube.endpoints if kube is not None else {}
+        apiservers = [
+            {"url": f"https://{k.address}:{PORT}", "machine": k.uuid, "serving": k.uuid in serving}
+            for k in sorted(self.machines.kubelets(cluster.id), key=lambda k: k.address)
+            if k.control_plane
+        ]
         return {
             "id": cluster.id,
             "name": cluster.name,
@@ -132,8 +122,8 @@ class ClusterServices:
                 }
                 for m in cluster.members.values()
             ],
-            "kubernetes": kube.url if kube is not None else "",
-            "serving": kube.endpoint.serving if kube is not None else False,
+            "kubernetes": apiservers,
+            "serving": bool(serving),
         }
 
     # --- syncing ---
@@ -173,12 +163,14 @@ class ClusterServices:
         ca = next((k.kubernetes_ca for k in control_planes if k.kubernetes_ca), None)
         if ca is None or not cluster.bootstrapped:
             return
-        kube = self.api(cluster)
+        kube = self.kubernetes.get(cluster_id)
+        if kube is None:
+            kube = self.kubernetes[cluster_id] = ClusterKubernetes(cluster, lambda: self.schedule(cluster_id))
         running = [k for k in control_planes if k.up]
-        facts = _cluster_facts(running)
-        await kube.start(ca, facts)
-        serving = any(cluster.member_of(k.uuid) is not None for k in running)
-        await kube.sync(kubelets, facts, serving)
+        await kube.start(ca)
+        # kube-apiserver runs where etcd does: on the control planes that run and are members.
+        await kube.serve(ca, [k for k in running if cluster.member_of(k.uuid) is not None])
+        await kube.sync(kubelets, _cluster_facts(running))
 
     # --- persistence ---
 
@@ -206,17 +198,6 @@ class ClusterServices:
         for kube in self.kubernetes.values():
             await kube.close()
         self.kubernetes.clear()
-
-
-def _loopback(endpoint: str) -> tuple[str, int] | None:
-    """Host and port of an endpoint URL on a loopback IPv4 address, which the emulator can listen on."""
-    try:
-        parts = urlsplit(endpoint)
-        address = ipaddress.ip_address(parts.hostname or "")
-        port = parts.port or 443
-    except ValueError:
-        return None
-    return (str(address), port) if address.version == 4 and address.is_loopback else None
 
 
 def _cluster_facts(running_control_planes: list[Kubelet]) -> KubeFacts | None:

@@ -98,8 +98,6 @@ class Cluster:
     members: dict[int, EtcdMember] = field(default_factory=dict)
     leader: int | None = None
     keyspace: Keyspace = field(default_factory=Keyspace)
-    api_port: int = 0
-    """The port of the cluster's emulated Kubernetes API (kept, so kubeconfigs survive a restart)."""
     trustd: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once a control plane of the cluster runs: workers can then obtain their API certificate."""
     member_up: Callable[[str], bool] = field(default=lambda _machine: True, repr=False)
@@ -231,7 +229,6 @@ class Cluster:
             "members": [vars(m) for m in self.members.values()],
             "leader": self.leader,
             "data": self.keyspace.dump(),
-            "api_port": self.api_port,
         }
 
     @classmethod
@@ -246,7 +243,6 @@ class Cluster:
             bootstrapped=raw.get("bootstrapped", False),
             members={m.id: m for m in members},
             leader=raw.get("leader"),
-            api_port=int(raw.get("api_port", 0)),
         )
         cluster.keyspace.load({str(k): str(v) for k, v in raw.get("data", {}).items()})
         return cluster

@@ -1,8 +1,9 @@
 """The emulator's control API: plain HTTP/1.1 with JSON bodies on a loopback address, for tools and tests.
 
     GET    /healthz                       {"ok": true}
-    GET    /clusters                      every cluster: etcd members, their health, quorum, leader, and the
-                                          address of its emulated Kubernetes API
+    GET    /clusters                      every cluster: etcd members, their health, quorum, leader, and where
+                                          its emulated Kubernetes API is served: each control plane's
+                                          https://IP:6443, and whether it serves there now
     GET    /clusters/{cluster}            one of them, by id or name
     GET    /machines                      every machine's summary (uuid, endpoint, node, stage, power, …)
     POST   /machines                      {"count": N, "talos_version": "v1.x.y", "uuid": "…"} → the new machines

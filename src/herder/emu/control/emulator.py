@@ -152,9 +152,6 @@ class Emulator:
         machine = self.machines.get(uuid)
         return machine is not None and machine.runs_in(cluster_id)
 
-    def kubernetes_url(self, cluster: Cluster) -> str:
-        return self.services.api(cluster).url
-
     def save_cluster(self, cluster: Cluster) -> None:
         self.store.save_cluster(cluster)
 

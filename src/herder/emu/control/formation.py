@@ -36,10 +36,16 @@ class ClusterConfigs:
 
 
 def cluster_configs(
-    name: str, endpoint: str, *, talos_version: str = "1.13", kubernetes_version: str = "1.33.0"
+    name: str,
+    endpoint: str,
+    *,
+    talos_version: str = "1.13",
+    kubernetes_version: str = "1.33.0",
+    secrets: SecretsBundle | None = None,
 ) -> ClusterConfigs:
+    """``talosctl gen config NAME ENDPOINT``: with new secrets, or the cluster's own (``secrets``)."""
     contract = VersionContract.parse(talos_version)
-    secrets = generate_secrets(contract)
+    secrets = secrets or generate_secrets(contract)
     bundle = generate_bundle(
         ConfigInput(
             cluster_name=name,

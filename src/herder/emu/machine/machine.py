@@ -93,10 +93,6 @@ class MachineHost(Protocol):
         """The machines configured for that cluster."""
         ...
 
-    def kubernetes_url(self, cluster: Cluster) -> str:
-        """Where the emulator serves the cluster's Kubernetes API."""
-        ...
-
     def machine_changed(self, machine: Machine) -> None:
         """The machine's stage, config or reachability changed: its cluster follows."""
         ...
@@ -185,7 +181,6 @@ class Machine:
             disk_bytes=int(hardware.disks[0]["size"]) if hardware.disks else 0,
             control_plane=config.is_control_plane,
             facts=kube_facts(config),
-            api_endpoint=config.endpoint,
             kubernetes_ca=config.kubernetes_ca,
             up=self.runs_in(config.cluster_id),
         )
@@ -823,15 +818,13 @@ class Machine:
         self.recover_snapshot = snapshot
 
     def kubeconfig(self) -> bytes:
-        config, cluster = self._control_plane("kubeconfig")
+        config, _cluster = self._control_plane("kubeconfig")
         if config.kubernetes_ca is None or not config.endpoint:
             raise precondition("k8s API server CA config is not set")
-        # The config's endpoint names the cluster's API in the real world; here it is where the emulator
-        # serves the cluster's emulated API.
+        # As Talos: the cluster endpoint of the config (a control plane's https://IP:6443, or a load
+        # balancer in front of them), which the emulator does not serve itself.
         text = generate_admin_kubeconfig(
-            config.kubernetes_ca,
-            cluster_name=config.cluster_name or "talos",
-            endpoint=self.host.kubernetes_url(cluster),
+            config.kubernetes_ca, cluster_name=config.cluster_name or "talos", endpoint=config.endpoint
         )
         return _tar_gz("kubeconfig", text.encode())
 
