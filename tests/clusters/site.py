@@ -34,6 +34,7 @@ class Site:
     server: Server
     emulator: EmulatorProcess
     workdir: Path
+    endpoints: str
 
     @property
     def machines(self) -> list[dict[str, str]]:
@@ -65,14 +66,15 @@ class Site:
         return json.loads(self.run(*args).stdout)
 
     def wait(self, kind: str, name: str, condition: str = "Ready", timeout: int = 90) -> None:
-        self.run(
-            "kubectl",
-            "wait",
-            f"--for=condition={condition}",
-            f"{kind}/{name}",
-            f"--timeout={timeout}s",
-            timeout=timeout + 30,
-        )
+        """``kubectl wait``; on a timeout the failure shows the object and its cluster's machines."""
+        args = ("kubectl", "wait", f"--for=condition={condition}", f"{kind}/{name}", f"--timeout={timeout}s")
+        result = self.run(*args, timeout=timeout + 30, check=False)
+        if result.returncode != 0:
+            shown = self.run("kubectl", "get", kind, name, "-o", "yaml", check=False).stdout
+            machines = self.run(
+                "kubectl", "get", "clustermachines,machinesets", "-o", "wide", check=False
+            ).stdout
+            raise AssertionError(f"{' '.join(args)}: {result.stderr}\n{shown}\n{machines}")
 
     def until(self, check: Any, timeout: float = 60, every: float = 0.5, what: str = "") -> Any:
         """Poll ``check()`` until it returns something truthy; fail naming ``what`` on timeout."""
@@ -134,7 +136,8 @@ def running_site(workdir: Path, machines: int, *serve_args: str, register: bool 
     """A server and an emulator of ``machines`` machines on a loopback network of their own; with
     ``register`` the emulator registers its machines with the server (``herder emu run --register``)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    with running(workdir / "server", "--cluster-endpoints", endpoint_range(), *serve_args) as server:
+    endpoints = endpoint_range()
+    with running(workdir / "server", "--cluster-endpoints", endpoints, *serve_args) as server:
         emulator = EmulatorProcess(
             data_dir=workdir / "emulator",
             machines=machines,
@@ -145,7 +148,7 @@ def running_site(workdir: Path, machines: int, *serve_args: str, register: bool 
         emulator.start()
         try:
             asyncio.run(emulator.wait_ready())
-            site = Site(server, emulator, workdir)
+            site = Site(server, emulator, workdir, endpoints)
             if register:
                 site.until(lambda: len(site.connected()) == machines, timeout=60, what=f"{machines} machines")
             yield site

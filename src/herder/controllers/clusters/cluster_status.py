@@ -123,7 +123,11 @@ class ClusterStatusController(Controller):
             self._probed[key] = (time.monotonic(), verdicts["EtcdHealthy"], verdicts["KubernetesAPIReady"])
         short = [s for s in sets if not _set_ready(s)]
         problems = [k for k in _CONDITIONS[:3] if not verdicts[k][0]]
-        if problems or short or ready < wanted:
+        stopped = [r for r in status.get("rollouts") or () if r.get("state") == "Stopped"]
+        if stopped and not problems:
+            rollout = stopped[0]
+            verdicts["Ready"] = (False, f"{rollout['kind']}RolloutStopped", str(rollout.get("message", "")))
+        elif problems or short or ready < wanted:
             what = (
                 verdicts[problems[0]][2]
                 if problems

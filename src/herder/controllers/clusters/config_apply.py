@@ -201,9 +201,10 @@ class ConfigApplyController(Controller):
 
 
 def _down(member: Resource) -> bool:
-    """Whether a member is out of service for a rollout: not ready, or rebooting for its new config."""
+    """Whether a member is out of service for a rollout: not running, or rebooting for its new config.
+    (One that runs and merely waits for its own new config is in service.)"""
     status = member.status or {}
-    return not status.get("ready") or bool((status.get("apply") or {}).get("rebooting"))
+    return status.get("stage") != "Running" or bool((status.get("apply") or {}).get("rebooting"))
 
 
 def _observe(status: dict[str, Any], machine: Resource | None, wanted: str, role: str) -> None:
@@ -231,7 +232,8 @@ def _observe(status: dict[str, Any], machine: Resource | None, wanted: str, role
             "Unreachable",
             f"machine is unreachable: {mstatus.get('lastError', '')}".rstrip(": "),
         )
-    elif applied != wanted:
+    elif not applied or (apply_error and applied != wanted):
+        # A machine that runs an older config is in service: only failing to get a config is a fault.
         reason = "ApplyFailed" if apply_error else "Applying"
         message = apply_error or "applying the machine's config"
     elif stage != "Running":

@@ -53,9 +53,10 @@ class EndpointRange:
         return f"https://{host}:{port}"
 
     def port_of(self, url: str) -> int | None:
-        """The port of ``url`` if it is an address of this range."""
+        """The port of ``url`` if it is an address of this range's host. A port outside the range is
+        still this cluster's (the range may have changed since): its configs carry that address."""
         parts = urlsplit(url)
-        if parts.hostname != self.host or parts.port is None or not self.first <= parts.port <= self.last:
+        if parts.hostname != self.host or parts.port is None:
             return None
         return parts.port
 
