@@ -98,14 +98,14 @@ class ClusterServices:
 
     def summary(self, cluster: Cluster) -> dict[str, Any]:
         """What the control API shows of a cluster: etcd members and health, and where its Kubernetes API
-        is served (each control plane's address, port 6443) and whether it serves there now."""
+        is served (each member control plane's address, port 6443) and whether it serves there now."""
         leader = cluster.current_leader()
         kube = self.kubernetes.get(cluster.id)
         serving = kube.endpoints if kube is not None else {}
+        # kube-apiserver runs on the control planes that are etcd members, while they run.
         apiservers = [
-            {"url": f"https://{k.address}:{PORT}", "machine": k.uuid, "serving": k.uuid in serving}
-            for k in sorted(self.machines.kubelets(cluster.id), key=lambda k: k.address)
-            if k.control_plane
+            {"url": f"https://{m.address}:{PORT}", "machine": m.machine, "serving": m.machine in serving}
+            for m in sorted(cluster.members.values(), key=lambda m: m.address)
         ]
         return {
             "id": cluster.id,
