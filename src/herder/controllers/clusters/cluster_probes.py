@@ -81,7 +81,7 @@ async def probe_kubernetes(endpoint: str, credentials: KubernetesCredentials) ->
         async with httpx.AsyncClient(verify=_context(credentials), timeout=PROBE_TIMEOUT) as client:
             answer = await client.get(endpoint.rstrip("/") + "/readyz")
     except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
-        return False, f"{endpoint}: {exc or type(exc).__name__}"
+        return False, f"{endpoint}: {type(exc).__name__}: {exc}".rstrip(": ")
     if answer.status_code != 200:
         return False, f"{endpoint}/readyz answered {answer.status_code}: {answer.text.strip()[:200]}"
     return True, ""

@@ -115,7 +115,10 @@ class ClusterStatusController(Controller):
             etcd = await self._probe_etcd(ctx, control_planes, view.talos)
             verdicts["EtcdHealthy"] = (etcd.healthy, "Healthy" if etcd.healthy else "Unhealthy", etcd.message)
             endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or status.get("endpoint", "")
-            if endpoint:
+            served = find_condition(status.get("conditions"), "EndpointReady") or {}
+            if served.get("status") == "False":
+                verdicts["KubernetesAPIReady"] = (False, "NoEndpoint", str(served.get("message", "")))
+            elif endpoint:
                 ok, why = await probe_kubernetes(str(endpoint), view.kubernetes)
                 verdicts["KubernetesAPIReady"] = (ok, "Reachable" if ok else "Unreachable", why)
             else:

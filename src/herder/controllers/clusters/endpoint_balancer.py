@@ -77,9 +77,13 @@ class EndpointBalancer:
 
     async def _check_loop(self) -> None:
         while True:
-            results = await asyncio.gather(*(self._check(b) for b in self._backends))
-            self._healthy = tuple(b for b, ok in zip(self._backends, results, strict=True) if ok)
             self._wake.clear()
+            checked = self._backends
+            results = await asyncio.gather(*(self._check(b) for b in checked))
+            # Backends may have changed while they were checked: keep only verdicts about current ones.
+            self._healthy = tuple(
+                b for b, ok in zip(checked, results, strict=True) if ok and b in self._backends
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._check_every)
 

@@ -5,7 +5,7 @@ control planes' API servers, on an address from the range herder serves them on
 The address is chosen once and kept on ``status.endpoint`` (the configs carry it, so it must never move);
 the balancer runs while this replica leads, with the cluster's running control planes as backends. A
 cluster with ``spec.endpoint`` has that endpoint and no balancer. Without a range, a cluster without an
-endpoint says so on its ``Ready`` condition and waits.
+endpoint says so on its ``EndpointReady`` condition (and so on ``Ready``) and waits.
 """
 
 from __future__ import annotations
@@ -138,13 +138,16 @@ class LoadBalancerController(Controller):
         return port
 
     async def _record(self, ctx: Context, key: ObjectKey, endpoint: str, problem: str) -> None:
+        """The endpoint, and the ``EndpointReady`` condition saying whether herder serves it (or why not)."""
+
         def record(_: Resource, status: dict[str, Any]) -> None:
             if endpoint:
                 status["endpoint"] = endpoint
-            if problem:
-                conditions = list(status.get("conditions") or [])
-                set_condition(conditions, "Ready", False, "NoEndpoint", problem)
-                status["conditions"] = conditions
+            conditions = list(status.get("conditions") or [])
+            set_condition(
+                conditions, "EndpointReady", not problem, "NoEndpoint" if problem else "Serving", problem
+            )
+            status["conditions"] = conditions
 
         await ctx.mutate_status(key, record)
 

@@ -1,0 +1,82 @@
+"""herder's per-cluster TCP load balancer on real loopback sockets: it forwards to healthy backends only,
+spreads connections over them, notices a backend that comes and goes, and keeps checking while its
+backends change."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from herder.controllers.clusters.endpoint_balancer import EndpointBalancer
+from tests.api.server import free_port
+
+
+async def _echo_server(name: bytes) -> tuple[asyncio.Server, str]:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = await reader.read(100)
+        writer.write(name + b":" + data)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def balancer() -> AsyncIterator[EndpointBalancer]:
+    lb = EndpointBalancer("127.0.0.1", free_port(), check_every=0.1, check_timeout=0.5)
+    await lb.start()
+    yield lb
+    await lb.stop()
+
+
+async def _ask(lb: EndpointBalancer) -> bytes:
+    reader, writer = await asyncio.open_connection(lb.host, lb.port)
+    writer.write(b"hi")
+    await writer.drain()
+    data = await reader.read(100)
+    writer.close()
+    return data
+
+
+async def _healthy(lb: EndpointBalancer, count: int) -> None:
+    async with asyncio.timeout(5):
+        while len(lb.healthy) != count:  # noqa: ASYNC110 - the balancer offers nothing to wait on
+            await asyncio.sleep(0.02)
+
+
+async def test_connections_go_to_healthy_backends_in_turn(balancer: EndpointBalancer) -> None:
+    a, a_addr = await _echo_server(b"a")
+    b, b_addr = await _echo_server(b"b")
+    dead = f"127.0.0.1:{free_port()}"
+    balancer.set_backends([a_addr, b_addr, dead])
+    await _healthy(balancer, 2)
+    assert set(balancer.healthy) == {a_addr, b_addr}
+    answers = {await _ask(balancer) for _ in range(4)}
+    assert answers == {b"a:hi", b"b:hi"}
+    a.close()
+    await a.wait_closed()
+    await _healthy(balancer, 1)
+    assert {await _ask(balancer) for _ in range(3)} == {b"b:hi"}
+    b.close()
+
+
+async def test_without_a_healthy_backend_a_connection_is_closed_at_once(balancer: EndpointBalancer) -> None:
+    balancer.set_backends([f"127.0.0.1:{free_port()}"])
+    await asyncio.sleep(0.3)
+    with pytest.raises(ConnectionResetError):
+        await _ask(balancer)
+
+
+async def test_backends_changing_while_checked_keep_the_checks_going(balancer: EndpointBalancer) -> None:
+    servers = [await _echo_server(str(i).encode()) for i in range(6)]
+    for i in range(30):
+        balancer.set_backends([addr for _, addr in servers[: 1 + i % 6]])
+        await asyncio.sleep(0.01)
+    balancer.set_backends([addr for _, addr in servers])
+    await _healthy(balancer, 6)
+    for server, _ in servers:
+        server.close()
