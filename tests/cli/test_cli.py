@@ -259,11 +259,31 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
             text=True,
         )
         assert "Error from server (Forbidden)" in refused.stderr
-        # The emulator beside it forms the demo cluster, which kubectl reaches with its kubeconfig.
-        kubeconfig = data / "demo" / "kubeconfig"
-        deadline = time.monotonic() + 60
-        while not kubeconfig.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # herder forms the demo cluster on the emulator's machines; its kubeconfig reaches its nodes.
+        admin = str(data / "admin.kubeconfig")
+        waited = subprocess.run(
+            [
+                "/usr/bin/kubectl",
+                "--kubeconfig",
+                admin,
+                "wait",
+                "--for=condition=Ready",
+                "cluster/demo",
+                "--timeout=120s",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        ok(waited)
+        kubeconfig = data / "demo.kubeconfig"
+        ok(
+            subprocess.run(
+                [HERDER, "cluster", "kubeconfig", "demo", "-o", str(kubeconfig), "--kubeconfig", admin],
+                capture_output=True,
+                text=True,
+            )
+        )
         nodes = subprocess.run(
             ["/usr/bin/kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "--no-headers"],
             capture_output=True,

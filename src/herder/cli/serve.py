@@ -189,7 +189,34 @@ def _demo_objects() -> list[Resource]:
             }
         )
 
+    def demo_object(kind: str, name: str, spec: dict[str, object], **meta: object) -> Resource:
+        info = registry.get(kind)
+        return Resource.model_validate(
+            {
+                "apiVersion": info.api_version,
+                "kind": info.kind,
+                "metadata": {"name": name, "namespace": "default", **meta},
+                "spec": spec,
+            }
+        )
+
+    in_demo = {"labels": {"herder.dev/cluster": "demo"}}
     return [
+        # The demo cluster, which herder forms on the emulator's machines (every machine is in the class).
+        demo_object("Cluster", "demo", {"talosVersion": "v1.13.9", "kubernetesVersion": "1.33.0"}),
+        demo_object("MachineClass", "emulated", {"selector": {}, "description": "the emulator's machines"}),
+        demo_object(
+            "MachineSet",
+            "demo-control-planes",
+            {"role": "controlplane", "machineClass": {"name": "emulated", "size": 3}},
+            **in_demo,
+        ),
+        demo_object(
+            "MachineSet",
+            "demo-workers",
+            {"role": "worker", "machineClass": {"name": "emulated", "size": 2}},
+            **in_demo,
+        ),
         config_patch(
             "ntp",
             "machine:\n  time:\n    servers: [time.cloudflare.com]\n",
@@ -230,8 +257,13 @@ async def _seed_demo(data_dir: Path, store: Store) -> None:
         f"  kubectl --kubeconfig {admin} get auditevents\n"
         f"  kubectl --kubeconfig {viewer} delete configpatch ntp    # a Reader: forbidden\n"
         f"  herder get cp --kubeconfig {admin}    (or export HERDER_KUBECONFIG={admin})\n"
-        "The Talos emulator runs beside it with a demo cluster of 3 control planes and 2 workers:\n"
-        f"  kubectl --kubeconfig {data_dir / 'demo' / 'kubeconfig'} get nodes,pods -A\n"
+        "The Talos emulator runs beside it; herder forms the demo cluster (3 control planes, 2 workers) on\n"
+        "its machines. Watch it come up, then use it:\n"
+        f"  kubectl --kubeconfig {admin} get clusters,machinesets,machines -w     # Ctrl+C ends the watch\n"
+        f"  kubectl --kubeconfig {admin} wait --for=condition=Ready cluster/demo --timeout=5m\n"
+        f"  kubectl --kubeconfig {admin} describe cluster demo\n"
+        f"  herder cluster kubeconfig demo -o {data_dir / 'demo.kubeconfig'} --kubeconfig {admin}\n"
+        f"  kubectl --kubeconfig {data_dir / 'demo.kubeconfig'} get nodes,pods -A\n"
         f"  herder emu machines --data-dir {data_dir / 'emulator'}\n"
         "Stop it with Ctrl+C.\n",
         flush=True,
@@ -264,5 +296,5 @@ def demo(
         ServeOptions(data_dir=where, listen=listen),
         _controller_options(cluster_endpoints),
         lambda store: _seed_demo(where, store),
-        [lambda store: DemoEmulator(where)],
+        [lambda store: DemoEmulator(where, where / KUBECONFIG)],
     )
