@@ -75,6 +75,31 @@ def labelled_owner(kind: str, label: str) -> Mapper:
     return mapper
 
 
+def on_change(mapper: Mapper, *fields: str) -> Mapper:
+    """``mapper``, for events that add or delete an object or change one of ``fields`` (dotted paths into
+    the object's JSON, such as ``status.ready`` or ``metadata.deletionTimestamp``): a controller that
+    reads only those fields of a busy kind is not woken by every other write to it."""
+    paths = [tuple(f.split(".")) for f in fields]
+
+    def pick(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+        value: Any = data
+        for part in path:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(part)
+        return value
+
+    def changed(event: WatchEvent) -> Iterable[ObjectKey]:
+        before = event.previous
+        if event.type == "MODIFIED" and before is not None:
+            old, new = before.to_dict(), event.object.to_dict()
+            if all(pick(old, p) == pick(new, p) for p in paths):
+                return ()
+        return mapper(event)
+
+    return changed
+
+
 @dataclass(frozen=True)
 class Watch:
     kind: str

@@ -16,7 +16,7 @@ from herder.controllers.clusters.members import cluster_machines, machine_of
 from herder.resources import Resource, now_rfc3339
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.talos.machine import AlreadyExists, MachineAPIError, MachineClient
 
 _RETRY = 5.0
@@ -30,7 +30,10 @@ class BootstrapController(Controller):
         self._keys = keys
         self.watches = (
             Watch(CLUSTER.kind),
-            Watch(CLUSTER_MACHINE.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+            Watch(
+                CLUSTER_MACHINE.kind,
+                on_change(labelled_owner(CLUSTER.kind, CLUSTER_LABEL), "status.configHash", "status.stage"),
+            ),
         )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:

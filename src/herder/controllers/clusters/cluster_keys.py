@@ -5,7 +5,9 @@ admin credentials, made once per revision of the cluster's ClusterSecrets and sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from herder.resources import Resource
@@ -37,6 +39,7 @@ class ClusterSecretsView:
     bundle: SecretsBundle
     talos: Credentials
     kubernetes: KubernetesCredentials
+    made: float = field(default_factory=time.monotonic)
 
 
 class ClusterKeys:
@@ -46,6 +49,7 @@ class ClusterKeys:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._views: dict[tuple[str, str], ClusterSecretsView] = {}
+        self._loading: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def of(self, cluster: Resource) -> ClusterSecretsView | None:
         """The secrets of ``cluster``; None until its ClusterSecrets exist."""
@@ -55,15 +59,19 @@ class ClusterKeys:
         except NotFound:
             return None
         key = (namespace, cluster.name)
-        known = self._views.get(key)
-        if known is not None and known.revision == stored.metadata.resource_version:
-            return known
-        view = _view(stored)
-        self._views[key] = view
-        return view
-
-    def forget(self, namespace: str, cluster: str) -> None:
-        self._views.pop((namespace, cluster), None)
+        # Many controllers ask at once when a cluster appears: one loads, the others wait for it.
+        async with self._loading.setdefault(key, asyncio.Lock()):
+            known = self._views.get(key)
+            if (
+                known is not None
+                and known.revision == stored.metadata.resource_version
+                and time.monotonic() - known.made < _CREDENTIAL_LIFETIME.total_seconds() / 2
+            ):
+                return known
+            # Loading the bundle parses RSA keys and issuing certificates signs: off the event loop.
+            view = await asyncio.to_thread(_view, stored)
+            self._views[key] = view
+            return view
 
 
 def _view(stored: Resource) -> ClusterSecretsView:

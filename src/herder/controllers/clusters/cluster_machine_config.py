@@ -40,6 +40,7 @@ from herder.runtime.controller import (
     Result,
     Watch,
     controller_owner,
+    on_change,
     same_name,
 )
 from herder.runtime.index import LabelIndex
@@ -80,8 +81,12 @@ class ClusterMachineConfigController(Controller):
         self._keys = keys
         self._members = LabelIndex(CLUSTER_MACHINE.kind, CLUSTER_LABEL)
         self._bases: OrderedDict[_BaseKey, str] = OrderedDict()
+        self._finals: OrderedDict[tuple[_BaseKey, tuple[tuple[int, str, str], ...]], str] = OrderedDict()
         self.watches = (
-            Watch(CLUSTER_MACHINE.kind, self._members.track),
+            Watch(
+                CLUSTER_MACHINE.kind,
+                on_change(self._members.track, "spec", "metadata.labels", "metadata.deletionTimestamp"),
+            ),
             Watch(CLUSTER.kind, self._members.by_name()),
             Watch("ClusterSecrets", self._members.by_name()),
             Watch(CONFIG_PATCH.kind, self._patch_targets),
@@ -201,11 +206,19 @@ class ClusterMachineConfigController(Controller):
         layers = await self._patches(ctx, cluster, member)
         if spec.features.disk_encryption:
             layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-disk-encryption", disk_encryption(contract)))
+        # Machines of one role usually share every patch: their config is made and validated once.
+        final_key = (base_key, tuple(sorted((p.layer, p.name, p.text) for p in layers)))
+        known = self._finals.get(final_key)
+        if known is not None:
+            return known
         try:
             config = apply_layers(base, layers)
             validate_config(config, contract)
         except (PatchError, ConfigInvalid) as exc:
             raise ConfigError(str(exc)) from None
+        self._finals[final_key] = config
+        if len(self._finals) > _CACHE:
+            self._finals.popitem(last=False)
         return config
 
     async def _patches(self, ctx: Context, cluster: Resource, member: Resource) -> list[LayeredPatch]:

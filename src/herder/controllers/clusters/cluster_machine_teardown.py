@@ -19,7 +19,16 @@ from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, MachineSpec
 from herder.resources.status import condition_true
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
+from herder.runtime.controller import (
+    Context,
+    Controller,
+    ObjectKey,
+    Result,
+    Watch,
+    on_change,
+    own_key,
+    same_name,
+)
 from herder.talos.machine import FailedPrecondition, MachineAPIError, MachineClient, WipeMode
 
 _RETRY = 5.0
@@ -32,7 +41,9 @@ class ClusterMachineTeardownController(Controller):
     def __init__(self, keys: ClusterKeys) -> None:
         self._keys = keys
         self.watches = (
-            Watch(CLUSTER_MACHINE.kind),
+            Watch(
+                CLUSTER_MACHINE.kind, on_change(own_key, "metadata.deletionTimestamp", "metadata.finalizers")
+            ),
             Watch(MACHINE.kind, same_name(CLUSTER_MACHINE.kind)),
         )
 

@@ -20,7 +20,7 @@ from herder.resources.clusters import (
     MachineSetSpec,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, ROLE_LABEL
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, on_change, same_name
 
 NODE_FINALIZER = "herder.dev/cluster-machine"
 TEARDOWN_FINALIZER = "herder.dev/teardown"
@@ -32,7 +32,10 @@ class ClusterMachineController(Controller):
     concurrency = 4
     watches = (
         Watch(MACHINE_SET_NODE.kind),
-        Watch(CLUSTER_MACHINE.kind, same_name(MACHINE_SET_NODE.kind)),
+        # A member going is what lets its node go.
+        Watch(
+            CLUSTER_MACHINE.kind, on_change(same_name(MACHINE_SET_NODE.kind), "metadata.deletionTimestamp")
+        ),
     )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:

@@ -7,6 +7,8 @@ contract and that first version are also shown on the Cluster's status.
 
 from __future__ import annotations
 
+import asyncio
+
 from herder.resources import Resource
 from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
 from herder.resources.clusters import CLUSTER, ClusterSpec
@@ -28,7 +30,8 @@ class ClusterSecretsController(Controller):
         if stored is None:
             spec = CLUSTER.spec_of(cluster, ClusterSpec)
             contract = VersionContract.parse(spec.talos_version)
-            bundle = generate_secrets(contract)
+            # An RSA key among them: made off the event loop (OpenSSL lets the other core work meanwhile).
+            bundle = await asyncio.to_thread(generate_secrets, contract)
             stored = await ctx.apply_output(
                 cluster,
                 Resource.model_validate(

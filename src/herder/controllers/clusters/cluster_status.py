@@ -18,7 +18,7 @@ from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, ClusterSpec
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
 from herder.resources.status import find_condition, set_condition
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 
 HEALTHY_EVERY = 30.0
 UNHEALTHY_EVERY = 5.0
@@ -37,7 +37,16 @@ class ClusterStatusController(Controller):
         self._probed: dict[ObjectKey, tuple[float, tuple[bool, str, str], tuple[bool, str, str]]] = {}
         self.watches = (
             Watch(CLUSTER.kind),
-            Watch(CLUSTER_MACHINE.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+            Watch(
+                CLUSTER_MACHINE.kind,
+                on_change(
+                    labelled_owner(CLUSTER.kind, CLUSTER_LABEL),
+                    "status.ready",
+                    "status.conditions",
+                    "status.etcdMember",
+                    "metadata.deletionTimestamp",
+                ),
+            ),
             Watch(MACHINE_SET.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
         )
 

@@ -18,7 +18,7 @@ from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET_NODE
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.status import set_condition
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 
 CLUSTER_FINALIZER = "herder.dev/cluster"
 
@@ -28,7 +28,9 @@ class ClusterTeardownController(Controller):
     concurrency = 4
     watches = (
         Watch(CLUSTER.kind),
-        Watch(CLUSTER_MACHINE.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+        Watch(
+            CLUSTER_MACHINE.kind, on_change(labelled_owner(CLUSTER.kind, CLUSTER_LABEL), "status.teardown")
+        ),
     )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:

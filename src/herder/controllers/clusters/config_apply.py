@@ -38,6 +38,8 @@ from herder.runtime.controller import (
     Result,
     Watch,
     controller_owner,
+    on_change,
+    own_key,
     same_name,
 )
 from herder.state.store import WatchEvent
@@ -65,7 +67,17 @@ class ConfigApplyController(Controller):
         self._keys = keys
         self._locks: dict[str, asyncio.Lock] = {}
         self.watches = (
-            Watch(CLUSTER_MACHINE.kind),
+            Watch(
+                CLUSTER_MACHINE.kind,
+                on_change(
+                    own_key,
+                    "spec",
+                    "status.etcdMember",
+                    "status.upgrade",
+                    "status.conditions",
+                    "metadata.deletionTimestamp",
+                ),
+            ),
             Watch(CLUSTER_MACHINE_CONFIG.kind, controller_owner(CLUSTER_MACHINE.kind)),
             Watch(MACHINE.kind, _machine_state),
             Watch(MACHINE_SET_NODE.kind, same_name(CLUSTER_MACHINE.kind)),

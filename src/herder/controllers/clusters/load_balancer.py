@@ -21,7 +21,7 @@ from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
 from herder.resources.status import set_condition
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.talos.machine import split_endpoint
 
 KUBERNETES_PORT = 6443
@@ -70,7 +70,9 @@ class LoadBalancerController(Controller):
         self._taken: dict[int, ObjectKey] | None = None
         self.watches = (
             Watch(CLUSTER.kind),
-            Watch(CLUSTER_MACHINE.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+            Watch(
+                CLUSTER_MACHINE.kind, on_change(labelled_owner(CLUSTER.kind, CLUSTER_LABEL), "status.stage")
+            ),
         )
 
     async def shutdown(self) -> None:

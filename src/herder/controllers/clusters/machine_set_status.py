@@ -11,7 +11,7 @@ from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE
 from herder.resources.machines import MACHINE_SET_LABEL
 from herder.resources.status import find_condition, set_condition
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 
 
 class MachineSetStatusController(Controller):
@@ -20,7 +20,15 @@ class MachineSetStatusController(Controller):
     watches = (
         Watch(MACHINE_SET.kind),
         Watch(MACHINE_SET_NODE.kind, labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL)),
-        Watch(CLUSTER_MACHINE.kind, labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL)),
+        Watch(
+            CLUSTER_MACHINE.kind,
+            on_change(
+                labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL),
+                "status.ready",
+                "status.conditions",
+                "metadata.deletionTimestamp",
+            ),
+        ),
     )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:

@@ -21,7 +21,16 @@ from herder.controllers.clusters.members import cluster_of, machine_of
 from herder.resources import Resource, now_micro
 from herder.resources.clusters import CLUSTER_MACHINE
 from herder.resources.machines import MACHINE, MachineSpec
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
+from herder.runtime.controller import (
+    Context,
+    Controller,
+    ObjectKey,
+    Result,
+    Watch,
+    on_change,
+    own_key,
+    same_name,
+)
 from herder.talos.machine import MachineAPIError, MachineClient
 
 # A machine that has not gone down this long after an upgrade was asked of it did not start it.
@@ -43,7 +52,10 @@ class TalosUpgradeController(Controller):
         self._keys = keys
         self._start_timeout = start_timeout
         self.watches = (
-            Watch(CLUSTER_MACHINE.kind),
+            Watch(
+                CLUSTER_MACHINE.kind,
+                on_change(own_key, "spec", "status.configHash", "metadata.deletionTimestamp"),
+            ),
             Watch(MACHINE.kind, same_name(CLUSTER_MACHINE.kind)),
         )
 

@@ -27,7 +27,7 @@ from herder.resources.clusters import (
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL
 from herder.resources.status import condition_true
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 
 _FIELDS = {"Talos": "talosVersion", "Kubernetes": "kubernetesVersion"}
 
@@ -37,7 +37,19 @@ class VersionRolloutController(Controller):
     concurrency = 4
     watches = (
         Watch(CLUSTER.kind),
-        Watch(CLUSTER_MACHINE.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+        Watch(
+            CLUSTER_MACHINE.kind,
+            on_change(
+                labelled_owner(CLUSTER.kind, CLUSTER_LABEL),
+                "spec",
+                "status.ready",
+                "status.talosVersion",
+                "status.configHash",
+                "status.upgrade",
+                "status.apply.lastError",
+                "metadata.deletionTimestamp",
+            ),
+        ),
         Watch(MACHINE_SET.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
     )
 
