@@ -106,16 +106,27 @@ class Server:
                 process.wait()
 
 
-async def _metric_sums(client: Client, *names: str) -> dict[str, float]:
-    """Sums of Prometheus counters over all their labels, from the server's /metrics."""
+async def _counters(client: Client, name: str, label: str) -> dict[str, float]:
+    """A Prometheus counter from the server's /metrics, summed by one of its labels."""
     response = await client._http.get("/metrics")
     response.raise_for_status()
-    sums = dict.fromkeys(names, 0.0)
+    out: dict[str, float] = {}
     for line in response.text.splitlines():
-        for name in names:
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                sums[name] += float(line.rsplit(" ", 1)[1])
-    return sums
+        if not line.startswith(name + "{"):
+            continue
+        labels, _, value = line[len(name) + 1 :].rpartition("} ")
+        found = next(
+            (p.split("=", 1)[1].strip('"') for p in labels.split(",") if p.startswith(label + "=")), ""
+        )
+        out[found] = out.get(found, 0.0) + float(value)
+    return out
+
+
+def _per_machine(after: dict[str, float], before: dict[str, float], machines: int) -> dict[str, float]:
+    return {
+        k: round((v - before.get(k, 0.0)) / machines, 1)
+        for k, v in sorted(after.items(), key=lambda i: -i[1])
+    }
 
 
 def _obj(info: Any, name: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> Resource:
@@ -168,7 +179,8 @@ async def run(clusters: int, timeout: float) -> None:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"only {len(connected)}/{machines} machines registered and connected")
                 await asyncio.sleep(0.5)
-            before = await _metric_sums(client, "herder_store_writes_total", "herder_reconcile_total")
+            writes_before = await _counters(client, "herder_store_writes_total", "kind")
+            reconciles_before = await _counters(client, "herder_reconcile_total", "controller")
             uuids = sorted(m["uuid"] for m in published)
             started = time.monotonic()
             created: list[Resource] = []
@@ -206,9 +218,12 @@ async def run(clusters: int, timeout: float) -> None:
                     raise TimeoutError(f"only {ready}/{clusters} clusters Ready")
                 await asyncio.sleep(0.5)
             elapsed = time.monotonic() - started
-            after = await _metric_sums(client, "herder_store_writes_total", "herder_reconcile_total")
-            writes = after["herder_store_writes_total"] - before["herder_store_writes_total"]
-            reconciles = after["herder_reconcile_total"] - before["herder_reconcile_total"]
+            writes = _per_machine(
+                await _counters(client, "herder_store_writes_total", "kind"), writes_before, machines
+            )
+            reconciles = _per_machine(
+                await _counters(client, "herder_reconcile_total", "controller"), reconciles_before, machines
+            )
             emit(
                 "clusters_until_all_ready",
                 elapsed,
@@ -220,8 +235,19 @@ async def run(clusters: int, timeout: float) -> None:
             )
             emit("clusters_server_rss", server.rss_mib(), "MiB", clusters=clusters)
             emit("clusters_emulator_rss", emulator.rss_mib(), "MiB", machines=machines)
-            emit("clusters_store_writes_per_machine", writes / machines, "writes", goal_max=40)
-            emit("clusters_reconciles_per_machine", reconciles / machines, "reconciles")
+            emit(
+                "clusters_store_writes_per_machine",
+                sum(writes.values()),
+                "writes",
+                goal_max=40,
+                by_kind=writes,
+            )
+            emit(
+                "clusters_reconciles_per_machine",
+                sum(reconciles.values()),
+                "reconciles",
+                by_controller=reconciles,
+            )
             await client.close()
         finally:
             server.stop()

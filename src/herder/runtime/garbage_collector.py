@@ -35,6 +35,9 @@ class GarbageCollector(Controller):
             return self._dependents.pop(obj.metadata.uid or "", set())
         for ref in owners:
             self._dependents[ref.uid].add(key)
+        before = event.previous
+        if before is not None and before.metadata.owner_references == owners:
+            return ()  # a change of anything but its owners cannot orphan an object
         return (key,) if owners else ()
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:

@@ -91,7 +91,10 @@ class ClusterMachineConfigController(Controller):
             Watch("ClusterSecrets", self._members.by_name()),
             Watch(CONFIG_PATCH.kind, self._patch_targets),
             Watch(MACHINE.kind, self._disks_changed),
-            Watch(CLUSTER_MACHINE_CONFIG.kind, controller_owner(CLUSTER_MACHINE.kind)),
+            # Only to make a config again that someone deleted.
+            Watch(
+                CLUSTER_MACHINE_CONFIG.kind, on_change(controller_owner(CLUSTER_MACHINE.kind), "metadata.uid")
+            ),
         )
 
     def _patch_targets(self, event: WatchEvent) -> Iterable[ObjectKey]:

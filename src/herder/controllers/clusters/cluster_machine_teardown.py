@@ -44,7 +44,16 @@ class ClusterMachineTeardownController(Controller):
             Watch(
                 CLUSTER_MACHINE.kind, on_change(own_key, "metadata.deletionTimestamp", "metadata.finalizers")
             ),
-            Watch(MACHINE.kind, same_name(CLUSTER_MACHINE.kind)),
+            Watch(
+                MACHINE.kind,
+                on_change(
+                    same_name(CLUSTER_MACHINE.kind),
+                    "status.stage",
+                    "status.connected",
+                    "status.maintenance",
+                    "metadata.annotations",
+                ),
+            ),
         )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:

@@ -56,7 +56,16 @@ class TalosUpgradeController(Controller):
                 CLUSTER_MACHINE.kind,
                 on_change(own_key, "spec", "status.configHash", "metadata.deletionTimestamp"),
             ),
-            Watch(MACHINE.kind, same_name(CLUSTER_MACHINE.kind)),
+            Watch(
+                MACHINE.kind,
+                on_change(
+                    same_name(CLUSTER_MACHINE.kind),
+                    "status.talosVersion",
+                    "status.stage",
+                    "status.connected",
+                    "status.connectedAt",
+                ),
+            ),
         )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
