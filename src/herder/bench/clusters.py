@@ -63,6 +63,10 @@ class Server:
             f"127.0.0.1:{self.port}",
             "--cluster-endpoints",
             f"127.0.0.1:{first}-{first + clusters + 10}",
+            # Every cluster's secrets need an RSA key: made while the machines register, as a running
+            # herder makes them while idle (see controllers.clusters.key_pool).
+            "--spare-keys",
+            str(clusters),
         ]
         self.process: subprocess.Popen[bytes] | None = None
 

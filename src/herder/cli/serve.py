@@ -53,6 +53,15 @@ DEMO_DIR = Path(".herder-demo")
 DEMO_ENDPOINTS = "127.0.0.1:7000-7099"
 
 DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.", show_default=False)]
+SpareKeysOption = Annotated[
+    int,
+    typer.Option(
+        "--spare-keys",
+        min=0,
+        help="RSA keys kept ready for new clusters' secrets (each takes a second to make): a burst of "
+        "this many new clusters starts at once.",
+    ),
+]
 ClusterEndpointsOption = Annotated[
     str | None,
     typer.Option(
@@ -146,6 +155,7 @@ def serve_command(
         ),
     ] = None,
     cluster_endpoints: ClusterEndpointsOption = None,
+    spare_keys: SpareKeysOption = 8,
 ) -> None:
     """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
     from herder.api.serve import ServeOptions
@@ -161,10 +171,10 @@ def serve_command(
         audit_retention=Retention(timedelta(days=audit_max_age_days), audit_max_events),
         max_body_bytes=max_body_bytes,
     )
-    _run(options, _controller_options(cluster_endpoints))
+    _run(options, _controller_options(cluster_endpoints, spare_keys))
 
 
-def _controller_options(cluster_endpoints: str | None) -> ControllerOptions:
+def _controller_options(cluster_endpoints: str | None, spare_keys: int = 8) -> ControllerOptions:
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.load_balancer import EndpointRange
 
@@ -172,7 +182,7 @@ def _controller_options(cluster_endpoints: str | None) -> ControllerOptions:
         endpoints = EndpointRange.parse(cluster_endpoints) if cluster_endpoints else None
     except ValueError as exc:
         raise fail(str(exc)) from None
-    return ControllerOptions(cluster_endpoints=endpoints)
+    return ControllerOptions(cluster_endpoints=endpoints, spare_keys=spare_keys)
 
 
 def _demo_objects() -> list[Resource]:

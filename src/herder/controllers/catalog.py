@@ -15,6 +15,7 @@ from herder.controllers.clusters.cluster_status import ClusterStatusController
 from herder.controllers.clusters.cluster_teardown import ClusterTeardownController
 from herder.controllers.clusters.config_apply import ConfigApplyController
 from herder.controllers.clusters.credentials import ClusterCredentials
+from herder.controllers.clusters.key_pool import KeyPool
 from herder.controllers.clusters.load_balancer import EndpointRange, LoadBalancerController
 from herder.controllers.clusters.machine_link import MachineLinkController
 from herder.controllers.clusters.machine_registration import MachineRegistrationController
@@ -31,6 +32,8 @@ from herder.state.store import Store
 @dataclass(frozen=True)
 class ControllerOptions:
     cluster_endpoints: EndpointRange | None = None
+    # RSA keys kept ready for new clusters' secrets (see controllers.clusters.key_pool).
+    spare_keys: int = 8
 
 
 def register_admission(store: Store) -> None:
@@ -50,7 +53,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         EventCollector(),
         MachineRegistrationController(),
         MachineLinkController(keys),
-        ClusterSecretsController(),
+        ClusterSecretsController(KeyPool(options.spare_keys)),
         ClusterTeardownController(),
         LoadBalancerController(options.cluster_endpoints),
         MachineSetAllocationController(),

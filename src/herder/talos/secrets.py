@@ -67,12 +67,24 @@ def encode_cluster_id(raw: bytes, contract: VersionContract) -> str:
     return encode(raw).decode("ascii")
 
 
-def generate_secrets(contract: VersionContract, *, now: datetime | None = None) -> SecretsBundle:
-    """A fresh bundle for ``contract``: new CAs valid from ``now`` for ten years, new tokens and secrets."""
+def service_account_key_type(contract: VersionContract) -> KeyType:
+    """The key Talos signs Kubernetes service account tokens with: RSA-4096 from contract 1.7 on."""
+    return KeyType.RSA_4096 if contract.at_least(1, 7) else KeyType.ECDSA_P256
+
+
+def generate_secrets(
+    contract: VersionContract,
+    *,
+    now: datetime | None = None,
+    service_account_key: pki.PrivateKey | None = None,
+) -> SecretsBundle:
+    """A fresh bundle for ``contract``: new CAs valid from ``now`` for ten years, new tokens and secrets.
+
+    ``service_account_key``, when given, is a fresh key of ``service_account_key_type(contract)`` made
+    ahead of time (an RSA-4096 key takes about a second to make).
+    """
     now = now or datetime.now(UTC)
-    service_account = pki.generate_private_key(
-        KeyType.RSA_4096 if contract.at_least(1, 7) else KeyType.ECDSA_P256
-    )
+    service_account = service_account_key or pki.generate_private_key(service_account_key_type(contract))
     encryption_secret = _random_b64()
     return SecretsBundle(
         cluster_id=encode_cluster_id(os.urandom(32), contract),

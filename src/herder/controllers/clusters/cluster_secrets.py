@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import asyncio
 
+from herder.controllers.clusters.key_pool import KeyPool
 from herder.resources import Resource
 from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
 from herder.resources.clusters import CLUSTER, ClusterSpec
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
 from herder.talos.contracts import VersionContract
-from herder.talos.secrets import dump_secrets, generate_secrets
+from herder.talos.secrets import dump_secrets, generate_secrets, service_account_key_type
 
 
 class ClusterSecretsController(Controller):
     name = "ClusterSecretsController"
     concurrency = 4
     watches = (Watch("Cluster"), Watch("ClusterSecrets", controller_owner("Cluster")))
+
+    def __init__(self, keys: KeyPool) -> None:
+        self._keys = keys
+
+    async def shutdown(self) -> None:
+        await self._keys.stop()
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         cluster = await ctx.get(key)
@@ -30,8 +37,10 @@ class ClusterSecretsController(Controller):
         if stored is None:
             spec = CLUSTER.spec_of(cluster, ClusterSpec)
             contract = VersionContract.parse(spec.talos_version)
-            # An RSA key among them: made off the event loop (OpenSSL lets the other core work meanwhile).
-            bundle = await asyncio.to_thread(generate_secrets, contract)
+            made_ahead = None
+            if service_account_key_type(contract) is self._keys.key_type:
+                made_ahead = await self._keys.take()
+            bundle = await asyncio.to_thread(generate_secrets, contract, service_account_key=made_ahead)
             stored = await ctx.apply_output(
                 cluster,
                 Resource.model_validate(

@@ -1,0 +1,38 @@
+"""The pool of keys made ahead of need: every key handed out is fresh and never handed out twice, and the
+pool fills up again after it is drawn from."""
+
+from __future__ import annotations
+
+import asyncio
+
+from herder.controllers.clusters.key_pool import KeyPool
+from herder.talos import pki
+from herder.talos.pki import KeyType
+
+
+def _pem(key: pki.PrivateKey) -> bytes:
+    return pki.encode_private_key(key)
+
+
+async def test_keys_are_fresh_and_the_pool_refills() -> None:
+    pool = KeyPool(3, KeyType.ECDSA_P256)
+    pool.start()
+    try:
+        async with asyncio.timeout(10):
+            while pool.ready < 3:  # noqa: ASYNC110 - the pool offers nothing to wait on
+                await asyncio.sleep(0.01)
+        taken = [await pool.take() for _ in range(5)]  # three ready, two made on the spot
+        assert len({_pem(k) for k in taken}) == 5
+        assert all(pki.key_type_of(k) is KeyType.ECDSA_P256 for k in taken)
+        async with asyncio.timeout(10):
+            while pool.ready < 3:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    finally:
+        await pool.stop()
+
+
+async def test_an_empty_pool_still_gives_keys() -> None:
+    pool = KeyPool(0, KeyType.ECDSA_P256)
+    assert pki.key_type_of(await pool.take()) is KeyType.ECDSA_P256
+    assert pool.ready == 0
+    await pool.stop()
