@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from starlette.requests import Request
 
 from herder.krm.policy import Access, AllowAll, Denied, Identity, Unauthenticated
-from herder.resources import Resource
+from herder.resources import KindInfo, Resource
 
 LOCKED = "test.herder.dev/locked"
 HIDDEN = "test.herder.dev/hidden"
@@ -26,5 +28,5 @@ class Guarded(AllowAll):
         if access.verb not in READS and obj is not None and obj.metadata.labels.get(LOCKED) == "true":
             raise Denied(f"{who.name} may not {access.verb} locked {access.kind.plural}")
 
-    def visible(self, who: Identity, obj: Resource) -> bool:
-        return HIDDEN not in obj.metadata.labels
+    def visible(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> bool:
+        return HIDDEN not in labels

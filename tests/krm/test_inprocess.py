@@ -97,3 +97,29 @@ def test_errors_map_to_status_codes(error: Exception, code: int, reason: str) ->
     status = api_error(error, info, "x").status()
     assert (status["code"], status["reason"]) == (code, reason)
     assert "secret internals" not in status["message"]
+
+
+async def test_lists_and_tables_follow_each_change_of_an_object(http: httpx.AsyncClient) -> None:
+    # Lists answer from what was encoded for each object revision: a change must show at once, in
+    # JSON, in Table rows and in the single-object read alike.
+    path = f"{PREFIX}/apis/herder.dev/v1alpha1/namespaces/default/configpatches"
+    table = {"accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}
+    body = {"apiVersion": "herder.dev/v1alpha1", "kind": "ConfigPatch", "metadata": {"name": "p"}}
+    body["spec"] = {"data": "machine: {}", "description": "first"}
+    assert (await http.post(path, json=body)).status_code == 201
+    for description in ("first", "second", "third"):
+        if description != "first":
+            change = json.dumps({"spec": {"description": description}})
+            headers = {"content-type": "application/merge-patch+json"}
+            assert (await http.patch(f"{path}/p", content=change, headers=headers)).status_code == 200
+        listed = (await http.get(path)).json()
+        assert [i["spec"]["description"] for i in listed["items"]] == [description]
+        rv = listed["items"][0]["metadata"]["resourceVersion"]
+        assert int(listed["metadata"]["resourceVersion"]) >= int(rv)
+        assert (await http.get(f"{path}/p")).json()["metadata"]["resourceVersion"] == rv
+        rows = (await http.get(path, headers=table)).json()["rows"]
+        assert [r["cells"][2] for r in rows] == [description]
+        assert rows[0]["object"]["metadata"]["resourceVersion"] == rv
+    assert (await http.delete(f"{path}/p")).status_code == 200
+    assert (await http.get(path)).json()["items"] == []
+    assert (await http.get(path, headers=table)).json()["rows"] == []

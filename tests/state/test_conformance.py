@@ -375,3 +375,38 @@ async def test_a_new_namespace_is_active(store: Store) -> None:
     made = await store.create(ns("fresh"))
     assert made.status == {"phase": "Active"}
     assert (await store.get("namespaces", "fresh")).status == {"phase": "Active"}
+
+
+async def test_lists_show_each_write_once_it_is_acknowledged(harness: Harness) -> None:
+    # Lists of a kind listed before may be served from memory (where the backend's watch allows it):
+    # after every write they must still show what the backend holds, at its revision.
+    store = harness.store
+    await store.create(ns("other"))
+
+    async def listed(**selectors: str) -> list[tuple[str, str | None]]:
+        result = await store.list("cp", **selectors)  # type: ignore[arg-type]
+        assert all(o.resource_version <= result.resource_version for o in result.items)
+        return [(o.name, o.metadata.resource_version) for o in result.items]
+
+    async def held() -> list[tuple[str, str | None]]:
+        kvs, _ = await harness.backend.range(Store.kind_prefix(store.kind("cp")))
+        return [(kv.key.rsplit("/", 1)[1], str(kv.mod_rev)) for kv in kvs]
+
+    assert await listed() == []
+    a = await store.create(patch("a", labels={"env": "prod"}))
+    await store.create(patch("b", finalizers=["herder.dev/test"]))
+    await store.create(patch("c", namespace="other"))
+    assert await listed() == await held() and len(await held()) == 3
+    a.metadata.labels = {"env": "dev"}
+    a = await store.update(a)
+    assert await listed() == await held()
+    assert await listed(label_selector="env=prod") == []
+    assert await listed(label_selector="env=dev") == [("a", a.metadata.resource_version)]
+    await store.delete("cp", "b", "default")  # marked: its finalizer holds it
+    assert await listed() == await held()
+    b = await store.get("cp", "b", "default")
+    b.metadata.finalizers = []
+    await store.update(b)  # its last finalizer gone, it goes
+    await store.delete("cp", "c", "other")
+    assert await listed() == await held() == [("a", a.metadata.resource_version)]
+    assert (await store.get("cp", "a", "default")).metadata.labels == {"env": "dev"}

@@ -77,7 +77,7 @@ def _endpoint(
             raw = await media.read_body(request, MAX_OPTIONS_BYTES)
             options = media.parse_object(raw, media.JSON) if raw.strip() else {}
             obj = await store.get(info, name, namespace)
-            if not policy.visible(who, obj):
+            if not policy.visible(who, info, obj.name, obj.metadata.labels):
                 raise NotFound(info.plural, name)
             try:
                 body = await action.handler(obj, who.name, who.role, options)

@@ -87,7 +87,7 @@ def build_app(
             except ValidationError as err:
                 raise invalid(info, name, causes_of(err)) from None
             subject = await store.get(info, name)
-            if not policy.visible(who, subject):
+            if not policy.visible(who, info, subject.name, subject.metadata.labels):
                 raise NotFound(info.plural, name)
             expires = asked.spec.expiration_seconds
             issued = await tokens.issue(

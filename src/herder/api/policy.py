@@ -4,6 +4,7 @@ policy table, hidden and read-only objects, reserved names, herder-owned labels,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 
 from starlette.requests import Request
@@ -13,7 +14,7 @@ from herder.api.audit import AuditLog
 from herder.api.auth_limit import AuthFailureLimit
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
 from herder.krm.status import ApiError, invalid
-from herder.resources import FieldError, Resource
+from herder.resources import FieldError, KindInfo, Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
 from herder.state.store import Store
 
@@ -22,9 +23,9 @@ from herder.state.store import Store
 _HIDDEN_REACHED: ContextVar[frozenset[str]] = ContextVar("herder_hidden_reached", default=frozenset())
 
 
-def _note_hidden(who: Identity, obj: Resource) -> None:
-    if roles.sees_hidden(who.role) and HIDDEN_LABEL in obj.metadata.labels:
-        _HIDDEN_REACHED.set(_HIDDEN_REACHED.get() | {obj.name})
+def _note_hidden(who: Identity, name: str, labels: Mapping[str, str]) -> None:
+    if roles.sees_hidden(who.role) and HIDDEN_LABEL in labels:
+        _HIDDEN_REACHED.set(_HIDDEN_REACHED.get() | {name})
 
 
 class HerderPolicy:
@@ -58,7 +59,7 @@ class HerderPolicy:
             raise Denied(_refusal(who, access))
         if obj is None:
             return
-        _note_hidden(who, obj)
+        _note_hidden(who, obj.name, obj.metadata.labels)
         scope = roles.rule_for(access.kind).infra
         if who.role == "InfraProvider" and scope is not None:
             provider = who.scope.get(scope.label)
@@ -115,15 +116,15 @@ class HerderPolicy:
                         f"{what} {key} is set by herder: {who.name} may not set, change or remove it"
                     )
 
-    def visible(self, who: Identity, obj: Resource) -> bool:
-        _note_hidden(who, obj)
-        if not roles.sees_hidden(who.role) and HIDDEN_LABEL in obj.metadata.labels:
+    def visible(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> bool:
+        _note_hidden(who, name, labels)
+        if not roles.sees_hidden(who.role) and HIDDEN_LABEL in labels:
             return False
         if who.role != "InfraProvider":
             return True
-        scope = roles.rule_for(self._store.registry.for_object(obj)).infra
+        scope = roles.rule_for(kind).infra
         # Kinds outside the provider's scope are refused whole (403) by ``authorize``, not hidden.
-        return scope is None or obj.metadata.labels.get(scope.label) == who.scope.get(scope.label)
+        return scope is None or labels.get(scope.label) == who.scope.get(scope.label)
 
     def actor(self, who: Identity) -> str:
         return who.name

@@ -11,8 +11,7 @@ objects that do not exist. Every write records its field manager in ``metadata.m
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,12 +24,12 @@ from herder.krm import fieldmanager, media, patch, protobuf
 from herder.krm.fieldmanager import FieldManager
 from herder.krm.policy import Access, AccessPolicy, Denied, Identity
 from herder.krm.status import ApiError, api_error, causes_of
-from herder.krm.table import INCLUDE_OBJECT, table
+from herder.krm.table import INCLUDE_OBJECT, Row, table
 from herder.krm.watch import WatchStream, event_line
 from herder.resources import InvalidObject, KindInfo, KindRegistry, Resource, UnknownKind
 from herder.state.errors import AlreadyExists, Conflict, Forbidden, NotFound
 from herder.state.selectors import FieldSelector, LabelSelector
-from herder.state.store import Store, WatchEvent
+from herder.state.store import Store, Stored, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +37,6 @@ FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
 # How often an idle watch that allows bookmarks is sent one, and how long a watch lasts unless asked.
 BOOKMARK_INTERVAL = 30.0
 WATCH_TIMEOUT = 1800.0
-# How many encoded objects are kept (a few MB at most).
-ENCODED_CACHE = 10_000
 # Writes retried when another writer got in between the read and the write.
 WRITE_ATTEMPTS = 5
 # The options object Kubernetes names in errors about each write method's query parameters.
@@ -159,10 +156,16 @@ def _selectors(query: QueryParams, info: KindInfo) -> tuple[LabelSelector, Field
     return LabelSelector.parse(query.get("labelSelector")), fields
 
 
-def _list_body(info: KindInfo, metadata: dict[str, str], items: Iterable[bytes]) -> bytes:
-    """A ``KindList`` of objects already encoded."""
+def _list_body(info: KindInfo, metadata: dict[str, str], items: list[bytes]) -> bytes:
+    """A ``KindList`` of objects already encoded (``items`` is used up)."""
     head = media.dumps({"apiVersion": info.api_version, "kind": f"{info.kind}List", "metadata": metadata})
-    return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
+    head = head[:-1] + b',"items":['
+    if not items:
+        return head + b"]}"
+    # One copy of a body that may run to megabytes: the head and tail ride on the first and last item.
+    items[0] = head + items[0]
+    items[-1] += b"]}"
+    return b",".join(items)
 
 
 def _drop(data: dict[str, Any], path: str) -> bool:
@@ -200,8 +203,6 @@ class ResourceAPI:
         self.max_body_bytes = max_body_bytes
         self.bookmark_interval = bookmark_interval
         self.fields = FieldManager()
-        # Lists and watches send the same stored objects again and again: each is encoded once.
-        self._encoded: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 
     async def handle(self, request: Request) -> Response:
         who: Identity | None = None
@@ -249,30 +250,36 @@ class ResourceAPI:
 
     # reads
 
-    async def _fetch(self, call: Call) -> Resource:
-        """The named object, authorized; a hidden one is not found, as if it did not exist."""
+    async def _read(self, call: Call) -> tuple[Stored, Resource]:
+        """The named object's state and the object, authorized; a hidden one is not found, as if it
+        did not exist."""
         target = call.target
         assert target.name is not None
         # A caller who may not do this to any object of the kind is refused before the read, so that
         # refusals do not tell which names exist.
         self.policy.authorize(call.who, call.access)
-        obj = await self.store.get(target.info, target.name, target.namespace)
-        if not self.policy.visible(call.who, obj):
+        state = await self.store.read(target.info, target.name, target.namespace)
+        obj = state.decode()
+        if not self.policy.visible(call.who, target.info, obj.name, obj.metadata.labels):
             raise NotFound(target.info.plural, target.name)
         self.policy.authorize(call.who, call.access, obj)
-        return obj
+        return state, obj
+
+    async def _fetch(self, call: Call) -> Resource:
+        """The named object, authorized, for the caller to change."""
+        return (await self._read(call))[1]
 
     async def get(self, call: Call) -> Response:
-        obj = await self._fetch(call)
+        state, obj = await self._read(call)
         if media.negotiate(call.request.headers.get("accept")) == "table":
-            return self._table(call, [obj], obj.metadata.resource_version or "")
-        return Response(self._encode(obj), media_type=media.JSON)
+            return self._table(call, [(state, obj)], obj.metadata.resource_version or "")
+        return Response(_json_of(state, obj), media_type=media.JSON)
 
     async def list_objects(self, call: Call) -> Response:
         representation = media.negotiate(call.request.headers.get("accept"))
         self.policy.authorize(call.who, call.access)
         labels, fields = _selectors(call.query, call.info)
-        result = await self.store.list(
+        result = await self.store.scan(
             call.info,
             call.target.namespace,
             label_selector=labels,
@@ -280,16 +287,22 @@ class ResourceAPI:
             limit=_integer(call.query, "limit"),
             continue_token=call.query.get("continue") or None,
             # Filtered in the store, so that pages and continue tokens say nothing of hidden objects.
-            where=lambda obj: self.policy.visible(call.who, obj),
+            where=self._visible_to(call),
         )
         items = result.items
         rv = str(result.resource_version)
         if representation == "table":
-            return self._table(call, items, rv, result.continue_token)
+            return self._table(call, [(s, None) for s in items], rv, result.continue_token)
         metadata: dict[str, str] = {"resourceVersion": rv}
         if result.continue_token:
             metadata["continue"] = result.continue_token
-        return Response(_list_body(call.info, metadata, map(self._encode, items)), media_type=media.JSON)
+        chunks = [s.derived(_JSON, _encode) for s in items]  # _json_of's, without a call per item
+        return Response(_list_body(call.info, metadata, chunks), media_type=media.JSON)
+
+    def _visible_to(self, call: Call) -> Callable[[Stored], bool]:
+        """Whether the caller may know of an object, decided from its state without decoding it."""
+        visible, who, info = self.policy.visible, call.who, call.info
+        return lambda state: visible(who, info, state.name, state.labels)
 
     async def watch(self, call: Call) -> Response:
         representation = media.negotiate(call.request.headers.get("accept"))
@@ -303,12 +316,16 @@ class ResourceAPI:
         bookmarks = _flag(query, "allowWatchBookmarks")
         timeout = _integer(query, "timeoutSeconds") or WATCH_TIMEOUT
         # As in Kubernetes, a watch from no particular version starts with the current objects.
-        initial: list[Resource] = []
+        initial: list[Stored] = []
         if explicit_initial or (rv in ("", "0") and "sendInitialEvents" not in query):
-            listed = await self.store.list(
-                call.info, call.target.namespace, label_selector=labels, field_selector=fields
+            listed = await self.store.scan(
+                call.info,
+                call.target.namespace,
+                label_selector=labels,
+                field_selector=fields,
+                where=self._visible_to(call),
             )
-            initial = [o for o in listed.items if self.policy.visible(call.who, o)]
+            initial = listed.items
             rv = str(listed.resource_version)
         events = self.store.watch(
             call.info,
@@ -326,7 +343,7 @@ class ResourceAPI:
     async def _watch_lines(
         self,
         call: Call,
-        initial: list[Resource],
+        initial: list[Stored],
         end_marker: str | None,
         events: AsyncIterator[WatchEvent],
         table_include: str | None,
@@ -334,52 +351,55 @@ class ResourceAPI:
         """The stream's lines; ``table_include`` set (see ``includeObject``) sends each object as a Table."""
         first = True
 
-        def line(event: WatchEvent) -> bytes:
+        def line(event_type: str, state: Stored | None, obj: Resource | None = None) -> bytes:
+            """An event's line, from the object's ``state`` when it is the object at its own
+            resourceVersion (a DELETED event may carry an earlier state stamped with a later one)."""
             nonlocal first
-            if event.type == "BOOKMARK":
-                return event_line(
-                    event.type, self._bookmark(call.info, event.object.metadata.resource_version)
-                )
             if table_include is None:
-                # A DELETED event may carry an earlier state stamped with a later resourceVersion: the
-                # cache, keyed by resourceVersion, is for current states only.
-                encode = media.dump_resource if event.type == "DELETED" else self._encode
-                return event_line(event.type, encode(event.object))
-            rows = table(
-                call.info,
-                [event.object.to_dict()],
-                resource_version=event.object.metadata.resource_version or "",
-                include_object=table_include,
-                headers=first,
-            )
+                if state is not None:
+                    return event_line(event_type, _json_of(state, obj))
+                assert obj is not None
+                return event_line(event_type, media.dump_resource(obj))
+            if state is not None:
+                row = _row_of(call.info, table_include, state, obj)
+                rv = str(state.rev)
+            else:
+                assert obj is not None
+                row = Row(call.info, obj.to_dict(), table_include)
+                rv = obj.metadata.resource_version or ""
+            rows = table(call.info, [row], resource_version=rv, headers=first)
             first = False
-            return event_line(event.type, media.dumps(rows))
+            return event_line(event_type, rows)
 
         if initial:
             # One chunk, not one write per object: a watch may start with thousands of them.
-            yield b"".join(line(WatchEvent("ADDED", obj)) for obj in initial)
+            yield b"".join(line("ADDED", state) for state in initial)
         if end_marker is not None:
             marker = self._bookmark(call.info, end_marker, {"k8s.io/initial-events-end": "true"})
             yield event_line("BOOKMARK", marker)
         try:
             async for event in events:
                 if event.type == "BOOKMARK":
-                    yield line(event)
+                    rv = event.object.metadata.resource_version
+                    yield event_line(event.type, self._bookmark(call.info, rv))
                     continue
-                now = self.policy.visible(call.who, event.object)
-                if event.previous is None or self.policy.visible(call.who, event.previous) == now:
+                now = self._sees(call, event.object)
+                if event.previous is None or self._sees(call, event.previous) == now:
                     if now:
-                        yield line(event)
+                        yield line(event.type, event.state, event.object)
                 # A change moved the object into, or out of, what this caller may see: for them it
                 # comes, or goes as they last saw it.
                 elif now:
-                    yield line(WatchEvent("ADDED", event.object))
+                    yield line("ADDED", event.state, event.object)
                 else:
-                    yield line(WatchEvent("DELETED", event.previous))
+                    yield line("DELETED", None, event.previous)
         except Exception as exc:
             # The response has started: the error goes to the client as an ERROR event (an unexpected
             # one is logged, and shown only as an internal error).
             yield event_line("ERROR", media.dumps(api_error(exc, call.info).status()))
+
+    def _sees(self, call: Call, obj: Resource) -> bool:
+        return self.policy.visible(call.who, call.info, obj.name, obj.metadata.labels)
 
     @staticmethod
     def _bookmark(info: KindInfo, rv: str | None, annotations: dict[str, str] | None = None) -> bytes:
@@ -646,7 +666,7 @@ class ResourceAPI:
             call.target.namespace,
             label_selector=labels,
             field_selector=fields,
-            where=lambda obj: self.policy.visible(call.who, obj),
+            where=lambda obj: self._sees(call, obj),
         )
         deleted: list[Resource] = []
         warnings: list[str] = []
@@ -668,22 +688,10 @@ class ResourceAPI:
             except (NotFound, Conflict):
                 continue  # deleted, or replaced by another object of its name, since the list
         metadata = {"resourceVersion": str(listed.resource_version)}
-        body = _list_body(call.info, metadata, map(media.dump_resource, deleted))
+        body = _list_body(call.info, metadata, [media.dump_resource(obj) for obj in deleted])
         return self._with_warnings(Response(body, media_type=media.JSON), warnings)
 
     # rendering
-
-    def _encode(self, obj: Resource) -> bytes:
-        """The JSON of an object as stored at its resourceVersion (not an earlier state), cached."""
-        key = (obj.metadata.uid or "", obj.metadata.resource_version or "")
-        data = self._encoded.get(key)
-        if data is None:
-            data = media.dump_resource(obj)
-            if all(key):
-                self._encoded[key] = data
-                if len(self._encoded) > ENCODED_CACHE:
-                    self._encoded.popitem(last=False)
-        return data
 
     def _json(self, obj: Resource, status: int = 200, warnings: list[str] | None = None) -> Response:
         return self._with_warnings(
@@ -704,13 +712,36 @@ class ResourceAPI:
         return include
 
     def _table(
-        self, call: Call, objects: list[Resource], rv: str, continue_token: str | None = None
+        self,
+        call: Call,
+        objects: list[tuple[Stored, Resource | None]],
+        rv: str,
+        continue_token: str | None = None,
     ) -> Response:
-        rows = table(
-            call.info,
-            [o.to_dict() for o in objects],
-            resource_version=rv,
-            continue_token=continue_token,
-            include_object=self._include_object(call),
-        )
-        return Response(media.dumps(rows), media_type=media.JSON)
+        """A Table of objects' states (with each one's decoding, where it is at hand)."""
+        include = self._include_object(call)
+        rows = [_row_of(call.info, include, state, obj) for state, obj in objects]
+        body = table(call.info, rows, resource_version=rv, continue_token=continue_token)
+        return Response(body, media_type=media.JSON)
+
+
+# The name under which an object state's JSON is kept with it (see ``Stored.derived``).
+_JSON = "json"
+
+
+def _encode(state: Stored) -> bytes:
+    return media.dump_resource(state.decode())
+
+
+def _json_of(state: Stored, obj: Resource | None = None) -> bytes:
+    """The JSON of an object's stored state, made once per state (from ``obj``, its decoding, if at hand)."""
+    return state.derived(_JSON, _encode if obj is None else lambda _: media.dump_resource(obj))
+
+
+def _row_of(info: KindInfo, include: str, state: Stored, obj: Resource | None = None) -> Row:
+    """The Table row of an object's stored state, made once per state and ``includeObject``."""
+
+    def make(state: Stored) -> Row:
+        return Row(info, (obj if obj is not None else state.decode()).to_dict(), include)
+
+    return state.derived(f"table-row:{include}", make)

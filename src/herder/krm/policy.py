@@ -7,6 +7,7 @@ to authorize each verb, to hide objects a caller may not know of, and to record 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -62,8 +63,11 @@ class AccessPolicy(Protocol):
     def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
         """Raise ``Denied`` unless ``who`` may turn ``current`` (None on create) into ``new``."""
 
-    def visible(self, who: Identity, obj: Resource) -> bool:
-        """Whether ``who`` may know that ``obj`` exists at all (hidden objects: no)."""
+    def visible(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> bool:
+        """Whether ``who`` may know that object ``name`` of ``kind`` exists at all (hidden ones: no).
+
+        Decided from the object's labels, which a list has at hand without decoding the object.
+        """
 
     def actor(self, who: Identity) -> str:
         """The writer name the store checks controller ownership against."""
@@ -88,7 +92,7 @@ class AllowAll:
     def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
         return None
 
-    def visible(self, who: Identity, obj: Resource) -> bool:
+    def visible(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> bool:
         return True
 
     def actor(self, who: Identity) -> str:

@@ -3,13 +3,17 @@
 Columns are Name, the kind's printer columns, then Age. As in Kubernetes, ``date`` cells are
 rendered server-side as a human duration ("5m", "3d4h"), and each row carries the object's metadata
 (``includeObject=Metadata``, the default), the whole object (``Object``) or nothing (``None``).
+A ``Row`` is made once per object revision; only its ages are rendered per answer.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from herder.krm.media import dumps
 from herder.resources import KindInfo, PrinterColumn
 
 INCLUDE_OBJECT = ("None", "Metadata", "Object")
@@ -64,52 +68,89 @@ def human_duration(seconds: float) -> str:
     return f"{years}y"
 
 
-def _cell(column: PrinterColumn, obj: dict[str, Any], now: datetime) -> Any:
-    value = column.value(obj)
-    if value is None:
+def _time(value: Any) -> float | None:
+    """A date cell's time (seconds since the epoch); None when it is not an RFC 3339 time."""
+    try:
+        then = datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
         return None
-    if column.type == "date":
-        try:
-            then = datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        except ValueError:
-            return "<invalid>"
-        return human_duration((now - then).total_seconds())
-    if column.type in ("integer", "number", "boolean"):
+    return then.timestamp()
+
+
+def _cell(column: PrinterColumn, value: Any) -> Any:
+    if value is None or column.type in ("integer", "number", "boolean"):
         return value
     return value if isinstance(value, str) else str(value)
 
 
-def _row(info: KindInfo, obj: dict[str, Any], include: str, now: datetime) -> dict[str, Any]:
-    row: dict[str, Any] = {"cells": [_cell(c, obj, now) for c in _columns(info)]}
-    if include == "Object":
-        row["object"] = obj
-    elif include == "Metadata":
-        row["object"] = {
-            "kind": "PartialObjectMetadata",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": obj.get("metadata", {}),
-        }
-    return row
+class Row:
+    """One object's row, made once per object revision and rendered anew for each answer.
+
+    The row is kept as JSON cut at its date cells, which are kept as times: only their ages change
+    from one answer to the next.
+    """
+
+    __slots__ = ("_parts", "_times")
+
+    def __init__(self, info: KindInfo, obj: dict[str, Any], include: str) -> None:
+        self._parts: list[bytes] = []
+        self._times: list[float] = []
+        text = b'{"cells":['
+        for i, column in enumerate(_columns(info)):
+            text += b"," if i else b""
+            value = column.value(obj)
+            then = _time(value) if column.type == "date" and value is not None else None
+            if then is not None:
+                self._parts.append(text)
+                self._times.append(then)
+                text = b""
+            elif column.type == "date" and value is not None:
+                text += b'"<invalid>"'
+            else:
+                text += dumps(_cell(column, value))
+        text += b"]"
+        if include == "Object":
+            text += b',"object":' + dumps(obj)
+        elif include == "Metadata":
+            partial = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj.get("metadata", {}),
+            }
+            text += b',"object":' + dumps(partial)
+        self._parts.append(text + b"}")
+
+    def render(self, now: float) -> bytes:
+        """The row's JSON with its ages as of ``now`` (seconds since the epoch)."""
+        parts = self._parts
+        if not self._times:
+            return parts[0]
+        out = [parts[0]]
+        for then, part in zip(self._times, parts[1:], strict=True):
+            out.append(b'"' + human_duration(now - then).encode() + b'"')
+            out.append(part)
+        return b"".join(out)
 
 
 def table(
     info: KindInfo,
-    objects: list[dict[str, Any]],
+    rows: Iterable[Row],
     *,
     resource_version: str = "",
     continue_token: str | None = None,
-    include_object: str = "Metadata",
     headers: bool = True,
-) -> dict[str, Any]:
-    """A Table of ``objects`` (wire-form dicts); ``headers=False`` leaves out the column definitions."""
-    now = datetime.now(UTC)
+) -> bytes:
+    """A Table of ``rows`` as JSON; ``headers=False`` leaves out the column definitions."""
+    now = time.time()
     metadata: dict[str, Any] = {"resourceVersion": resource_version}
     if continue_token:
         metadata["continue"] = continue_token
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": metadata,
-        "columnDefinitions": column_definitions(info) if headers else [],
-        "rows": [_row(info, o, include_object, now) for o in objects],
-    }
+    head = dumps(
+        {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": metadata,
+            "columnDefinitions": column_definitions(info) if headers else [],
+        }
+    )
+    return head[:-1] + b',"rows":[' + b",".join(row.render(now) for row in rows) + b"]}"

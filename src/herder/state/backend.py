@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,11 @@ class Compacted(Exception):
 
 class Backend(abc.ABC):
     """Keys ordered as strings, one global revision that only grows, and a watch from any revision."""
+
+    # Whether each revision ``revision`` reports is a change that ``watch`` delivers, so that a watcher
+    # that has reached ``revision()`` has seen every change. Not so where revisions are shared with keys
+    # outside the watched ones (etcd's coordination keys, other programs' keys).
+    watch_reaches_revision: ClassVar[bool] = True
 
     @abc.abstractmethod
     async def get(self, key: str) -> KV | None: ...

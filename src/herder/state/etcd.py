@@ -103,6 +103,9 @@ def _kv(key: str, kv: Any) -> KV:
 
 
 class EtcdBackend(Backend):
+    # The cluster's revision also counts coordination keys (and any other program's keys).
+    watch_reaches_revision = False
+
     def __init__(self, endpoints: list[str], *, prefix: str = "/herder", timeout: float = 5.0) -> None:
         if not endpoints:
             raise ValueError("EtcdBackend needs at least one endpoint")

@@ -3,11 +3,14 @@
 ``Store`` gives get, list, create, update, update_status, delete and watch for every kind of its
 registry. It validates objects, keeps metadata (uid, generation, timestamps, resourceVersion),
 runs finalizer-aware deletion, protects controller-owned objects, encrypts sensitive kinds, and
-fans one backend watch out to every watcher.
+fans one backend watch out to every watcher. The same watch keeps the kinds recently listed in memory
+(``list_cache``), so that lists read no backend and decode nothing; ``scan`` and ``read`` hand out the
+shared ``Stored`` states themselves, for readers that derive from them (the API's JSON) once per state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import builtins
@@ -16,7 +19,7 @@ import secrets
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Generic, Literal, TypedDict, TypeVar, Unpack
 
 from prometheus_client import Counter
 
@@ -32,7 +35,9 @@ from herder.state.admission import Admission, Write
 from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
 from herder.state.encryption import Cipher
 from herder.state.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
+from herder.state.list_cache import KindSnapshot, ListCache
 from herder.state.selectors import FieldSelector, LabelSelector
+from herder.state.stored import Stored
 from herder.state.watch_hub import WatchHub
 
 STORE_WRITES = Counter("herder_store_writes_total", "Writes committed to the store", ["op", "kind"])
@@ -45,6 +50,10 @@ _NAMESPACES = "/core/namespaces/"
 
 # How often an update without a resourceVersion is retried when another writer got in first.
 _UNCONDITIONAL_ATTEMPTS = 50
+# How long a list waits for the watch to catch up with the backend before reading the backend instead.
+_LIST_CACHE_WAIT = 1.0
+
+T = TypeVar("T")
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 
@@ -54,17 +63,28 @@ class WatchEvent:
     """A change seen by a watcher. Objects are shared between watchers: copy before changing one.
 
     ``previous`` is the object before a MODIFIED change, for watchers that filter further (an API
-    that hides some objects from some callers).
+    that hides some objects from some callers). ``state`` is the stored state ``object`` was decoded
+    from, when ``object`` is the object at its own resourceVersion.
     """
 
     type: EventType
     object: Resource
     previous: Resource | None = None
+    state: Stored | None = None
+
+
+class Selection(TypedDict, total=False):
+    """What a list selects besides kind and namespace (the keywords of ``Store.scan``)."""
+
+    label_selector: str | LabelSelector | None
+    field_selector: str | FieldSelector | None
+    limit: int | None
+    continue_token: str | None
 
 
 @dataclass
-class ListResult:
-    items: list[Resource]
+class ListResult(Generic[T]):
+    items: list[T]
     resource_version: int
     continue_token: str | None = None
 
@@ -73,27 +93,25 @@ class Change:
     """A backend event as watchers see it: the object after and before the change.
 
     Objects are decoded on first use and then shared, so a change nobody watches costs nothing and
-    one watched by many is decoded once.
+    one watched by many is decoded once. ``state`` is the state after the change (None: deleted).
     """
 
-    __slots__ = ("_obj", "_prev", "_raw", "_store", "cache", "key", "kind", "rev")
+    __slots__ = ("_obj", "_prev", "_raw", "_store", "key", "kind", "rev", "state")
 
-    def __init__(self, store: Store, raw: RawEvent) -> None:
+    def __init__(self, store: Store, raw: RawEvent, state: Stored | None) -> None:
         self._store = store
         self._raw = raw
         self.rev = raw.rev
         self.key = raw.key
         self.kind = store._kind_of_key(raw.key)
+        self.state = state
         self._obj: Resource | bool | None = False
         self._prev: Resource | bool | None = False
-        # Encodings of this change, computed by the first watcher that needs them (e.g. the API's JSON).
-        self.cache: dict[str, bytes] = {}
 
     @property
     def obj(self) -> Resource | None:
         if self._obj is False:
-            value = self._raw.value
-            self._obj = self._store._decode(self.key, value, self.rev) if value is not None else None
+            self._obj = self.state.decode() if self.state is not None else None
         return self._obj  # type: ignore[return-value]
 
     @property
@@ -120,17 +138,25 @@ class Store:
         watch_ring: int = 10_000,
         recent_cap: int = 100_000,
         admission: Admission | None = None,
+        list_cache: int = 64 << 20,
     ) -> None:
         self.backend = backend
         self.registry = registry
         self.admission = admission or Admission()
         self._cipher = cipher
-        self._hub: WatchHub[Change] = WatchHub(backend, self._decode_change, ring=watch_ring)
+        # The kinds recently listed, at most ``list_cache`` bytes of stored values (0: lists read the
+        # backend). Lists use it only where the watch can tell it has caught up with the backend.
+        self._lists = ListCache(list_cache if backend.watch_reaches_revision else 0)
+        self._loading: dict[str, asyncio.Future[KindSnapshot | None]] = {}
+        self._hub: WatchHub[Change] = WatchHub(
+            backend, self._decode_change, reset=self._lists.clear, ring=watch_ring
+        )
         self._started = False
-        # The newest value seen of each recently changed key (value None: deleted), from this store's
-        # own writes and from the watch. Writes start from it instead of reading the backend first;
-        # the backend's compare-and-swap catches a stale entry, and the write is then redone fresh.
-        self._recent: dict[str, tuple[int, bytes | None]] = {}
+        # The newest state seen of each recently changed or read key (None: deleted), from this
+        # store's own writes, its reads and the watch. Writes start from it instead of reading the
+        # backend first; the backend's compare-and-swap catches a stale entry, and the write is then
+        # redone fresh. Reads hand out the same shared state, with what was derived from it.
+        self._recent: dict[str, tuple[int, Stored | None]] = {}
         self._recent_cap = recent_cap
         # Namespaces known to exist, kept current by the watch: a create checks its namespace here,
         # as Kubernetes's namespace admission checks its informer cache.
@@ -147,6 +173,8 @@ class Store:
         return self
 
     async def close(self) -> None:
+        for loading in list(self._loading.values()):
+            loading.cancel()
         await self._hub.stop()
         await self.backend.close()
 
@@ -191,31 +219,45 @@ class Store:
             return self._cipher.seal(key, raw)
         return raw
 
+    def _open(self, key: str, value: bytes) -> bytes:
+        return self._cipher.open(key, value) if self._cipher is not None else value
+
     def _decode(self, key: str, value: bytes, rev: int) -> Resource:
-        if self._cipher is not None:
-            value = self._cipher.open(key, value)
-        obj = Resource.model_validate_json(value)
+        obj = Resource.model_validate_json(self._open(key, value))
         obj.metadata.resource_version = str(rev)
         return obj
 
+    def _state(self, key: str, rev: int, value: bytes, *, remember: bool = False) -> Stored:
+        """The one shared state of ``key`` at ``rev``: the one already met, if any, else a new one."""
+        known = self._recent.get(key)
+        if known is not None and known[0] == rev and known[1] is not None:
+            return known[1]
+        cached = self._lists.state(key)
+        state = cached if cached is not None and cached.rev == rev else Stored(key, rev, value, self._open)
+        if remember:
+            self._remember(key, rev, state)
+        return state
+
     def _decode_change(self, raw: RawEvent) -> Change:
-        self._remember(raw.key, raw.rev, raw.value, from_watch=True)
+        state = self._state(raw.key, raw.rev, raw.value) if raw.value is not None else None
+        self._remember(raw.key, raw.rev, state, from_watch=True)
+        self._lists.apply(raw.key, raw.rev, state)
         if raw.key.startswith(_NAMESPACES):
             name = raw.key[len(_NAMESPACES) :]
             if raw.value is None:
                 self._namespaces.discard(name)
             else:
                 self._namespaces.add(name)
-        return Change(self, raw)
+        return Change(self, raw, state)
 
-    def _remember(self, key: str, rev: int, value: bytes | None, *, from_watch: bool = False) -> None:
+    def _remember(self, key: str, rev: int, state: Stored | None, *, from_watch: bool = False) -> None:
         known = self._recent.get(key)
         if known is not None and known[0] > rev:
             return  # the watch is behind this store's own write: keep the newer value
         self._recent.pop(key, None)
-        if value is None and from_watch:
+        if state is None and from_watch:
             return  # nothing older than a delete the watch has delivered can still arrive
-        self._recent[key] = (rev, value)
+        self._recent[key] = (rev, state)
         if len(self._recent) > self._recent_cap:
             del self._recent[next(iter(self._recent))]
 
@@ -224,7 +266,7 @@ class Store:
         kv = await self.backend.get(key)
         if kv is None:
             raise NotFound(info.plural, name)
-        return key, kv, self._decode(key, kv.value, kv.mod_rev)
+        return key, kv, self._state(key, kv.mod_rev, kv.value, remember=True).decode()
 
     async def _with_current(
         self,
@@ -238,9 +280,9 @@ class Store:
         key = self.key(info, name, namespace)
         known = self._recent.get(key)
         if known is not None and known[1] is not None:
-            kv = KV(key, known[1], known[0])
+            kv = KV(key, known[1].value, known[0])
             try:
-                return await step(key, kv, self._decode(key, kv.value, kv.mod_rev))
+                return await step(key, kv, known[1].decode())
             except (Conflict, Forbidden, Invalid):
                 pass  # perhaps decided on a stale copy: decide again on the stored object
         key, kv, current = await self._current(info, name, namespace)
@@ -257,8 +299,16 @@ class Store:
         return await self.backend.revision()
 
     async def get(self, kind: str | KindInfo, name: str, namespace: str | None = None) -> Resource:
+        return (await self.read(kind, name, namespace)).decode()
+
+    async def read(self, kind: str | KindInfo, name: str, namespace: str | None = None) -> Stored:
+        """``get`` without decoding: the object's current state, shared (see ``Stored``)."""
         info = self.kind(kind)
-        return (await self._current(info, name, namespace))[2]
+        key = self.key(info, name, namespace)
+        kv = await self.backend.get(key)
+        if kv is None:
+            raise NotFound(info.plural, name)
+        return self._state(key, kv.mod_rev, kv.value, remember=True)
 
     async def count(self, kind: str | KindInfo, namespace: str | None = None) -> int:
         """How many objects of a kind there are (in ``namespace``), without reading them."""
@@ -269,17 +319,36 @@ class Store:
         kind: str | KindInfo,
         namespace: str | None = None,
         *,
-        label_selector: str | LabelSelector | None = None,
-        field_selector: str | FieldSelector | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
         where: Callable[[Resource], bool] | None = None,
-    ) -> ListResult:
+        **selection: Unpack[Selection],
+    ) -> ListResult[Resource]:
         """The objects of a kind that match the selectors and ``where``, in key order, a page at a time.
 
         A page ends at its last item and has a continue token only when a further item matches, so
         neither the token nor the page size says anything about objects ``where`` leaves out.
         """
+        decoded: dict[str, Resource] = {}
+
+        def keep(state: Stored) -> bool:
+            obj = decoded[state.key] = state.decode()
+            return where is None or where(obj)
+
+        listed = await self.scan(kind, namespace, where=keep if where else None, **selection)
+        items = [decoded.get(state.key) or state.decode() for state in listed.items]
+        return ListResult(items, listed.resource_version, listed.continue_token)
+
+    async def scan(
+        self,
+        kind: str | KindInfo,
+        namespace: str | None = None,
+        *,
+        label_selector: str | LabelSelector | None = None,
+        field_selector: str | FieldSelector | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        where: Callable[[Stored], bool] | None = None,
+    ) -> ListResult[Stored]:
+        """``list`` without decoding: the selected objects' states, in key order, shared (see ``Stored``)."""
         info = self.kind(kind)
         labels = _labels(label_selector)
         fields = _fields(field_selector, info)
@@ -288,27 +357,68 @@ class Store:
         start_after, first_rev = _parse_continue(continue_token, prefix) if continue_token else (None, None)
         if limit is not None and limit <= 0:
             limit = None
-        items: list[Resource] = []
+        match = _Match(labels, fields, where)
+        snapshot = await self._snapshot(info)
+        if snapshot is None:
+            return await self._scan_backend(prefix, match, limit, start_after, first_rev)
+        rev = first_rev if first_rev is not None else max(snapshot.rev, self._hub.last_rev)
+        # One item more than the page holds tells whether a further one matches.
+        items = match.select(snapshot.states(prefix, start_after), None if limit is None else limit + 1)
+        return _page(items, limit, rev)
+
+    async def _scan_backend(
+        self, prefix: str, match: _Match, limit: int | None, start_after: str | None, rev: int | None
+    ) -> ListResult[Stored]:
+        """``scan`` read from the backend, page by page (``rev``: the revision of an earlier page)."""
+        items: list[Stored] = []
         page = 500 if limit is None else max(limit, 50)
-        rev = first_rev
-        last = ""
         while True:
             kvs, read_rev = await self.backend.range(prefix, start_after=start_after, limit=page)
             rev = rev if rev is not None else read_rev
-            for kv in kvs:
-                start_after = kv.key
-                obj = self._decode(kv.key, kv.value, kv.mod_rev)
-                if (
-                    labels.matches(obj.metadata.labels)
-                    and fields.matches(obj)
-                    and (where is None or where(obj))
-                ):
-                    if limit is not None and len(items) >= limit:
-                        return ListResult(items, rev, _make_continue(last, rev))
-                    items.append(obj)
-                    last = kv.key
-            if len(kvs) < page:
-                return ListResult(items, rev)
+            # Remembered, so that the next list of these objects meets the same states (and what readers
+            # derived from them) again.
+            states = [self._state(kv.key, kv.mod_rev, kv.value, remember=True) for kv in kvs]
+            items += match.select(states, None if limit is None else limit + 1 - len(items))
+            if (limit is not None and len(items) > limit) or len(kvs) < page:
+                return _page(items, limit, rev)
+            start_after = kvs[-1].key
+
+    async def _snapshot(self, info: KindInfo) -> KindSnapshot | None:
+        """Every object of the kind, once the watch has caught up with the backend; None: read the backend."""
+        prefix = self.kind_prefix(info)
+        if not self._started or not self._lists.cap or prefix in self._lists.too_large:
+            return None
+        if not await self._hub.reached(await self.backend.revision(), _LIST_CACHE_WAIT):
+            return None
+        snapshot = self._lists.get(prefix)
+        if snapshot is not None:
+            return snapshot
+        # Concurrent first lists of a kind share one load.
+        loading = self._loading.get(prefix)
+        if loading is None:
+            loading = self._loading[prefix] = asyncio.ensure_future(self._load(prefix))
+            loading.add_done_callback(lambda done: self._loaded(prefix, done))
+        return await asyncio.shield(loading)
+
+    async def _load(self, prefix: str) -> KindSnapshot | None:
+        kvs, rev = await self.backend.range(prefix)
+        snapshot = KindSnapshot(prefix, rev)
+        for kv in kvs:
+            snapshot.put(self._state(kv.key, kv.mod_rev, kv.value))
+        # The watch went on while the backend was read: what it published after the read is applied.
+        if self._hub.last_rev > rev:
+            missed = self._hub.since(rev + 1)
+            if missed is None:
+                return None
+            for change_rev, change in missed:
+                if change.key.startswith(prefix):
+                    snapshot.apply(change.key, change_rev, change.state)
+        return snapshot if self._lists.install(snapshot) else None
+
+    def _loaded(self, prefix: str, done: asyncio.Future[KindSnapshot | None]) -> None:
+        self._loading.pop(prefix, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every list that waited for it may have gone
 
     # writes
 
@@ -338,7 +448,7 @@ class Store:
             rev = await self.backend.create(key, value)
         except KeyExists:
             raise AlreadyExists(info.plural, obj.name) from None
-        self._remember(key, rev, value)
+        self._remember(key, rev, Stored(key, rev, value, self._open))
         if info is self._ns_kind:
             self._namespaces.add(obj.name)
         STORE_WRITES.labels("create", info.kind).inc()
@@ -447,7 +557,7 @@ class Store:
                 rev = await self.backend.replace(key, value, kv.mod_rev)
         except RevisionMismatch:
             raise _conflict(info, new.name) from None
-        self._remember(key, rev, value)
+        self._remember(key, rev, Stored(key, rev, value, self._open) if value is not None else None)
         STORE_WRITES.labels(op, info.kind).inc()
         new.metadata.resource_version = str(rev)
         return new
@@ -528,9 +638,9 @@ class Store:
         if send_initial_events:
             if info is None:
                 raise Invalid("initial events need one kind")
-            listed = await self.list(info, namespace, label_selector=labels, field_selector=fields)
-            for obj in listed.items:
-                yield WatchEvent("ADDED", obj)
+            listed = await self.scan(info, namespace, label_selector=labels, field_selector=fields)
+            for state in listed.items:
+                yield WatchEvent("ADDED", state.decode(), state=state)
             from_rev = listed.resource_version + 1
         elif resource_version in (None, "", "0", 0):
             # The hub may not have seen the newest writes yet (etcd delivers them a little later).
@@ -579,16 +689,56 @@ async def _retry_unless_conditional(
     return await attempt()
 
 
+@dataclass(frozen=True, slots=True)
+class _Match:
+    """What a list keeps: objects its selectors match and its ``where`` (if any) keeps."""
+
+    labels: LabelSelector
+    fields: FieldSelector
+    where: Callable[[Stored], bool] | None
+
+    def select(self, states: list[Stored], room: int | None) -> list[Stored]:
+        """The states kept, in order, at most ``room`` of them."""
+        labels, fields, where = self.labels, self.fields, self.where
+        if labels.empty and not fields.terms:
+            if where is None:
+                return states[:room]
+            if room is None:
+                return [state for state in states if where(state)]
+        selected = []
+        for state in states:
+            if (
+                labels.matches(state.labels)
+                and (not fields.terms or fields.matches(state.decode()))
+                and (where is None or where(state))
+            ):
+                selected.append(state)
+                if room is not None and len(selected) >= room:
+                    break
+        return selected
+
+
+def _page(items: list[Stored], limit: int | None, rev: int) -> ListResult[Stored]:
+    """At most ``limit`` items, with a continue token when one more was found."""
+    if limit is None or len(items) <= limit:
+        return ListResult(items, rev)
+    return ListResult(items[:limit], rev, _make_continue(items[limit - 1].key, rev))
+
+
 def _filter(change: Change, labels: LabelSelector, fields: FieldSelector) -> WatchEvent | None:
     def matches(obj: Resource | None) -> bool:
         return obj is not None and labels.matches(obj.metadata.labels) and fields.matches(obj)
 
     now, before = matches(change.obj), matches(change.prev)
     if now and change.obj is not None:
-        return WatchEvent("MODIFIED", change.obj, change.prev) if before else WatchEvent("ADDED", change.obj)
+        if before:
+            return WatchEvent("MODIFIED", change.obj, change.prev, change.state)
+        return WatchEvent("ADDED", change.obj, state=change.state)
     if before and change.prev is not None:
         # Deleted, or changed so that it no longer matches: this watcher sees it go.
-        return WatchEvent("DELETED", change.obj if change.obj is not None else change.prev)
+        if change.obj is not None:
+            return WatchEvent("DELETED", change.obj, state=change.state)
+        return WatchEvent("DELETED", change.prev)
     return None
 
 
@@ -672,6 +822,7 @@ __all__ = [
     "Change",
     "ListResult",
     "Store",
+    "Stored",
     "UnknownKind",
     "WatchEvent",
 ]

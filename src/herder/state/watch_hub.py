@@ -80,12 +80,15 @@ class WatchHub(Generic[C]):
         backend: Backend,
         decode: Callable[[RawEvent], C],
         *,
+        reset: Callable[[], None] = lambda: None,
         ring: int = 10_000,
         max_pending: int = 100_000,
         retry_delay: float = 0.5,
     ) -> None:
         self._backend = backend
         self._decode = decode
+        # Called when the hub skips changes it can no longer read (it fell behind compaction).
+        self._reset = reset
         self._ring: deque[tuple[int, C]] = deque(maxlen=ring)
         self._subs: set[Subscription[C]] = set()
         self.max_pending = max_pending
@@ -94,6 +97,8 @@ class WatchHub(Generic[C]):
         # Every change with a revision >= covered_from is in the ring or still to come.
         self.covered_from = 1
         self._task: asyncio.Task[None] | None = None
+        # Set (and replaced) when last_rev moves, for those waiting for it to reach a revision.
+        self._advanced: asyncio.Event | None = None
 
     async def start(self) -> None:
         self.last_rev = await self._backend.revision()
@@ -122,8 +127,11 @@ class WatchHub(Generic[C]):
                     sub.fail(Gone(self.last_rev, self.last_rev))
                 self._subs.clear()
                 self._ring.clear()
-                self.last_rev = await self._backend.revision()
+                rev = await self._backend.revision()
+                self._reset()
+                self.last_rev = rev
                 self.covered_from = self.last_rev + 1
+                self._wake()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -138,6 +146,34 @@ class WatchHub(Generic[C]):
         self.last_rev = raw.rev
         for sub in self._subs:
             sub.push(raw.rev, change)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._advanced is not None:
+            self._advanced.set()
+            self._advanced = None
+
+    async def reached(self, rev: int, timeout: float) -> bool:
+        """Whether every change up to ``rev`` has been published, waiting at most ``timeout`` seconds."""
+        if self.last_rev >= rev:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.last_rev < rev:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._task is None or self._task.done():
+                return False
+            if self._advanced is None:
+                self._advanced = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._advanced.wait(), remaining)
+        return True
+
+    def since(self, rev: int) -> list[tuple[int, C]] | None:
+        """The published changes from revision ``rev`` on; None when the ring no longer holds them all."""
+        if rev < self.covered_from:
+            return None
+        return [(r, change) for r, change in self._ring if r >= rev]
 
     def subscribe(self, from_rev: int) -> Subscription[C]:
         sub: Subscription[C] = Subscription(self, from_rev)
