@@ -93,7 +93,7 @@ class ClusterMachineConfigController(Controller):
             Watch("ClusterSecrets", self._members.by_name()),
             Watch(CONFIG_PATCH.kind, self._patch_targets),
             Watch(MACHINE.kind, self._disks_changed),
-            Watch(MACHINE_SET_NODE.kind, same_name(CLUSTER_MACHINE.kind)),
+            Watch(MACHINE_SET_NODE.kind, on_change(same_name(CLUSTER_MACHINE.kind), "spec.installDisk")),
             # Only to make a config again that someone deleted.
             Watch(
                 CLUSTER_MACHINE_CONFIG.kind, on_change(controller_owner(CLUSTER_MACHINE.kind), "metadata.uid")
