@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from herder.krm.policy import Access
 from herder.resources import KindInfo
 from herder.resources.access import INFRA_PROVIDER_LABEL, Role
+from herder.resources.clusters import MANAGED_BY_ANNOTATION
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 
 RANK: dict[str, int] = {"Reader": 1, "Operator": 2, "Admin": 3, "Support": 4}
@@ -43,7 +44,8 @@ USER_SETTABLE_LABELS = frozenset(
         "herder.dev/machine",
     }
 )
-USER_SETTABLE_ANNOTATIONS: frozenset[str] = frozenset()
+# herder.dev/ annotations users may set: the mark of objects a cluster template made.
+USER_SETTABLE_ANNOTATIONS = frozenset({MANAGED_BY_ANNOTATION})
 # herder.dev/ annotations a role may set: an Admin lets an unreachable machine go without a reset.
 ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {FORCE_RELEASE_ANNOTATION: "Admin"}
 

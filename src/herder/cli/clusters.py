@@ -9,12 +9,14 @@ from typing import Annotated
 
 import typer
 
+from herder.cli import cluster_templates
 from herder.cli.common import KubeconfigOption, connect, err, run
 from herder.cli.errors import one_line_errors
 from herder.cli.files import STDOUT, write_private
 from herder.resources.clusters import CLUSTER
 
 app = typer.Typer(help="Clusters: their credentials, templates and operations.", no_args_is_help=True)
+app.add_typer(cluster_templates.app, name="template")
 
 OutputOption = Annotated[
     str, typer.Option("--output", "-o", help="File to write (mode 0600); - for standard output.")

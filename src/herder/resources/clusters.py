@@ -22,6 +22,9 @@ _STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 
 Role = Literal["controlplane", "worker"]
 CONTROL_PLANE_SET_SUFFIX = "-control-planes"
+# Marks the objects a cluster template made (``herder cluster template sync``); users may set it.
+MANAGED_BY_ANNOTATION = "herder.dev/managed-by"
+CLUSTER_TEMPLATES = "cluster-templates"
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 
@@ -206,6 +209,16 @@ class MachineSetNodeSpec(BaseModel):
     model_config = _STRICT
 
     locked: bool = Field(default=False, description="a locked machine gets no updates until unlocked")
+    install_disk: str = Field(
+        default="", alias="installDisk", description="the disk Talos installs to; empty: the machine's first"
+    )
+
+    @field_validator("install_disk")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if value and not re.match(r"^/dev/[^\s]+$", value):
+            raise ValueError(f"invalid install disk {value!r}: expected a device path, e.g. /dev/sda")
+        return value
 
 
 class ClusterMachineSpec(BaseModel):

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 _CAMEL = ConfigDict(populate_by_name=True, extra="forbid")
 
+# Marks an object a controller owns (its name is the value): only that controller may change it.
+CONTROLLER_ANNOTATION = "herder.dev/controller"
+
 
 def list_map(*keys: str) -> dict[str, Any]:
     """The schema extension declaring a list whose items are merged by ``keys`` (as a map), not replaced

@@ -31,6 +31,7 @@ from herder.resources import (
     UnknownKind,
     now_rfc3339,
 )
+from herder.resources.meta import CONTROLLER_ANNOTATION
 from herder.state.admission import Admission, Write
 from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
 from herder.state.encryption import Cipher
@@ -42,8 +43,7 @@ from herder.state.watch_hub import WatchHub
 
 STORE_WRITES = Counter("herder_store_writes_total", "Writes committed to the store", ["op", "kind"])
 
-# Who may change a controller-owned object: the controller named in this annotation, or SYSTEM.
-CONTROLLER_ANNOTATION = "herder.dev/controller"
+# Who may change a controller-owned object (CONTROLLER_ANNOTATION): the controller it names, or SYSTEM.
 SYSTEM = "system:herder"
 
 _NAMESPACES = "/core/namespaces/"

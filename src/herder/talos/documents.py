@@ -65,7 +65,26 @@ def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
 _Yaml12Loader.add_constructor(_INT, _construct_int)
 
 
-class _Dumper(yaml.SafeDumper):
+class UniqueKeyLoader(_Yaml12Loader):
+    """The YAML 1.2 loader that also refuses a mapping repeating a key, as Go's YAML decoders do (a
+    template or config read with PyYAML's defaults would silently keep the last value)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class BlockDumper(yaml.SafeDumper):
     """Indents sequences under their key and writes multi-line strings as literal blocks, as Talos does."""
 
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
@@ -78,7 +97,7 @@ def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if literal else None)
 
 
-_Dumper.add_representer(str, _represent_str)
+BlockDumper.add_representer(str, _represent_str)
 
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:
@@ -99,7 +118,7 @@ def dump_documents(documents: Iterable[Any]) -> str:
     return "---\n".join(
         yaml.dump(
             doc,
-            Dumper=_Dumper,
+            Dumper=BlockDumper,
             indent=4,
             sort_keys=False,
             default_flow_style=False,

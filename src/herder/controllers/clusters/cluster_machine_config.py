@@ -21,8 +21,10 @@ from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_MACHINE,
     CLUSTER_MACHINE_CONFIG,
+    MACHINE_SET_NODE,
     ClusterMachineSpec,
     ClusterSpec,
+    MachineSetNodeSpec,
 )
 from herder.resources.configuration import CONFIG_PATCH, ConfigPatchSpec
 from herder.resources.machines import (
@@ -91,6 +93,7 @@ class ClusterMachineConfigController(Controller):
             Watch("ClusterSecrets", self._members.by_name()),
             Watch(CONFIG_PATCH.kind, self._patch_targets),
             Watch(MACHINE.kind, self._disks_changed),
+            Watch(MACHINE_SET_NODE.kind, on_change(same_name(CLUSTER_MACHINE.kind), "spec.installDisk")),
             # Only to make a config again that someone deleted.
             Watch(
                 CLUSTER_MACHINE_CONFIG.kind, on_change(controller_owner(CLUSTER_MACHINE.kind), "metadata.uid")
@@ -122,9 +125,12 @@ class ClusterMachineConfigController(Controller):
         endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get("endpoint")
         if secrets is None or not endpoint:
             return None  # the cluster's secrets and endpoint come first; their events bring us back
-        machine = await machine_of(ctx, member)
+        node = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, key.namespace, key.name))
+        disk = MACHINE_SET_NODE.spec_of(node, MachineSetNodeSpec).install_disk if node else ""
         try:
-            config = await self._config(ctx, cluster, member, secrets, str(endpoint), _disk_of(machine))
+            config = await self._config(
+                ctx, cluster, member, secrets, str(endpoint), disk or _disk_of(await machine_of(ctx, member))
+            )
         except ConfigError as exc:
             await self._verdict(ctx, key, str(exc))
             await ctx.event(member, "Warning", "InvalidConfig", str(exc))
@@ -258,7 +264,8 @@ def _layer(patch: Resource, machine_set: str | None, uuid: str) -> PatchLayer | 
 
 
 def _disk_of(machine: Resource | None) -> str:
-    """The install disk: the machine's first disk, as Talos's installer would pick."""
+    """The install disk when its MachineSetNode names none: the machine's first disk, as Talos's
+    installer would pick."""
     disks = (((machine.status or {}).get("hardware") or {}).get("disks") or []) if machine else []
     for disk in disks:
         name = str(disk.get("name") or "")
