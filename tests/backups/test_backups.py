@@ -111,6 +111,12 @@ def _kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _patch(
+    site: Site, kind: str, name: str, body: str, how: str = "merge", check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return site.run("kubectl", "patch", kind, name, "--type", how, "-p", body, check=check)
+
+
 def _restore(site: Site, name: str, machine: str, backup: dict[str, Any], namespace: str = "default") -> Any:
     spec = backup["spec"]
     documents = [
@@ -213,15 +219,8 @@ def test_backups_into_s3_survive_the_server_stopping(site: Site, moto: Moto) -> 
     for path in site.server.data_dir.glob("herder.db*"):
         assert SECRET.encode() not in path.read_bytes(), path
 
-    site.run(
-        "kubectl",
-        "patch",
-        "cluster",
-        "alpha",
-        "--type",
-        "merge",
-        "-p",
-        f'{{"spec": {{"backups": {{"interval": "{INTERVAL}", "retention": 2, "store": "s3"}}}}}}',
+    _patch(
+        site, "cluster", "alpha", f'{{"spec": {{"backups": {{"interval": "{INTERVAL}", "store": "s3"}}}}}}'
     )
     uid = site.get("cluster", "alpha")["metadata"]["uid"]
     in_s3 = site.until(
@@ -266,16 +265,7 @@ def test_backups_into_s3_survive_the_server_stopping(site: Site, moto: Moto) -> 
 def test_a_new_cluster_is_restored_from_a_backup(site: Site) -> None:
     machines = [m["uuid"] for m in site.machines]
     # Stop the schedule so that retention leaves the backups to restore from where they are.
-    site.run(
-        "kubectl",
-        "patch",
-        "cluster",
-        "alpha",
-        "--type",
-        "json",
-        "-p",
-        '[{"op": "remove", "path": "/spec/backups"}]',
-    )
+    _patch(site, "cluster", "alpha", '[{"op": "remove", "path": "/spec/backups"}]', "json")
     taken = site.run("herder", "cluster", "backup", "alpha").stdout.strip()
     backup = site.get("etcdbackup", taken)
     _restore(site, "beta", machines[1], backup)
@@ -297,14 +287,10 @@ def test_a_new_cluster_is_restored_from_a_backup(site: Site) -> None:
     assert found == MARKER
 
     # A restored set's bootstrapSpec cannot change.
-    changed = site.run(
-        "kubectl",
-        "patch",
+    changed = _patch(
+        site,
         "machineset",
         "beta-control-planes",
-        "--type",
-        "merge",
-        "-p",
         '{"spec": {"bootstrapSpec": {"clusterUUID": "x", "snapshot": "y"}}}',
         check=False,
     )

@@ -234,6 +234,8 @@ async def _seed_demo(data_dir: Path, store: Store) -> None:
         f"  kubectl --kubeconfig {admin} get configpatches\n"
         f"  kubectl --kubeconfig {admin} api-resources\n"
         f"  kubectl --kubeconfig {admin} get auditevents\n"
+        f"  kubectl --kubeconfig {admin} get etcdbackups    # of Clusters with spec.backups: {{interval: 1h}};\n"
+        "      herder cluster backup NAME takes one now, a MachineSet's bootstrapSpec restores one\n"
         f"  kubectl --kubeconfig {viewer} delete configpatch ntp    # a Reader: forbidden\n"
         f"  herder get cp --kubeconfig {admin}    (or export HERDER_KUBECONFIG={admin})\n"
         "The Talos emulator runs beside it with a demo cluster of 3 control planes and 2 workers:\n"
