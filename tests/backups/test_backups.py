@@ -262,12 +262,43 @@ def test_backups_into_s3_survive_the_server_stopping(site: Site, moto: Moto) -> 
     assert moto.s3().list_objects_v2(Bucket=BUCKET, Prefix=f"{uid}/")["KeyCount"] >= 1
 
 
+def test_a_tampered_backup_is_refused(site: Site, moto: Moto) -> None:
+    machines = [m["uuid"] for m in site.machines]
+    taken = site.run("herder", "cluster", "backup", "alpha").stdout.strip()
+    backup = site.get("etcdbackup", taken)
+    spec = backup["spec"]
+    assert spec["store"] == "s3"
+    # The object in the bucket is replaced by a changed copy, as anyone with the bucket's keys could.
+    key = f"{spec['clusterUUID']}/{spec['snapshot']}"
+    raw = bytearray(moto.s3().get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    raw[-20] ^= 0xFF
+    moto.s3().put_object(Bucket=BUCKET, Key=key, Body=bytes(raw))
+
+    _restore(site, "gamma", machines[2], backup)
+    refused = site.until(
+        lambda: (
+            (c := _condition(site.get("cluster", "gamma"), "EtcdRestored")).get("status") == "False" and c
+        ),
+        timeout=90,
+        what="the restore refused",
+    )
+    assert "checksum" in refused["message"] and taken in refused["message"], refused
+    events = site.run("kubectl", "get", "events", "--field-selector", "involvedObject.name=gamma").stdout
+    assert "BackupRefused" in events
+    assert not (site.get("cluster", "gamma")["status"].get("bootstrap") or {}).get("completedAt")
+
+
 def test_a_new_cluster_is_restored_from_a_backup(site: Site) -> None:
     machines = [m["uuid"] for m in site.machines]
     # Stop the schedule so that retention leaves the backups to restore from where they are.
     _patch(site, "cluster", "alpha", '[{"op": "remove", "path": "/spec/backups"}]', "json")
     taken = site.run("herder", "cluster", "backup", "alpha").stdout.strip()
     backup = site.get("etcdbackup", taken)
+    assert backup["spec"]["store"] == "default"
+
+    # The cluster is lost: its backups and their key stay behind.
+    site.run("kubectl", "delete", "cluster", "alpha", "--timeout=120s", timeout=180)
+    assert site.get("etcdbackup", taken)["spec"] == backup["spec"]
     _restore(site, "beta", machines[1], backup)
     site.wait("cluster", "beta", timeout=120)
     restored = _condition(site.get("cluster", "beta"), "EtcdRestored")
@@ -295,31 +326,6 @@ def test_a_new_cluster_is_restored_from_a_backup(site: Site) -> None:
         check=False,
     )
     assert changed.returncode != 0 and "bootstrapSpec" in changed.stderr
-
-
-def test_a_tampered_backup_is_refused(site: Site) -> None:
-    machines = [m["uuid"] for m in site.machines]
-    taken = site.run("herder", "cluster", "backup", "alpha").stdout.strip()
-    backup = site.get("etcdbackup", taken)
-    spec = backup["spec"]
-    # One byte of the file in the store changes, as anyone who can write there could change it.
-    path = site.server.data_dir / "backups" / spec["clusterUUID"] / spec["snapshot"]
-    raw = bytearray(path.read_bytes())
-    raw[-20] ^= 0xFF
-    path.write_bytes(bytes(raw))
-
-    _restore(site, "gamma", machines[2], backup)
-    refused = site.until(
-        lambda: (
-            (c := _condition(site.get("cluster", "gamma"), "EtcdRestored")).get("status") == "False" and c
-        ),
-        timeout=90,
-        what="the restore refused",
-    )
-    assert "checksum" in refused["message"] and taken in refused["message"], refused
-    events = site.run("kubectl", "get", "events", "--field-selector", "involvedObject.name=gamma").stdout
-    assert "BackupRefused" in events
-    assert not (site.get("cluster", "gamma")["status"].get("bootstrap") or {}).get("completedAt")
 
 
 def test_a_backup_of_another_account_is_not_found(site: Site) -> None:
