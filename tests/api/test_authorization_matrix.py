@@ -52,6 +52,19 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "AuditEvent": {
         "spec": {"time": "2026-01-01T00:00:00Z", "user": "x", "verb": "get", "code": 200, "result": "Success"}
     },
+    "BackupStore": {"spec": {"filesystem": {"path": "/nonexistent/herder-matrix-backups"}}},
+    "EtcdBackup": {
+        "metadata": {"labels": IN_CLUSTER},
+        "spec": {
+            "clusterUUID": "u",
+            "snapshot": "1.snapshot",
+            "size": 1,
+            "store": "default",
+            "checksum": "sha256:0",
+            "takenAt": "2026-01-01T00:00:00Z",
+        },
+    },
+    "EtcdBackupKey": {"spec": {"key": "AAAA"}},
 }
 
 
@@ -63,6 +76,9 @@ MADE_BY_HERDER = {
     "ClusterMachineConfig": MACHINE,
     "Event": None,  # any event
 }
+# Objects herder makes only from a running cluster (an etcd backup and its key), which the matrix has no
+# machines for: they are tried on a name that does not exist, so an access allowed answers 404.
+NO_TARGET = frozenset({"EtcdBackup", "EtcdBackupKey"})
 # Names a create must use to be valid (a machine set node is named by a free machine's UUID).
 NEW_NAMES = {"MachineSetNode": "spare-machine"}
 
@@ -102,9 +118,12 @@ def targets(server: Server, tokens: dict[str, str]) -> dict[str, dict[str, Any]]
                 if info.kind in MADE_BY_HERDER:
                     continue
                 name = existing.get(info.kind, f"target-{info.kind.lower()}")
-                if info.kind not in existing:
+                if info.kind not in existing and info.kind not in NO_TARGET:
                     created = await support.post(path(info), json=body(info, name))
                     assert created.status_code == 201, created.text
+                if info.kind in NO_TARGET:
+                    out[info.kind] = body(info, name)
+                    continue
                 if info.kind == "TokenDigest":  # nobody may read one: a stand-in body serves for the writes
                     out[info.kind] = body(info, name)
                     continue
@@ -203,7 +222,8 @@ async def test_every_kind_and_verb_is_decided_by_the_table(
                     role, Access(verb, info, NAMESPACE if info.namespaced else None, "x", sub)
                 )
                 code = await _try(http, info, verb, sub, targets[info.kind])
-                if (200 <= code < 300) != allowed or (not allowed and code != 403):
+                done = 200 <= code < 300 or (code == 404 and info.kind in NO_TARGET)
+                if done != allowed or (not allowed and code != 403):
                     wrong.append(
                         f"{role} {verb}{'/' + sub if sub else ''} {info.kind}: {code}, allowed={allowed}"
                     )
@@ -244,6 +264,13 @@ PINNED = [
     ("InfraProvider", "ConfigPatch", "deletecollection", True),
     ("InfraProvider", "Namespace", "list", False),
     ("InfraProvider", "ServiceAccount", "get", False),
+    ("Operator", "BackupStore", "get", False),
+    ("Admin", "BackupStore", "create", True),
+    ("Reader", "EtcdBackup", "list", True),
+    ("Admin", "EtcdBackup", "create", False),
+    ("Operator", "EtcdBackup", "delete", False),
+    ("Admin", "EtcdBackup", "delete", True),
+    ("Admin", "EtcdBackupKey", "get", False),
 ]
 
 

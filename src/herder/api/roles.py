@@ -128,8 +128,13 @@ POLICY: dict[str, Rule] = {
         create="Operator",
         update="Operator",
         delete="Operator",
-        actions={"kubeconfig": "Operator", "talosconfig": "Reader"},
+        actions={"kubeconfig": "Operator", "talosconfig": "Reader", "backup": "Operator"},
     ),
+    # etcd backups: stores are an Admin's (S3 credentials); herder writes the backups, which outlive
+    # their cluster until an Admin deletes them, and keeps each cluster's backup key sealed.
+    "BackupStore": ADMIN_KIND,
+    "EtcdBackup": Rule(read="Reader", create=None, update=None, delete="Admin"),
+    "EtcdBackupKey": SEALED_KIND,
     "ServiceAccount": _uniform("Admin", "Admin", token="Admin"),
     "User": _uniform("Admin", "Admin", token="Admin"),
     # Tokens are issued through the token subresource of their subject, and revoked by deletion.

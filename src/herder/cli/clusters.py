@@ -1,17 +1,20 @@
 """``herder cluster``: the credentials of a cluster (its kubeconfig and talosconfig), made by the server
-from the cluster's secrets, which users never read themselves."""
+from the cluster's secrets, which users never read themselves; an etcd backup of it now."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from herder.cli import cluster_templates
-from herder.cli.common import KubeconfigOption, connect, err, run
-from herder.cli.errors import one_line_errors
+from herder.cli.common import KubeconfigOption, connect, err, out, run
+from herder.cli.errors import fail, one_line_errors
 from herder.cli.files import STDOUT, write_private
 from herder.resources.clusters import CLUSTER
 
@@ -64,3 +67,29 @@ def talosconfig(
     """A talosconfig of the cluster with the Talos role of your herder role (Reader: os:reader,
     Operator: os:operator, Admin: os:admin)."""
     _download("talosconfig", name, output, ttl, namespace, kubeconfig)
+
+
+@app.command()
+def backup(
+    name: Annotated[str, typer.Argument(help="The cluster's name.")],
+    namespace: NamespaceOption = "default",
+    timeout: Annotated[int, typer.Option("--timeout", help="Seconds to wait for the backup.", min=1)] = 300,
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Take an etcd backup of the cluster now (Operator and up) and print the EtcdBackup's name."""
+
+    async def work() -> str:
+        async with connect(kubeconfig) as client:
+            answer = await client.run_action(CLUSTER, name, "backup", {}, namespace)
+            number = int(json.loads(answer)["requested"])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                backups = ((await client.get(CLUSTER, name, namespace)).status or {}).get("backups") or {}
+                if int(backups.get("served") or 0) >= number:
+                    if backups.get("lastError"):
+                        raise fail(f"backup of cluster {name} failed: {backups['lastError']}")
+                    return str(backups.get("lastBackup", ""))
+                await asyncio.sleep(0.5)
+        raise fail(f"backup of cluster {name} asked for, not taken within {timeout}s (it still will be)")
+
+    out.print(run(work), markup=False)

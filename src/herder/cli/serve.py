@@ -75,23 +75,29 @@ ListenOption = Annotated[str, typer.Option("--listen", help="HOST:PORT to serve 
 
 
 def object_actions(store: Store) -> list[ObjectAction]:
-    """The object actions herder's API serves, made by the controllers' layer: a cluster's credentials."""
+    """The object actions herder's API serves, made by the controllers' layer: a cluster's credentials,
+    and a backup of it now."""
     from herder.api.actions import ActionFailed, ObjectAction
-    from herder.controllers.catalog import cluster_credentials
+    from herder.controllers.backups.requests import BackupRefused
+    from herder.controllers.catalog import backup_requests, cluster_credentials
     from herder.controllers.clusters.credentials import CredentialsUnavailable
 
     credentials = cluster_credentials(store)
 
-    def action(name: str, handler: ActionHandler) -> ObjectAction:
+    def action(name: str, handler: ActionHandler, media_type: str = "application/yaml") -> ObjectAction:
         async def run(obj: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
             try:
                 return await handler(obj, user, role, options)
-            except CredentialsUnavailable as exc:
+            except (CredentialsUnavailable, BackupRefused) as exc:
                 raise ActionFailed(409, str(exc)) from None
 
-        return ObjectAction("Cluster", name, run)
+        return ObjectAction("Cluster", name, run, media_type)
 
-    return [action("kubeconfig", credentials.kubeconfig), action("talosconfig", credentials.talosconfig)]
+    return [
+        action("kubeconfig", credentials.kubeconfig),
+        action("talosconfig", credentials.talosconfig),
+        action("backup", backup_requests(store).request, "application/json"),
+    ]
 
 
 def _run(
@@ -171,10 +177,12 @@ def serve_command(
         audit_retention=Retention(timedelta(days=audit_max_age_days), audit_max_events),
         max_body_bytes=max_body_bytes,
     )
-    _run(options, _controller_options(cluster_endpoints, spare_keys))
+    _run(options, _controller_options(cluster_endpoints, options.data_dir, spare_keys))
 
 
-def _controller_options(cluster_endpoints: str | None, spare_keys: int = 8) -> ControllerOptions:
+def _controller_options(
+    cluster_endpoints: str | None, data_dir: Path, spare_keys: int = 8
+) -> ControllerOptions:
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.load_balancer import EndpointRange
 
@@ -182,7 +190,9 @@ def _controller_options(cluster_endpoints: str | None, spare_keys: int = 8) -> C
         endpoints = EndpointRange.parse(cluster_endpoints) if cluster_endpoints else None
     except ValueError as exc:
         raise fail(str(exc)) from None
-    return ControllerOptions(cluster_endpoints=endpoints, spare_keys=spare_keys)
+    return ControllerOptions(
+        cluster_endpoints=endpoints, backups_dir=(data_dir / "backups").resolve(), spare_keys=spare_keys
+    )
 
 
 def _demo_objects() -> list[Resource]:
@@ -265,6 +275,8 @@ async def _seed_demo(data_dir: Path, store: Store) -> None:
         f"  kubectl --kubeconfig {admin} get configpatches\n"
         f"  kubectl --kubeconfig {admin} api-resources\n"
         f"  kubectl --kubeconfig {admin} get auditevents\n"
+        f"  kubectl --kubeconfig {admin} get etcdbackups    # of Clusters with spec.backups: {{interval: 1h}};\n"
+        "      herder cluster backup NAME takes one now, a MachineSet's bootstrapSpec restores one\n"
         f"  kubectl --kubeconfig {viewer} delete configpatch ntp    # a Reader: forbidden\n"
         f"  herder get cp --kubeconfig {admin}    (or export HERDER_KUBECONFIG={admin})\n"
         "The Talos emulator runs beside it; herder forms the demo cluster (3 control planes, 2 workers) on\n"
@@ -304,7 +316,7 @@ def demo(
     where = data_dir or DEMO_DIR
     _run(
         ServeOptions(data_dir=where, listen=listen),
-        _controller_options(cluster_endpoints),
+        _controller_options(cluster_endpoints, where),
         lambda store: _seed_demo(where, store),
         [lambda store: DemoEmulator(where, where / KUBECONFIG)],
     )

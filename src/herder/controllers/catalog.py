@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from herder.controllers.backups.admission import RestoreAdmission
+from herder.controllers.backups.key_cleanup import BackupKeyCleanupController
+from herder.controllers.backups.policy import BackupPolicy
+from herder.controllers.backups.removal import EtcdBackupRemovalController
+from herder.controllers.backups.requests import BackupRequests
+from herder.controllers.backups.restore import EtcdRecovery
+from herder.controllers.backups.retention import BackupRetentionController
+from herder.controllers.backups.schedule import EtcdBackupController
+from herder.controllers.backups.stores import BackupStores
 from herder.controllers.clusters.admission import ClusterAdmission
 from herder.controllers.clusters.bootstrap import BootstrapController
 from herder.controllers.clusters.cluster_keys import ClusterKeys
@@ -34,11 +44,15 @@ class ControllerOptions:
     cluster_endpoints: EndpointRange | None = None
     # RSA keys kept ready for new clusters' secrets (see controllers.clusters.key_pool).
     spare_keys: int = 8
+    # The folder of the backup store ``default`` (herder serve: DATA_DIR/backups).
+    backups_dir: Path | None = None
+    backup_policy: BackupPolicy = field(default_factory=BackupPolicy)
 
 
 def register_admission(store: Store) -> None:
     """Give the store the checks of herder's kinds (before it serves anything)."""
     ClusterAdmission(store).register(store.admission)
+    RestoreAdmission(store).register(store.admission)
 
 
 def cluster_credentials(store: Store) -> ClusterCredentials:
@@ -46,8 +60,14 @@ def cluster_credentials(store: Store) -> ClusterCredentials:
     return ClusterCredentials(store, ClusterKeys(store))
 
 
+def backup_requests(store: Store) -> BackupRequests:
+    """What takes the requests of ``herder cluster backup`` (a Cluster's object action)."""
+    return BackupRequests(store)
+
+
 def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
     keys = ClusterKeys(store)
+    stores = BackupStores(store, options.backups_dir)
     return [
         GarbageCollector(store.registry),
         EventCollector(),
@@ -61,9 +81,13 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         ClusterMachineController(),
         ClusterMachineConfigController(keys),
         ConfigApplyController(keys),
-        BootstrapController(keys),
+        BootstrapController(keys, EtcdRecovery(stores)),
         ClusterStatusController(keys),
         ClusterMachineTeardownController(keys),
         VersionRolloutController(),
         TalosUpgradeController(keys),
+        EtcdBackupController(keys, stores, options.backup_policy),
+        BackupRetentionController(options.backup_policy),
+        EtcdBackupRemovalController(stores),
+        BackupKeyCleanupController(),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from herder.resources.access import ACCESS_KINDS
+from herder.resources.backups import BACKUP_KINDS
 from herder.resources.cluster_secrets import CLUSTER_SECRETS
 from herder.resources.clusters import CLUSTER_KINDS
 from herder.resources.configuration import CONFIG_PATCH
@@ -22,6 +23,7 @@ def herder_registry() -> KindRegistry:
             CLUSTER_SECRETS,
             *MACHINE_KINDS,
             *CLUSTER_KINDS,
+            *BACKUP_KINDS,
             *ACCESS_KINDS,
         ]
     )

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from herder.resources.backups import BackupsStatus, BootstrapSpec, ClusterBackups
 from herder.resources.configuration import GROUP, VERSION
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL, Stage
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
@@ -56,6 +57,7 @@ class ClusterSpec(BaseModel):
         default="", description="the Kubernetes API URL the configs carry; empty: herder's load balancer"
     )
     features: ClusterFeatures = ClusterFeatures()
+    backups: ClusterBackups | None = Field(default=None, description="scheduled etcd backups")
 
     @field_validator("talos_version")
     @classmethod
@@ -120,6 +122,7 @@ class ClusterStatus(BaseModel):
     initial_talos_version: str = Field(default="", alias="initialTalosVersion")
     bootstrap: BootstrapStatus | None = None
     rollouts: list[Rollout] = []
+    backups: BackupsStatus | None = None
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []
 
@@ -176,9 +179,14 @@ class MachineSetSpec(BaseModel):
     update_strategy: Strategy = Field(default_factory=Strategy, alias="updateStrategy")
     delete_strategy: Strategy = Field(default_factory=_unset, alias="deleteStrategy")
     upgrade_strategy: Strategy = Field(default_factory=Strategy, alias="upgradeStrategy")
+    bootstrap_spec: BootstrapSpec | None = Field(
+        default=None, alias="bootstrapSpec", description="control planes: restore etcd from this backup"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> MachineSetSpec:
+        if self.bootstrap_spec is not None and self.role != "controlplane":
+            raise ValueError("spec.bootstrapSpec is for control plane sets only")
         if self.machines is not None and self.machine_class is not None:
             raise ValueError("a machine set lists spec.machines or uses spec.machineClass, not both")
         if self.machines is not None and len(set(self.machines)) != len(self.machines):

@@ -5,12 +5,17 @@ and from then on only that machine is ever asked (asking it again is safe: a boo
 second bootstrap), so neither a restart of herder, a kill -9 between the record and the call, nor the
 replacement of a control plane can bootstrap a second etcd. Once the call succeeded, it is never sent
 again. The other control planes then join etcd by themselves, as Talos's do.
+
+A cluster whose control plane set has ``spec.bootstrapSpec`` is restored from that etcd backup instead:
+the same machine, once, gets EtcdRecover with the snapshot and a recovering Bootstrap
+(``herder.controllers.backups.restore``, which refuses a backup that is not sound before anything is sent).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from herder.controllers.backups.restore import EtcdRecovery, RestoreRefused
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_machines, machine_of
 from herder.resources import Resource, now_rfc3339
@@ -20,14 +25,16 @@ from herder.runtime.controller import Context, Controller, ObjectKey, Result, Wa
 from herder.talos.machine import AlreadyExists, MachineAPIError, MachineClient
 
 _RETRY = 5.0
+_RESTORE_RETRY = 30.0
 
 
 class BootstrapController(Controller):
     name = "Bootstrap"
     concurrency = 4
 
-    def __init__(self, keys: ClusterKeys) -> None:
+    def __init__(self, keys: ClusterKeys, recovery: EtcdRecovery | None = None) -> None:
         self._keys = keys
+        self._recovery = recovery
         self.watches = (
             Watch(CLUSTER.kind),
             Watch(
@@ -65,8 +72,12 @@ class BootstrapController(Controller):
             return None  # the recorded machine is not up yet: its events bring us back
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
         try:
+            restore = await self._recovery.prepare(ctx, cluster) if self._recovery is not None else None
+        except RestoreRefused:
+            return Result(requeue_after=_RESTORE_RETRY)  # the cluster's EtcdRestored condition says why
+        try:
             async with MachineClient(endpoint, credentials=view.talos, timeout=30) as client:
-                await client.bootstrap()
+                await client.bootstrap() if restore is None else await restore.bootstrap(client)
         except AlreadyExists:
             pass  # a call before a crash got through: this machine is bootstrapped
         except MachineAPIError as exc:
