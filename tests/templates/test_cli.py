@@ -28,8 +28,6 @@ def test_validate_a_valid_template() -> None:
         f'warning: {path}: Cluster "prod" (document 1): systemExtensions: has no counterpart in herder; ignored',
         f'warning: {path}: Cluster "prod" (document 1): features.enableWorkloadProxy: has no counterpart in '
         "herder; ignored",
-        f'warning: {path}: Cluster "prod" (document 1): features.backupConfiguration.interval: etcd backups are '
-        "not yet supported by herder; ignored",
     ]
 
 

@@ -29,6 +29,7 @@ def test_what_each_document_becomes() -> None:
         "kubernetesVersion": "1.33.2",
         "endpoint": "",
         "features": {"diskEncryption": True, "kubeSpan": True},
+        "backups": {"interval": "1h", "retention": 24, "store": "default"},
     }
     assert cluster.metadata.labels == {"team": "platform"}
     control_planes = by_name["MachineSet", "prod-control-planes"]

@@ -35,10 +35,6 @@ def test_a_valid_template_has_no_errors_and_warns_of_what_herder_ignores() -> No
     assert warnings == {
         (cluster, "systemExtensions"): "has no counterpart in herder; ignored",
         (cluster, "features.enableWorkloadProxy"): "has no counterpart in herder; ignored",
-        (
-            cluster,
-            "features.backupConfiguration.interval",
-        ): "etcd backups are not yet supported by herder; ignored",
     }
     assert checked.cluster_name == "prod"
 
@@ -135,9 +131,6 @@ def test_fields_herder_refuses_say_why() -> None:
     control_plane = "ControlPlane (document 2)"
     _has(errors, control_plane, "name", "custom name is not allowed in the controlplane")
     _has(errors, control_plane, "updateStrategy", "control planes are updated one at a time")
-    _has(
-        errors, control_plane, "bootstrapSpec", "restoring a cluster from an etcd backup is not yet supported"
-    )
     _has(errors, control_plane, "managed.enabled", "managed control planes are not yet supported")
     _has(errors, 'Workers "workers" (document 3)', "bootstrapSpec", "bootstrapSpec is not allowed in workers")
     _has(
@@ -189,7 +182,7 @@ def test_the_field_catalogue_names_what_is_mapped_ignored_and_refused() -> None:
     assert "Machine.install.disk" in catalogue["mapped"]
     assert "Workers.patches[].inline" in catalogue["mapped"]
     assert "Cluster.kubernetes.manifests" in catalogue["ignored"]
-    assert "Cluster.features.backupConfiguration.interval" in catalogue["ignored"]
-    assert "ControlPlane.bootstrapSpec" in catalogue["refused"]
+    assert "Cluster.features.backupConfiguration.interval" in catalogue["mapped"]
+    assert "ControlPlane.bootstrapSpec.clusterUUID" in catalogue["mapped"]
     assert "ControlPlane.managed.enabled" in catalogue["refused"]
     assert "Machine.install.diskSelector" in catalogue["refused"]

@@ -110,8 +110,10 @@ class MachineClassDoc(_Document):
 
 
 class BootstrapSpecDoc(_Document):
-    cluster_uuid: str = Field(default="", alias="clusterUUID")
-    snapshot: str = ""
+    """Restore from an etcd backup: the backed-up cluster's UUID and the snapshot's name (both required)."""
+
+    cluster_uuid: str = Field(alias="clusterUUID", min_length=1)
+    snapshot: str = Field(min_length=1)
 
 
 class ManagedDoc(_Document):
@@ -156,9 +158,7 @@ class ControlPlaneDoc(_MachineSetDoc):
     delete_strategy: StrategyDoc | None = refused(
         "deleteStrategy is not allowed in the controlplane: control planes leave one at a time"
     )
-    bootstrap_spec: BootstrapSpecDoc | None = refused(
-        "restoring a cluster from an etcd backup is not yet supported by herder"
-    )
+    bootstrap_spec: BootstrapSpecDoc | None = None
     managed: ManagedDoc | None = None
 
 
@@ -223,9 +223,12 @@ class TalosDoc(_Document):
 
 
 class BackupConfigurationDoc(_Document):
-    """etcd backups (the backups issue maps ``interval`` onto ``Cluster.spec.backups.interval``)."""
+    """etcd backups: ``interval`` as Omni writes it (0 or none: no scheduled backups), and herder's own
+    ``retention`` (how many to keep) and ``store`` (the BackupStore), all onto ``Cluster.spec.backups``."""
 
-    interval: str | None = ignored("etcd backups are not yet supported by herder; ignored")
+    interval: str | None = None
+    retention: int | None = Field(default=None, ge=1)
+    store: str | None = Field(default=None, min_length=1)
 
     @field_validator("interval")
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from herder.resources import Resource
+from herder.resources.backups import DEFAULT_RETENTION, DEFAULT_STORE
 from herder.resources.clusters import (
     CLUSTER,
     MACHINE_SET,
@@ -122,7 +123,7 @@ def _cluster(cluster: Resource, patches: list[dict[str, Any]], problems: list[st
         "kubernetes": kubernetes,
         "talos": {"version": spec.talos_version},
     }
-    features = {
+    features: dict[str, Any] = {
         key: True
         for key, on in (
             ("diskEncryption", spec.features.disk_encryption),
@@ -130,6 +131,13 @@ def _cluster(cluster: Resource, patches: list[dict[str, Any]], problems: list[st
         )
         if on
     }
+    if spec.backups is not None:
+        backups: dict[str, Any] = {"interval": spec.backups.interval}
+        if spec.backups.retention != DEFAULT_RETENTION:
+            backups["retention"] = spec.backups.retention
+        if spec.backups.store != DEFAULT_STORE:
+            backups["store"] = spec.backups.store
+        features["backupConfiguration"] = backups
     if features:
         document["features"] = features
     if patches:
@@ -168,6 +176,8 @@ def _machine_set(
         document["machines"] = list(spec.machines)
     else:
         problems.append(f"{what}: its machines were bound by hand; a template lists them (set spec.machines)")
+    if spec.bootstrap_spec is not None:
+        document["bootstrapSpec"] = spec.bootstrap_spec.model_dump(mode="json", by_alias=True)
     strategies = [("upgradeStrategy", spec.upgrade_strategy, _DEFAULTS.upgrade_strategy)]
     if spec.role == "worker":
         strategies += [

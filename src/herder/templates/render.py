@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from herder.resources import Resource
+from herder.resources.backups import duration_seconds
 from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_TEMPLATES,
@@ -130,6 +131,13 @@ def _cluster(document: ClusterDoc, namespace: str) -> Resource:
     }
     if document.kubernetes.endpoint:
         spec["endpoint"] = document.kubernetes.endpoint
+    backups = document.features.backup_configuration
+    if backups is not None and backups.interval and duration_seconds(backups.interval) > 0:
+        spec["backups"] = {
+            "interval": backups.interval,
+            **({"retention": backups.retention} if backups.retention is not None else {}),
+            **({"store": backups.store} if backups.store is not None else {}),
+        }
     data = _object(CLUSTER, document.name, namespace, dict(document.labels), dict(document.annotations))
     return Resource.model_validate({**data, "spec": spec})
 
@@ -153,6 +161,11 @@ def _machine_set(cluster: str, document: ControlPlaneDoc | WorkersDoc, namespace
     strategies: dict[str, tuple[StrategyDoc | None, str]] = {
         "upgradeStrategy": (document.upgrade_strategy, "Rolling")
     }
+    if isinstance(document, ControlPlaneDoc) and document.bootstrap_spec is not None:
+        spec["bootstrapSpec"] = {
+            "clusterUUID": document.bootstrap_spec.cluster_uuid,
+            "snapshot": document.bootstrap_spec.snapshot,
+        }
     if isinstance(document, WorkersDoc):
         strategies["updateStrategy"] = (document.update_strategy, "Rolling")
         strategies["deleteStrategy"] = (document.delete_strategy, "Unset")
