@@ -67,8 +67,9 @@ class EventLog:
                     newer.append(event)
                 newer.reverse()
                 return newer
-            if not self._tail or self._history is None:
+            if self._history is None:
                 return [] if from_rev >= self.oldest else None
+            # Older than the tail, or the tail is empty (just after a restart): ask the history.
             return None
 
     async def watch(self, prefix: str, from_rev: int) -> AsyncIterator[RawEvent]:

@@ -7,7 +7,9 @@ microseconds, less than a round trip to a thread and back) they run on the event
 the disk is slow they move to a writer thread, so that the loop keeps serving while the disk works.
 Readers use their own connections, which WAL lets run beside the writer: scans in reader threads,
 point reads on the event loop. An event table keeps recent changes so that watches resume across
-reconnects; older rows are pruned.
+reconnects and restarts; older rows are pruned. A write costs one transaction that rewrites the
+object's row in place and appends one event, which names the revision of the previous value instead
+of holding a second copy of it (half the bytes of an update).
 A file lock stops a second process from opening the same database.
 """
 
@@ -34,14 +36,27 @@ T = TypeVar("T")
 # (0: always in the thread).
 INLINE_COMMIT_BUDGET = 0.002
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS objects (
-    key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL
-) WITHOUT ROWID;
+# The layout's version, in ``PRAGMA user_version``: 0 is the first (objects WITHOUT ROWID, where a
+# value of more than ~1 KB spills into an overflow page, and every event carrying its previous value).
+_LAYOUT = 1
+OBJECTS_TABLE = "objects (key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL)"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {OBJECTS_TABLE};
 CREATE TABLE IF NOT EXISTS events (
-    rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB
+    rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB, prev_rev INTEGER
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+PRAGMA user_version={_LAYOUT};
+"""
+# From layout 0: the objects move to a table with rowids (values up to a page stay in their row,
+# and an update rewrites one page in place); events gain the revision their previous value is at.
+_MIGRATE_FROM_0 = f"""
+ALTER TABLE objects RENAME TO objects_0;
+CREATE TABLE {OBJECTS_TABLE};
+INSERT INTO objects SELECT key, value, mod_rev FROM objects_0;
+DROP TABLE objects_0;
+ALTER TABLE events ADD COLUMN prev_rev INTEGER;
+PRAGMA user_version={_LAYOUT};
 """
 
 
@@ -60,6 +75,9 @@ class SQLiteBackend(Backend):
         if self._synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
         self._history_size = history
+        # An event refers to its previous value's event (instead of holding a copy) when that one is
+        # at most this many revisions older; compaction keeps that many rows below the oldest event.
+        self._prev_reach = history // 4
         self._prune_every = prune_every
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="sqlite-reader")
@@ -84,7 +102,11 @@ class SQLiteBackend(Backend):
             self._lock_fd = None
             raise Unavailable(f"{self.path} is in use by another process") from None
         self._log.bind()
-        self._rev, oldest = await self._write(self._init)
+        try:
+            self._rev, oldest = await self._write(self._init)
+        except BaseException:
+            await self.close()
+            raise
         self._log.compact(oldest)
         return self
 
@@ -101,7 +123,11 @@ class SQLiteBackend(Backend):
 
     def _init(self) -> tuple[int, int]:
         conn = self._conn()
-        conn.executescript(_SCHEMA)
+        layout = conn.execute("PRAGMA user_version").fetchone()[0]
+        if layout > _LAYOUT:
+            raise Unavailable(f"{self.path} has storage layout {layout}; this herder knows up to {_LAYOUT}")
+        first = layout == 0 and conn.execute("SELECT 1 FROM sqlite_master WHERE name='objects'").fetchone()
+        conn.executescript(f"BEGIN IMMEDIATE;{_MIGRATE_FROM_0 if first else ''}{_SCHEMA}COMMIT;")
         rev = conn.execute("SELECT max(rev) FROM events").fetchone()[0]
         floor = conn.execute("SELECT value FROM meta WHERE name='compacted'").fetchone()
         compacted = floor[0] if floor else 0
@@ -136,12 +162,23 @@ class SQLiteBackend(Backend):
             if expected is not None and (row is None or row[1] != expected):
                 raise RevisionMismatch(KV(key, row[0], row[1]) if row else None)
             rev = self._rev + 1
-            if value is None:
-                conn.execute("DELETE FROM objects WHERE key=?", (key,))
+            prev, prev_rev, stored_prev = None, None, None
+            if row is None:
+                conn.execute("INSERT INTO objects VALUES (?,?,?)", (key, value, rev))
             else:
-                conn.execute("INSERT OR REPLACE INTO objects VALUES (?,?,?)", (key, value, rev))
-            prev = row[0] if row else None
-            conn.execute("INSERT INTO events VALUES (?,?,?,?)", (rev, key, value, prev))
+                prev, prev_rev = row
+                if value is None:
+                    conn.execute("DELETE FROM objects WHERE key=?", (key,))
+                else:
+                    conn.execute("UPDATE objects SET value=?, mod_rev=? WHERE key=?", (value, rev, key))
+                # The event names the revision its previous value was written at, when that event
+                # is sure to outlive this one; an older previous value is copied into the event.
+                if rev - prev_rev > self._prev_reach:
+                    stored_prev = prev
+            conn.execute(
+                "INSERT INTO events (rev, key, value, prev, prev_rev) VALUES (?,?,?,?,?)",
+                (rev, key, value, stored_prev, prev_rev),
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -160,12 +197,16 @@ class SQLiteBackend(Backend):
         self._compact_to(conn, self._rev - self._history_size + 1)
 
     def _compact_to(self, conn: sqlite3.Connection, oldest: int) -> None:
-        """Drop the events before ``oldest``. Writer thread only."""
+        """Forget the events before ``oldest``. Writer thread only.
+
+        Their rows stay for ``_prev_reach`` revisions more: newer events refer to them for their
+        previous values.
+        """
         floor = min(oldest, self._rev + 1) - 1
         if floor <= 0:
             return
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DELETE FROM events WHERE rev <= ?", (floor,))
+        conn.execute("DELETE FROM events WHERE rev <= ?", (floor - self._prev_reach,))
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('compacted', ?)", (floor,))
         conn.execute("COMMIT")
         self._log.compact(floor + 1)
@@ -176,7 +217,8 @@ class SQLiteBackend(Backend):
     async def _read_history(self, from_rev: int, limit: int) -> list[RawEvent]:
         def read(conn: sqlite3.Connection) -> list[RawEvent]:
             rows = conn.execute(
-                "SELECT rev, key, value, prev FROM events WHERE rev >= ? ORDER BY rev LIMIT ?",
+                "SELECT e.rev, e.key, e.value, coalesce(e.prev, p.value) FROM events e"
+                " LEFT JOIN events p ON p.rev = e.prev_rev WHERE e.rev >= ? ORDER BY e.rev LIMIT ?",
                 (from_rev, limit),
             ).fetchall()
             return [RawEvent(*row) for row in rows]

@@ -48,6 +48,9 @@ SYSTEM = "system:herder"
 
 _NAMESPACES = "/core/namespaces/"
 
+# The revision is the backend's to keep: it is set on every object read, never stored in it.
+_UNSTORED = {"metadata": {"resource_version"}}
+
 # How often an update without a resourceVersion is retried when another writer got in first.
 _UNCONDITIONAL_ATTEMPTS = 50
 # How long a list waits for the watch to catch up with the backend before reading the backend instead.
@@ -210,9 +213,8 @@ class Store:
         return None
 
     def _encode(self, info: KindInfo, key: str, obj: Resource) -> bytes:
-        data = obj.to_dict()
-        data["metadata"].pop("resourceVersion", None)
-        raw = json.dumps(data, separators=(",", ":")).encode()
+        # The wire form of ``to_dict``, serialized by pydantic-core: half the cost of json.dumps.
+        raw = obj.model_dump_json(by_alias=True, exclude_none=True, exclude=_UNSTORED).encode()
         if info.sensitive:
             if self._cipher is None:
                 raise Invalid(f"{info.kind} is sensitive and this store has no encryption key")
