@@ -211,10 +211,13 @@ async def run(args: argparse.Namespace) -> None:
                 baseline = SQLiteBaseline(workdir / "baseline.db", stored.value)
             else:
                 baseline = await EtcdBaseline.open(backend, stored.value)
+            # The objects are made before the clock starts, as the baseline's value is: building
+            # them is the caller's work, not the store's.
+            new = [_patch(f"w{i:06d}") for i in range(n)]
             made: list[Resource] = []
 
             async def create(i: int) -> None:
-                made.append(await store.create(_patch(f"w{i:06d}")))
+                made.append(await store.create(new[i]))
 
             async def update(i: int) -> None:
                 obj = made[i]
