@@ -7,10 +7,10 @@ microseconds, less than a round trip to a thread and back) they run on the event
 the disk is slow they move to a writer thread, so that the loop keeps serving while the disk works.
 Readers use their own connections, which WAL lets run beside the writer: scans in reader threads,
 point reads on the event loop. An event table keeps recent changes so that watches resume across
-reconnects and restarts; older rows are pruned. A write costs one transaction that rewrites the
-object's row in place and appends one event, which names the revision of the previous value instead
-of holding a second copy of it (half the bytes of an update).
-A file lock stops a second process from opening the same database.
+reconnects and restarts; older rows are pruned. A create or an update is a single statement that
+checks its precondition and writes the object's row (in place), and triggers append its event in the
+same transaction; an update's event names the revision of the value it replaced instead of holding a
+second copy of it. A file lock stops a second process from opening the same database.
 """
 
 from __future__ import annotations
