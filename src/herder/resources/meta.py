@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 _CAMEL = ConfigDict(populate_by_name=True, extra="forbid")
 
@@ -25,7 +26,8 @@ LIST_SET: dict[str, Any] = {"x-kubernetes-list-type": "set"}
 
 def now_rfc3339() -> str:
     """The current time as Kubernetes writes timestamps: RFC 3339, UTC, whole seconds."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # time.strftime takes a seventh of the time datetime's does, and every create asks.
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def now_micro() -> str:
@@ -62,6 +64,10 @@ class ManagedFieldsEntry(BaseModel):
     subresource: str | None = None
 
 
+def _empty(value: object) -> bool:
+    return value == {} or value == []
+
+
 class ObjectMeta(BaseModel):
     model_config = _CAMEL
 
@@ -74,19 +80,17 @@ class ObjectMeta(BaseModel):
     creation_timestamp: str | None = Field(default=None, alias="creationTimestamp")
     deletion_timestamp: str | None = Field(default=None, alias="deletionTimestamp")
     deletion_grace_period_seconds: int | None = Field(default=None, alias="deletionGracePeriodSeconds")
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    finalizers: list[str] = Field(default_factory=list, json_schema_extra=LIST_SET)
+    # Kubernetes omits empty labels, annotations, finalizers and owner references. (Per field: a
+    # serializer wrapping the whole model cost twice the rest of its serialization.)
+    labels: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
+    annotations: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
+    finalizers: list[str] = Field(default_factory=list, json_schema_extra=LIST_SET, exclude_if=_empty)
     owner_references: list[OwnerReference] = Field(
-        default_factory=list, alias="ownerReferences", json_schema_extra=list_map("uid")
+        default_factory=list, alias="ownerReferences", json_schema_extra=list_map("uid"), exclude_if=_empty
     )
-    managed_fields: list[ManagedFieldsEntry] | None = Field(default=None, alias="managedFields")
-
-    @model_serializer(mode="wrap")
-    def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Kubernetes omits empty labels, annotations, finalizers and owner references.
-        data: dict[str, Any] = handler(self)
-        return {k: v for k, v in data.items() if v != {} and v != []}
+    managed_fields: list[ManagedFieldsEntry] | None = Field(
+        default=None, alias="managedFields", exclude_if=_empty
+    )
 
     def controller_ref(self) -> OwnerReference | None:
         """The owner reference marked ``controller: true``, if any."""

@@ -23,6 +23,7 @@ class EventLog:
         self._lock = threading.Lock()
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         # The oldest revision a watch may still start from.
         self.oldest = first_rev
 
@@ -30,6 +31,7 @@ class EventLog:
         """Attach to the running event loop, where watchers wait (once; later calls do nothing)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
 
     def append(self, event: RawEvent) -> None:
         """Record a committed event, from the event loop or from a writer thread."""
@@ -39,14 +41,19 @@ class EventLog:
                 self.oldest = self._tail[0].rev
         if self._loop is None:
             return
-        try:
-            on_loop = asyncio.get_running_loop() is self._loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
+        if threading.get_ident() == self._loop_thread:
             self._wake()
         else:
             self._loop.call_soon_threadsafe(self._wake)
+
+    def value_at(self, key: str, rev: int) -> bytes | None:
+        """The value ``key`` was given at revision ``rev``, if that event is still in memory."""
+        with self._lock:
+            if not self._tail or not self._tail[0].rev <= rev <= self._tail[-1].rev:
+                return None
+            # Revisions are consecutive, so the event is found by its distance from the oldest.
+            event = self._tail[rev - self._tail[0].rev]
+        return event.value if event.rev == rev and event.key == key else None
 
     def compact(self, oldest: int) -> None:
         with self._lock:
@@ -67,8 +74,9 @@ class EventLog:
                     newer.append(event)
                 newer.reverse()
                 return newer
-            if not self._tail or self._history is None:
+            if self._history is None:
                 return [] if from_rev >= self.oldest else None
+            # Older than the tail, or the tail is empty (just after a restart): ask the history.
             return None
 
     async def watch(self, prefix: str, from_rev: int) -> AsyncIterator[RawEvent]:

@@ -7,8 +7,10 @@ microseconds, less than a round trip to a thread and back) they run on the event
 the disk is slow they move to a writer thread, so that the loop keeps serving while the disk works.
 Readers use their own connections, which WAL lets run beside the writer: scans in reader threads,
 point reads on the event loop. An event table keeps recent changes so that watches resume across
-reconnects; older rows are pruned.
-A file lock stops a second process from opening the same database.
+reconnects and restarts; older rows are pruned. A create or an update is a single statement that
+checks its precondition and writes the object's row (in place), and triggers append its event in the
+same transaction; an update's event names the revision of the value it replaced instead of holding a
+second copy of it. A file lock stops a second process from opening the same database.
 """
 
 from __future__ import annotations
@@ -33,15 +35,45 @@ T = TypeVar("T")
 # Commits taking longer than this on average run in the writer thread instead of on the event loop
 # (0: always in the thread).
 INLINE_COMMIT_BUDGET = 0.002
+# Inline commits hold the event loop for at most about this long before letting other tasks run.
+INLINE_SLICE = 0.001
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS objects (
-    key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL
-) WITHOUT ROWID;
+# The layout's version, in ``PRAGMA user_version``: 0 is the first (objects WITHOUT ROWID, where a
+# value of more than ~1 KB spills into an overflow page, and every event carrying its previous value).
+_LAYOUT = 1
+OBJECTS_TABLE = "objects (key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL)"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {OBJECTS_TABLE};
 CREATE TABLE IF NOT EXISTS events (
-    rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB
+    rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB, prev_rev INTEGER
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+PRAGMA user_version={_LAYOUT};
+"""
+# Every connection's own (TEMP) triggers log each create and update as its event, in the same
+# statement. An update's event names the revision its previous value was written at when that
+# revision is at most ``reach`` older, so that its row is sure to outlive this one (compaction keeps
+# that many rows below the oldest event); an older previous value is copied into the event.
+_LOG_TRIGGERS = """
+CREATE TEMP TRIGGER log_create AFTER INSERT ON objects BEGIN
+    INSERT INTO events (rev, key, value) VALUES (new.mod_rev, new.key, new.value);
+END;
+CREATE TEMP TRIGGER log_update AFTER UPDATE ON objects BEGIN
+    INSERT INTO events (rev, key, value, prev, prev_rev) VALUES (
+        new.mod_rev, new.key, new.value,
+        CASE WHEN new.mod_rev - old.mod_rev > {reach} THEN old.value END, old.mod_rev
+    );
+END;
+"""
+# From layout 0: the objects move to a table with rowids (values up to a page stay in their row,
+# and an update rewrites one page in place); events gain the revision their previous value is at.
+_MIGRATE_FROM_0 = f"""
+ALTER TABLE objects RENAME TO objects_0;
+CREATE TABLE {OBJECTS_TABLE};
+INSERT INTO objects SELECT key, value, mod_rev FROM objects_0;
+DROP TABLE objects_0;
+ALTER TABLE events ADD COLUMN prev_rev INTEGER;
+PRAGMA user_version={_LAYOUT};
 """
 
 
@@ -60,6 +92,10 @@ class SQLiteBackend(Backend):
         if self._synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
         self._history_size = history
+        # How far back an update's event may refer to its previous value (see _LOG_TRIGGERS).
+        self._prev_reach = history // 4
+        self._triggers = _LOG_TRIGGERS.format(reach=self._prev_reach)
+        self._layout_ready = False
         self._prune_every = prune_every
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="sqlite-reader")
@@ -72,6 +108,7 @@ class SQLiteBackend(Backend):
         self._lock_fd: int | None = None
         self._threaded = 0
         self._commit_seconds = 0.0
+        self._yielded = 0.0
         self._inline_budget = inline_commit_budget
 
     async def open(self) -> SQLiteBackend:
@@ -84,7 +121,11 @@ class SQLiteBackend(Backend):
             self._lock_fd = None
             raise Unavailable(f"{self.path} is in use by another process") from None
         self._log.bind()
-        self._rev, oldest = await self._write(self._init)
+        try:
+            self._rev, oldest = await self._write(self._init)
+        except BaseException:
+            await self.close()
+            raise
         self._log.compact(oldest)
         return self
 
@@ -94,6 +135,8 @@ class SQLiteBackend(Backend):
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            if self._layout_ready:
+                conn.executescript(self._triggers)
             self._local.conn = conn
             with self._conn_lock:
                 self._connections.append(conn)
@@ -101,7 +144,13 @@ class SQLiteBackend(Backend):
 
     def _init(self) -> tuple[int, int]:
         conn = self._conn()
-        conn.executescript(_SCHEMA)
+        layout = conn.execute("PRAGMA user_version").fetchone()[0]
+        if layout > _LAYOUT:
+            raise Unavailable(f"{self.path} has storage layout {layout}; this herder knows up to {_LAYOUT}")
+        first = layout == 0 and conn.execute("SELECT 1 FROM sqlite_master WHERE name='objects'").fetchone()
+        conn.executescript(f"BEGIN IMMEDIATE;{_MIGRATE_FROM_0 if first else ''}{_SCHEMA}COMMIT;")
+        conn.executescript(self._triggers)
+        self._layout_ready = True
         rev = conn.execute("SELECT max(rev) FROM events").fetchone()[0]
         floor = conn.execute("SELECT value FROM meta WHERE name='compacted'").fetchone()
         compacted = floor[0] if floor else 0
@@ -112,8 +161,12 @@ class SQLiteBackend(Backend):
         # Inline only when no threaded commit is under way: two commits must never overlap.
         if self._threaded == 0 and self._commit_seconds < self._inline_budget:
             result = fn()
-            # Let watchers and requests run between commits, as a thread round trip would.
-            await asyncio.sleep(0)
+            # Let watchers and requests run between commits, as a thread round trip would, but once
+            # per time slice rather than after every commit: a turn of the loop costs about as much
+            # CPU as the commit's own statements.
+            if time.perf_counter() - self._yielded >= INLINE_SLICE:
+                await asyncio.sleep(0)
+                self._yielded = time.perf_counter()
             return result
         self._threaded += 1
         try:
@@ -125,27 +178,35 @@ class SQLiteBackend(Backend):
         return await asyncio.get_running_loop().run_in_executor(self._readers, lambda: fn(self._conn()))
 
     def _commit(self, key: str, value: bytes | None, expected: int | None) -> int:
-        """One transaction: check the precondition, write the row and its event. Writer thread only."""
+        """Write the row and its event in one transaction, if the precondition holds. A create or an
+        update is a single statement that checks it, and the triggers log it."""
         started = time.perf_counter()
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            row = conn.execute("SELECT value, mod_rev FROM objects WHERE key=?", (key,)).fetchone()
-            if expected is None and row is not None:
-                raise KeyExists(key)
-            if expected is not None and (row is None or row[1] != expected):
-                raise RevisionMismatch(KV(key, row[0], row[1]) if row else None)
-            rev = self._rev + 1
+        rev = self._rev + 1
+        prev = None
+        if expected is None:
+            try:
+                conn.execute("INSERT INTO objects VALUES (?,?,?)", (key, value, rev))
+            except sqlite3.IntegrityError:
+                raise KeyExists(key) from None
+        else:
+            # The value being replaced, for watchers: from the events in memory, or read from its row.
+            prev = self._log.value_at(key, expected)
+            if prev is None:
+                current = self._row(conn, key)
+                if current is None or current.mod_rev != expected:
+                    raise RevisionMismatch(current)
+                prev = current.value
             if value is None:
-                conn.execute("DELETE FROM objects WHERE key=?", (key,))
-            else:
-                conn.execute("INSERT OR REPLACE INTO objects VALUES (?,?,?)", (key, value, rev))
-            prev = row[0] if row else None
-            conn.execute("INSERT INTO events VALUES (?,?,?,?)", (rev, key, value, prev))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+                self._delete(conn, key, expected, rev, prev)
+            elif (
+                conn.execute(
+                    "UPDATE objects SET value=?, mod_rev=? WHERE key=? AND mod_rev=?",
+                    (value, rev, key, expected),
+                ).rowcount
+                != 1
+            ):
+                raise RevisionMismatch(self._row(conn, key))
         self._rev = rev
         # A moving average: one slow commit does not move the writes off the loop, a slow disk does.
         self._commit_seconds += (time.perf_counter() - started - self._commit_seconds) / 16
@@ -155,17 +216,39 @@ class SQLiteBackend(Backend):
             self._prune(conn)
         return rev
 
+    @staticmethod
+    def _row(conn: sqlite3.Connection, key: str) -> KV | None:
+        row = conn.execute("SELECT value, mod_rev FROM objects WHERE key=?", (key,)).fetchone()
+        return KV(key, row[0], row[1]) if row else None
+
+    def _delete(self, conn: sqlite3.Connection, key: str, expected: int, rev: int, prev: bytes) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("DELETE FROM objects WHERE key=? AND mod_rev=?", (key, expected)).rowcount != 1:
+                raise RevisionMismatch(self._row(conn, key))
+            # A delete has no value of its own: its event holds the last state, which is what its
+            # watchers are sent.
+            conn.execute("INSERT INTO events (rev, key, prev) VALUES (?,?,?)", (rev, key, prev))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
     def _prune(self, conn: sqlite3.Connection) -> None:
         self._since_prune = 0
         self._compact_to(conn, self._rev - self._history_size + 1)
 
     def _compact_to(self, conn: sqlite3.Connection, oldest: int) -> None:
-        """Drop the events before ``oldest``. Writer thread only."""
+        """Forget the events before ``oldest``. Writer thread only.
+
+        Their rows stay for ``_prev_reach`` revisions more: newer events refer to them for their
+        previous values.
+        """
         floor = min(oldest, self._rev + 1) - 1
         if floor <= 0:
             return
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DELETE FROM events WHERE rev <= ?", (floor,))
+        conn.execute("DELETE FROM events WHERE rev <= ?", (floor - self._prev_reach,))
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('compacted', ?)", (floor,))
         conn.execute("COMMIT")
         self._log.compact(floor + 1)
@@ -176,7 +259,8 @@ class SQLiteBackend(Backend):
     async def _read_history(self, from_rev: int, limit: int) -> list[RawEvent]:
         def read(conn: sqlite3.Connection) -> list[RawEvent]:
             rows = conn.execute(
-                "SELECT rev, key, value, prev FROM events WHERE rev >= ? ORDER BY rev LIMIT ?",
+                "SELECT e.rev, e.key, e.value, coalesce(e.prev, p.value) FROM events e"
+                " LEFT JOIN events p ON p.rev = e.prev_rev WHERE e.rev >= ? ORDER BY e.rev LIMIT ?",
                 (from_rev, limit),
             ).fetchall()
             return [RawEvent(*row) for row in rows]
@@ -186,8 +270,7 @@ class SQLiteBackend(Backend):
     async def get(self, key: str) -> KV | None:
         # A point read in WAL mode takes microseconds and never waits for the writer, so it runs
         # on the event loop's own connection: a hop to a thread would cost ten times the read.
-        row = self._conn().execute("SELECT value, mod_rev FROM objects WHERE key=?", (key,)).fetchone()
-        return KV(key, row[0], row[1]) if row else None
+        return self._row(self._conn(), key)
 
     async def range(
         self, prefix: str, *, start_after: str | None = None, limit: int | None = None

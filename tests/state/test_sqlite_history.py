@@ -1,0 +1,169 @@
+"""SQLite's event history as watchers read it after a restart: previous values (kept by reference or
+copied into the event), compaction, and databases written by the first storage layout."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from herder.resources.catalog import herder_registry
+from herder.state.errors import Gone, Unavailable
+from herder.state.sqlite import SQLiteBackend
+from herder.state.store import Store, WatchEvent
+from tests.state.conftest import ns, patch
+
+
+async def _open(path: Path, **options: int) -> Store:
+    return await Store(await SQLiteBackend(path, **options).open(), herder_registry()).start()
+
+
+async def _replay(store: Store, after: int, count: int) -> list[WatchEvent]:
+    """``count`` events from after revision ``after``, as a watcher resuming from it sees them."""
+    stream = store.watch("configpatches", resource_version=after)
+    try:
+        return [await asyncio.wait_for(anext(stream), 10) for _ in range(count)]
+    finally:
+        await stream.aclose()
+
+
+def _summary(events: list[WatchEvent]) -> list[tuple[str, str, str | None, str | None]]:
+    """Type, name, the object's data and the previous object's data of each event."""
+    return [
+        (
+            e.type,
+            e.object.name,
+            (e.object.spec or {}).get("data"),
+            (e.previous.spec or {}).get("data") if e.previous is not None else None,
+        )
+        for e in events
+    ]
+
+
+async def test_a_watch_resumed_after_a_restart_sees_previous_objects(tmp_path: Path) -> None:
+    store = await _open(tmp_path / "h.db")
+    await store.create(ns("default"))
+    start = await store.revision()
+    a = await store.create(patch("a", "one: 1"))
+    a.spec = {"data": "one: 11"}
+    await store.update(a)
+    await store.create(patch("b", "two: 2"))
+    await store.delete("cp", "a", "default")
+    await store.close()
+
+    store = await _open(tmp_path / "h.db")
+    try:
+        events = await _replay(store, start, 4)
+    finally:
+        await store.close()
+    # A DELETED event carries the object's last state.
+    assert _summary(events) == [
+        ("ADDED", "a", "one: 1", None),
+        ("MODIFIED", "a", "one: 11", "one: 1"),
+        ("ADDED", "b", "two: 2", None),
+        ("DELETED", "a", "one: 11", None),
+    ]
+
+
+async def test_a_previous_value_older_than_the_history_is_kept_in_its_event(tmp_path: Path) -> None:
+    # history=16, pruned on every write: "a" is updated 25 writes after its creation, whose own
+    # event is gone by then.
+    store = await _open(tmp_path / "h.db", history=16, prune_every=1)
+    await store.create(ns("default"))
+    a = await store.create(patch("a", "one: 1"))
+    for i in range(25):
+        await store.create(patch(f"f{i:02d}"))
+    a.spec = {"data": "one: 11"}
+    await store.update(a)
+    last = await store.revision()
+    await store.close()
+
+    store = await _open(tmp_path / "h.db", history=16, prune_every=1)
+    try:
+        events = await _replay(store, last - 16, 16)
+    finally:
+        await store.close()
+    assert _summary(events[-1:]) == [("MODIFIED", "a", "one: 11", "one: 1")]
+
+
+async def test_compaction_keeps_the_values_newer_events_refer_to(tmp_path: Path) -> None:
+    # history=8 (references reach 2 revisions back), pruned on every write.
+    store = await _open(tmp_path / "h.db", history=8, prune_every=1)
+    await store.create(ns("default"))
+    made = await store.create(patch("a", "v: 0"))
+    for i in range(1, 12):
+        made.spec = {"data": f"v: {i}"}
+        made = await store.update(made)
+    last = await store.revision()
+    await store.close()
+
+    store = await _open(tmp_path / "h.db", history=8, prune_every=1)
+    try:
+        # The oldest watchable event refers to a revision already compacted away for watches.
+        events = await _replay(store, last - 8, 8)
+        with pytest.raises(Gone):
+            await _replay(store, last - 9, 1)
+    finally:
+        await store.close()
+    assert _summary(events) == [("MODIFIED", "a", f"v: {i}", f"v: {i - 1}") for i in range(4, 12)]
+
+
+def _patch_json(data: str) -> bytes:
+    return (
+        '{"apiVersion":"herder.dev/v1alpha1","kind":"ConfigPatch","metadata":{"name":"a",'
+        '"namespace":"default","uid":"9d1c4a8e-0000-4000-8000-000000000001","generation":1,'
+        f'"creationTimestamp":"2025-01-01T00:00:00Z"}},"spec":{{"data":"{data}"}}}}'
+    ).encode()
+
+
+async def test_a_database_of_the_first_layout_is_migrated(tmp_path: Path) -> None:
+    # The first layout: objects WITHOUT ROWID, and each event carrying its previous value.
+    path = tmp_path / "h.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(
+        """
+        CREATE TABLE objects (key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL)
+            WITHOUT ROWID;
+        CREATE TABLE events (rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB);
+        CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        """
+    )
+    key = "/herder.dev/configpatches/default/a"
+    conn.execute("INSERT INTO objects VALUES (?,?,?)", (key, _patch_json("v: 2"), 2))
+    conn.execute("INSERT INTO events VALUES (1,?,?,NULL)", (key, _patch_json("v: 1")))
+    conn.execute("INSERT INTO events VALUES (2,?,?,?)", (key, _patch_json("v: 2"), _patch_json("v: 1")))
+    conn.close()
+
+    store = await _open(path)
+    try:
+        made = await store.get("cp", "a", "default")
+        assert (made.spec, made.metadata.resource_version) == ({"data": "v: 2"}, "2")
+        made.spec = {"data": "v: 3"}
+        await store.update(made)
+        events = await _replay(store, 1, 2)
+    finally:
+        await store.close()
+    # The first previous value was copied into its event; the new event refers to a migrated one.
+    assert _summary(events) == [
+        ("MODIFIED", "a", "v: 2", "v: 1"),
+        ("MODIFIED", "a", "v: 3", "v: 2"),
+    ]
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.close()
+
+
+async def test_a_database_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=99")
+    conn.close()
+    with pytest.raises(Unavailable, match="layout 99"):
+        await SQLiteBackend(path).open()
+    # The refusal let go of the file: a herder that knows the layout may open it.
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=1")
+    conn.close()
+    await (await SQLiteBackend(path).open()).close()
