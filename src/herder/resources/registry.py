@@ -6,6 +6,7 @@ the emulator's per-cluster Kubernetes API) with different kinds.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -137,7 +138,7 @@ class KindInfo:
                 causes.append(FieldError(key, "unknown field", "FieldValueNotSupported"))
                 continue
             try:
-                extra[key] = TypeAdapter(adapter).validate_python(value)
+                extra[key] = _adapter(adapter).validate_python(value)
             except ValidationError as err:
                 causes.extend(_field_errors(key, err))
         if causes:
@@ -147,6 +148,12 @@ class KindInfo:
         data.update(extra)
         valid = Resource.from_dict(data)
         return self.prepare(valid) if self.prepare is not None else valid
+
+
+@functools.cache
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    """A validator of one extra field's type, built once (building one costs far more than using it)."""
+    return TypeAdapter(annotation)
 
 
 def _check_name(obj: Resource) -> list[FieldError]:

@@ -299,9 +299,9 @@ class Store:
         return await step(key, kv, current)
 
     async def _admit(self, actor: str | None, old: Resource | None, new: Resource | None) -> None:
-        write = Write(actor, old, new)
-        if write.object.kind in self.admission:
-            await self.admission.admit(write)
+        kind = new.kind if new is not None else old.kind if old is not None else ""
+        if kind in self.admission:
+            await self.admission.admit(Write(actor, old, new))
 
     # reads
 
