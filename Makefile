@@ -28,7 +28,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test: setup etcd lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile
 
 # Regenerate the committed Talos machine API stubs from src/herder/talos/api/**/*.proto.
 protos: setup

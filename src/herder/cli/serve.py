@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -54,12 +55,13 @@ DEMO_ENDPOINTS = "127.0.0.1:7000-7099"
 
 DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.", show_default=False)]
 SpareKeysOption = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--spare-keys",
         min=0,
-        help="RSA keys kept ready for new clusters' secrets (each takes a second to make): a burst of "
-        "this many new clusters starts at once.",
+        help="RSA keys kept ready, from the start, for new clusters' secrets (each takes a second to "
+        "make): a burst of this many new clusters starts at once (default: 2, made once a cluster came).",
+        show_default=False,
     ),
 ]
 ClusterEndpointsOption = Annotated[
@@ -161,7 +163,7 @@ def serve_command(
         ),
     ] = None,
     cluster_endpoints: ClusterEndpointsOption = None,
-    spare_keys: SpareKeysOption = 8,
+    spare_keys: SpareKeysOption = None,
 ) -> None:
     """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
     from herder.api.serve import ServeOptions
@@ -181,7 +183,7 @@ def serve_command(
 
 
 def _controller_options(
-    cluster_endpoints: str | None, data_dir: Path, spare_keys: int = 8
+    cluster_endpoints: str | None, data_dir: Path, spare_keys: int | None = None
 ) -> ControllerOptions:
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.load_balancer import EndpointRange
@@ -190,9 +192,10 @@ def _controller_options(
         endpoints = EndpointRange.parse(cluster_endpoints) if cluster_endpoints else None
     except ValueError as exc:
         raise fail(str(exc)) from None
-    return ControllerOptions(
-        cluster_endpoints=endpoints, backups_dir=(data_dir / "backups").resolve(), spare_keys=spare_keys
-    )
+    options = ControllerOptions(cluster_endpoints=endpoints, backups_dir=(data_dir / "backups").resolve())
+    if spare_keys is not None:
+        options = replace(options, spare_keys=spare_keys, spare_keys_now=True)
+    return options
 
 
 def _demo_objects() -> list[Resource]:

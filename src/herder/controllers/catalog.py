@@ -42,8 +42,10 @@ from herder.state.store import Store
 @dataclass(frozen=True)
 class ControllerOptions:
     cluster_endpoints: EndpointRange | None = None
-    # RSA keys kept ready for new clusters' secrets (see controllers.clusters.key_pool).
-    spare_keys: int = 8
+    # RSA keys kept ready for new clusters' secrets (see controllers.clusters.key_pool): made once a
+    # cluster asked for one, or from the start when the operator asked for a number.
+    spare_keys: int = 2
+    spare_keys_now: bool = False
     # The folder of the backup store ``default`` (herder serve: DATA_DIR/backups).
     backups_dir: Path | None = None
     backup_policy: BackupPolicy = field(default_factory=BackupPolicy)
@@ -73,7 +75,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         EventCollector(),
         MachineRegistrationController(),
         MachineLinkController(keys),
-        ClusterSecretsController(KeyPool(options.spare_keys)),
+        ClusterSecretsController(KeyPool(options.spare_keys), make_keys_now=options.spare_keys_now),
         ClusterTeardownController(),
         LoadBalancerController(options.cluster_endpoints),
         MachineSetAllocationController(),

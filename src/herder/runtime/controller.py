@@ -124,6 +124,9 @@ class Controller(abc.ABC):
     @abc.abstractmethod
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None: ...
 
+    def started(self) -> None:  # noqa: B027 - most controllers prepare nothing: no-op by default
+        """Begin work the controller does beyond its reconciles (called on the event loop, as it starts)."""
+
     async def shutdown(self) -> None:  # noqa: B027 - most controllers hold nothing: no-op by default
         """Release what the controller holds beyond its reconciles (streams, listeners) when it stops."""
 

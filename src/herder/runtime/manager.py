@@ -47,6 +47,7 @@ class ControllerRunner:
         self._unsynced = len(controller.watches)
 
     def start(self) -> None:
+        self.controller.started()
         for watch in self.controller.watches:
             self._tasks.append(asyncio.create_task(self._watch(watch), name=f"{self.controller.name}-watch"))
         for i in range(max(1, self.controller.concurrency)):

@@ -23,8 +23,13 @@ class ClusterSecretsController(Controller):
     concurrency = 4
     watches = (Watch("Cluster"), Watch("ClusterSecrets", controller_owner("Cluster")))
 
-    def __init__(self, keys: KeyPool) -> None:
+    def __init__(self, keys: KeyPool, *, make_keys_now: bool = False) -> None:
         self._keys = keys
+        self._make_keys_now = make_keys_now
+
+    def started(self) -> None:
+        if self._make_keys_now:
+            self._keys.start()
 
     async def shutdown(self) -> None:
         await self._keys.stop()

@@ -39,13 +39,15 @@ class KeyPool:
             self._filler = None
 
     async def take(self) -> pki.PrivateKey:
-        """A key never handed out before: a ready one, else one made now."""
-        self.start()
+        """A key never handed out before: a ready one, else one made now. The pool starts filling once
+        a key was asked for (a server that makes no clusters makes no keys), after this one is made."""
         if self._ready:
             key = self._ready.pop()
             self._wake.set()
             return key
-        return await asyncio.to_thread(pki.generate_private_key, self.key_type)
+        key = await asyncio.to_thread(pki.generate_private_key, self.key_type)
+        self.start()
+        return key
 
     async def _fill(self) -> None:
         while True:
