@@ -41,8 +41,9 @@ MUTATING_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollec
 
 
 def audited(who: Identity | None, access: Access | None, method: str) -> bool:
-    """Whether a request is recorded: it changes something, or Support made it."""
-    if who is not None and who.role == "Support":
+    """Whether a request is recorded: it changes something, or Support made it (as itself or as
+    someone it impersonates)."""
+    if who is not None and (who.role == "Support" or who.impersonator):
         return True
     verb = access.verb if access is not None else ""
     return verb in MUTATING_VERBS or (access is None and method not in ("GET", "HEAD", "OPTIONS"))
@@ -81,6 +82,7 @@ class AuditLog:
         spec: dict[str, Any] = {
             "time": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "user": who.name if who else "",
+            "impersonator": who.impersonator if who else "",
             "role": who.role if who else "",
             "verb": access.verb if access else method.lower(),
             "apiVersion": access.kind.api_version if access else "",

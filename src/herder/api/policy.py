@@ -12,6 +12,7 @@ from starlette.requests import Request
 from herder.api import roles, tokens
 from herder.api.audit import AuditLog
 from herder.api.auth_limit import AuthFailureLimit
+from herder.api.support import Support
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
 from herder.krm.status import ApiError, invalid
 from herder.resources import FieldError, KindInfo, Resource
@@ -31,17 +32,26 @@ def _note_hidden(who: Identity, name: str, labels: Mapping[str, str]) -> None:
 class HerderPolicy:
     """The ``krm.AccessPolicy`` of herder's API server."""
 
-    def __init__(self, store: Store, audit: AuditLog, auth_limit: AuthFailureLimit | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        audit: AuditLog,
+        auth_limit: AuthFailureLimit | None = None,
+        support: Support | None = None,
+    ) -> None:
         self._store = store
         self._audit = audit
         self._auth_limit = auth_limit or AuthFailureLimit()
+        self._support = support or Support(store, None)
 
     async def authenticate(self, request: Request) -> Identity:
         try:
             scheme, _, token = request.headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 raise Unauthenticated("a bearer token is required")
-            return await tokens.authenticate(self._store, token.strip())
+            who = self._support.identity(token.strip()) or await tokens.authenticate(
+                self._store, token.strip()
+            )
         except Unauthenticated:
             source = _source(request)
             wait = self._auth_limit.failed(source)
@@ -53,6 +63,7 @@ class HerderPolicy:
                 details={"retryAfterSeconds": wait},
                 headers={"Retry-After": str(wait)},
             ) from None
+        return await self._support.impersonated(who, request)
 
     def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
         if not roles.allows(who.role, access):

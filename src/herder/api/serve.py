@@ -29,6 +29,7 @@ from herder.api.audit import AuditLog
 from herder.api.audit_retention import AuditPruner, Retention
 from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
 from herder.api.policy import HerderPolicy
+from herder.api.support import Support, read_support_token
 from herder.api.tls import TlsFiles, ensure_tls
 from herder.krm.app import MAX_BODY_BYTES
 from herder.krm.policy import Unauthenticated
@@ -83,6 +84,8 @@ class ServeOptions:
     audit_retention: Retention = field(default_factory=Retention)
     # Default: krm's, as Kubernetes's (3 MiB).
     max_body_bytes: int | None = None
+    # The file holding the platform's Support token (no Support role without one).
+    support_token_file: Path | None = None
 
     @property
     def state_url(self) -> str:
@@ -189,6 +192,7 @@ async def serve(
     host, port = parse_listen(options.listen)
     # A key file given is checked before anything is made: a bad one is a one-line error.
     key = read_key_file(options.encryption_key_file) if options.encryption_key_file else None
+    support_token = read_support_token(options.support_token_file) if options.support_token_file else None
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     tls = _tls(options, host)
     store = await open_store(
@@ -206,7 +210,7 @@ async def serve(
         config = uvicorn.Config(
             build_app(
                 store,
-                HerderPolicy(store, audit),
+                HerderPolicy(store, audit, support=Support(store, support_token)),
                 actions(store) if actions else (),
                 max_body_bytes=options.max_body_bytes or MAX_BODY_BYTES,
             ),

@@ -164,6 +164,15 @@ def serve_command(
     ] = None,
     cluster_endpoints: ClusterEndpointsOption = None,
     spare_keys: SpareKeysOption = None,
+    support_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--support-token-file",
+            help="A file (mode 0600) holding the bearer token of the platform's Support role: every request "
+            "made with it is audited; Support may act as any identity with kubectl --as=NAME.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
     from herder.api.serve import ServeOptions
@@ -178,6 +187,7 @@ def serve_command(
         encryption_key_file=encryption_key_file,
         audit_retention=Retention(timedelta(days=audit_max_age_days), audit_max_events),
         max_body_bytes=max_body_bytes,
+        support_token_file=support_token_file,
     )
     _run(options, _controller_options(cluster_endpoints, options.data_dir, spare_keys))
 

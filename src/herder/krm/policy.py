@@ -26,6 +26,8 @@ class Identity:
     name: str
     role: str
     scope: dict[str, str] = field(default_factory=dict)
+    # Who acts as this identity through impersonation (Kubernetes' Impersonate-User), if anyone.
+    impersonator: str = ""
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ class AuditEventSpec(BaseModel):
 
     time: str = Field(description="RFC 3339 with microseconds, UTC")
     user: str = Field(description="the identity, as Kind/name; empty when the caller was not authenticated")
+    impersonator: str = Field(default="", description="who acted as ``user`` through impersonation")
     role: str = ""
     verb: str
     api_version: str = Field(default="", alias="apiVersion")
@@ -177,6 +178,7 @@ AUDIT_EVENT = KindInfo(
     printer_columns=(
         PrinterColumn("Time", ".spec.time"),
         PrinterColumn("User", ".spec.user"),
+        PrinterColumn("Impersonator", ".spec.impersonator"),
         PrinterColumn("Role", ".spec.role"),
         PrinterColumn("Verb", ".spec.verb"),
         PrinterColumn("Kind", ".spec.kind"),
