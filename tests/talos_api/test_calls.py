@@ -228,7 +228,15 @@ async def test_etcd_and_kubeconfig(emulator: Emulator, cluster_a: ClusterConfigs
             await client.bootstrap(node=cp2.address)
         members = await client.etcd_member_list()
         assert {m.hostname for m in members} == {cp1.hostname, cp2.hostname, cp3.hostname}
+        # Each member tells its own status: which member leads, its database, its raft position.
+        statuses = [await client.etcd_status(node=m.address) for m in (cp1, cp2, cp3)]
+        assert {s.member_id for s in statuses} == {m.id for m in members}
+        assert len({s.leader for s in statuses}) == 1 and statuses[0].leader in {m.id for m in members}
+        assert all(s.db_size > 0 and s.raft_index > 0 for s in statuses)
+        before = statuses[0]
         assert await client.etcd_forfeit_leadership() in {cp2.hostname, cp3.hostname}
+        after = await client.etcd_status()
+        assert after.leader != before.leader and after.raft_term > before.raft_term
         assert await client.etcd_snapshot()
         kubeconfig = yaml.safe_load(await client.kubeconfig())
         assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("https://")

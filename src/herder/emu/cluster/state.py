@@ -43,6 +43,15 @@ class Keyspace(MemoryBackend):
         if not self.writable():
             raise Unavailable(NO_LEADER)
 
+    @property
+    def size(self) -> int:
+        """The bytes its keys and values take, as etcd's database size stands for."""
+        return sum(len(key) + len(kv.value) for key, kv in self._data.items())
+
+    @property
+    def current_revision(self) -> int:
+        return self._rev
+
     async def create(self, key: str, value: bytes) -> int:
         self._admit()
         rev = await super().create(key, value)
@@ -97,6 +106,8 @@ class Cluster:
     bootstrapped: bool = False
     members: dict[int, EtcdMember] = field(default_factory=dict)
     leader: int | None = None
+    term: int = 1
+    """Elections so far (raft's term): a new leader makes a new term."""
     keyspace: Keyspace = field(default_factory=Keyspace)
     trustd: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once a control plane of the cluster runs: workers can then obtain their API certificate."""
@@ -140,7 +151,14 @@ class Cluster:
         if leader is None or not self.healthy(leader):
             leader = next(m for m in self.members.values() if self.healthy(m))
             self.leader = leader.id
+            self.term += 1
         return leader
+
+    def status_of(self, member_id: int) -> tuple[int, int, int, int]:
+        """What a member's EtcdStatus says: the leader it follows (0: none), the database size, the raft
+        index (the keyspace's revision) and term (elections so far)."""
+        leader = self.current_leader()
+        return (leader.id if leader else 0), self.keyspace.size, self.keyspace.current_revision, self.term
 
     def member_healthy(self, machine: str) -> bool:
         """What the machine's etcd service reports: a member, up, in a cluster with quorum."""
@@ -209,6 +227,7 @@ class Cluster:
         if not others:
             return ""
         self.leader = others[0].id
+        self.term += 1
         self.changed()
         return others[0].hostname
 

@@ -793,6 +793,21 @@ class Machine:
             for m in cluster.members.values()
         ]
 
+    def etcd_status(self) -> pb.EtcdMemberStatus:
+        cluster, member = self._etcd_member("etcd status")
+        leader, size, index, term = cluster.status_of(member)
+        return pb.EtcdMemberStatus(
+            member_id=member,
+            leader=leader,
+            db_size=size,
+            db_size_in_use=size,
+            raft_index=index,
+            raft_term=term,
+            raft_applied_index=index,
+            protocol_version="3.5.0",
+            storage_version="3.5.0",
+        )
+
     def etcd_leave(self) -> None:
         cluster, member = self._etcd_member("etcd leave")
         cluster.remove(member)

@@ -129,6 +129,15 @@ class MachineService(pb_grpc.MachineServiceServicer):
             pb.EtcdMemberListResponse,
         )
 
+    async def EtcdStatus(self, request: empty_pb2.Empty, context: Context) -> pb.EtcdStatusResponse:
+        return await self._unary(
+            "EtcdStatus",
+            context,
+            lambda m, _p: pb.EtcdStatus(member_status=m.etcd_status()),
+            pb.EtcdStatus,
+            pb.EtcdStatusResponse,
+        )
+
     async def EtcdLeaveCluster(
         self, request: pb.EtcdLeaveClusterRequest, context: Context
     ) -> pb.EtcdLeaveClusterResponse:

@@ -34,6 +34,7 @@ from herder.talos.machine.types import (
     ApplyResult,
     ConfigValidationErrorEvent,
     EtcdMember,
+    EtcdMemberStatus,
     MachineEvent,
     MachineStage,
     MachineStatus,
@@ -360,6 +361,19 @@ class MachineClient:
             )
             for s in m.services
         ]
+
+    async def etcd_status(self, *, node: str | None = None) -> EtcdMemberStatus:
+        m = (await self._unary("EtcdStatus", empty_pb2.Empty(), idempotent=True, node=node)).member_status
+        return EtcdMemberStatus(
+            member_id=m.member_id,
+            leader=m.leader,
+            db_size=m.db_size,
+            db_size_in_use=m.db_size_in_use,
+            raft_index=m.raft_index,
+            raft_term=m.raft_term,
+            is_learner=m.is_learner,
+            errors=tuple(m.errors),
+        )
 
     async def etcd_member_list(
         self, *, query_local: bool = False, node: str | None = None

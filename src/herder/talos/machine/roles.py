@@ -24,6 +24,7 @@ _MACHINE_ROLES: dict[str, frozenset[str]] = {
     "EtcdForfeitLeadership": frozenset({ADMIN}),
     "EtcdLeaveCluster": frozenset({ADMIN}),
     "EtcdMemberList": _READ | {ETCD_BACKUP},
+    "EtcdStatus": _READ | {ETCD_BACKUP},
     "EtcdRecover": frozenset({ADMIN}),
     "EtcdRemoveMemberByID": frozenset({ADMIN}),
     "EtcdSnapshot": frozenset({ADMIN, OPERATOR, ETCD_BACKUP}),

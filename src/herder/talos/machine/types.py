@@ -90,6 +90,20 @@ class EtcdMember:
 
 
 @dataclass(frozen=True)
+class EtcdMemberStatus:
+    """What one etcd member says of itself (``EtcdStatus``): its id, the leader it follows, its database."""
+
+    member_id: int
+    leader: int
+    db_size: int
+    db_size_in_use: int
+    raft_index: int
+    raft_term: int
+    is_learner: bool
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class UnmetCondition:
     name: str
     reason: str

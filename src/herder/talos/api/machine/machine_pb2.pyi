@@ -544,6 +544,46 @@ class EtcdMemberListResponse(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[EtcdMembers]
     def __init__(self, messages: _Optional[_Iterable[_Union[EtcdMembers, _Mapping]]] = ...) -> None: ...
 
+class EtcdMemberStatus(_message.Message):
+    __slots__ = ("storage_version", "member_id", "protocol_version", "db_size", "db_size_in_use", "leader", "raft_index", "raft_term", "raft_applied_index", "errors", "is_learner")
+    STORAGE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DB_SIZE_IN_USE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    RAFT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    RAFT_TERM_FIELD_NUMBER: _ClassVar[int]
+    RAFT_APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    IS_LEARNER_FIELD_NUMBER: _ClassVar[int]
+    storage_version: str
+    member_id: int
+    protocol_version: str
+    db_size: int
+    db_size_in_use: int
+    leader: int
+    raft_index: int
+    raft_term: int
+    raft_applied_index: int
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    is_learner: bool
+    def __init__(self, storage_version: _Optional[str] = ..., member_id: _Optional[int] = ..., protocol_version: _Optional[str] = ..., db_size: _Optional[int] = ..., db_size_in_use: _Optional[int] = ..., leader: _Optional[int] = ..., raft_index: _Optional[int] = ..., raft_term: _Optional[int] = ..., raft_applied_index: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ..., is_learner: _Optional[bool] = ...) -> None: ...
+
+class EtcdStatus(_message.Message):
+    __slots__ = ("metadata", "member_status")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_STATUS_FIELD_NUMBER: _ClassVar[int]
+    metadata: _common_pb2.Metadata
+    member_status: EtcdMemberStatus
+    def __init__(self, metadata: _Optional[_Union[_common_pb2.Metadata, _Mapping]] = ..., member_status: _Optional[_Union[EtcdMemberStatus, _Mapping]] = ...) -> None: ...
+
+class EtcdStatusResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[EtcdStatus]
+    def __init__(self, messages: _Optional[_Iterable[_Union[EtcdStatus, _Mapping]]] = ...) -> None: ...
+
 class EtcdSnapshotRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

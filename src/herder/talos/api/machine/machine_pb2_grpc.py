@@ -56,6 +56,11 @@ class MachineServiceStub:
                 request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdMemberListRequest.SerializeToString,
                 response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdMemberListResponse.FromString,
                 _registered_method=True)
+        self.EtcdStatus = channel.unary_unary(
+                '/machine.MachineService/EtcdStatus',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdStatusResponse.FromString,
+                _registered_method=True)
         self.EtcdRemoveMemberByID = channel.unary_unary(
                 '/machine.MachineService/EtcdRemoveMemberByID',
                 request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdRemoveMemberByIDRequest.SerializeToString,
@@ -140,6 +145,12 @@ class MachineServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def EtcdMemberList(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EtcdStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -239,6 +250,11 @@ def add_MachineServiceServicer_to_server(servicer, server):
                     servicer.EtcdMemberList,
                     request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdMemberListRequest.FromString,
                     response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdMemberListResponse.SerializeToString,
+            ),
+            'EtcdStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.EtcdStatus,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdStatusResponse.SerializeToString,
             ),
             'EtcdRemoveMemberByID': grpc.unary_unary_rpc_method_handler(
                     servicer.EtcdRemoveMemberByID,
@@ -409,6 +425,33 @@ class MachineService:
             '/machine.MachineService/EtcdMemberList',
             herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdMemberListRequest.SerializeToString,
             herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdMemberListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EtcdStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/EtcdStatus',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
