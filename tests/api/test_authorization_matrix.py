@@ -45,6 +45,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "MachineSetNode": {"metadata": {"labels": {**IN_CLUSTER, "herder.dev/machine-set": "target-manual"}}},
     "ClusterMachine": {"spec": {"role": "worker", "talosVersion": "v1.13.0", "kubernetesVersion": "1.33.0"}},
     "ClusterMachineConfig": {"spec": {"config": "x", "hash": "0", "talosContract": "1.13"}},
+    "ControlPlaneStatus": {},
     "ServiceAccount": {"spec": {"role": "Reader"}},
     "User": {"spec": {"role": "Reader", "email": "u@example.com"}},
     "Token": {"spec": {"subjectKind": "ServiceAccount", "subject": "admin"}},
@@ -74,6 +75,7 @@ MADE_BY_HERDER = {
     "MachineSetNode": MACHINE,
     "ClusterMachine": MACHINE,
     "ClusterMachineConfig": MACHINE,
+    "ControlPlaneStatus": CLUSTER,
     "Event": None,  # any event
 }
 # Objects herder makes only from a running cluster (an etcd backup and its key), which the matrix has no

@@ -122,6 +122,7 @@ POLICY: dict[str, Rule] = {
     ),
     "MachineRegistration": _uniform("Reader", "Admin"),
     "ClusterMachine": HERDER_KIND,
+    "ControlPlaneStatus": HERDER_KIND,
     # A cluster's admin kubeconfig is for Operators; a talosconfig maps the caller's role to Talos's.
     "Cluster": Rule(
         read="Reader",

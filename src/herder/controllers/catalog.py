@@ -24,6 +24,7 @@ from herder.controllers.clusters.cluster_secrets import ClusterSecretsController
 from herder.controllers.clusters.cluster_status import ClusterStatusController
 from herder.controllers.clusters.cluster_teardown import ClusterTeardownController
 from herder.controllers.clusters.config_apply import ConfigApplyController
+from herder.controllers.clusters.control_plane_status import ControlPlaneStatusController
 from herder.controllers.clusters.credentials import ClusterCredentials
 from herder.controllers.clusters.key_pool import KeyPool
 from herder.controllers.clusters.load_balancer import EndpointRange, LoadBalancerController
@@ -70,6 +71,7 @@ def backup_requests(store: Store) -> BackupRequests:
 def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
     keys = ClusterKeys(store)
     stores = BackupStores(store, options.backups_dir)
+    balancer = LoadBalancerController(options.cluster_endpoints)
     return [
         GarbageCollector(store.registry),
         EventCollector(),
@@ -77,14 +79,15 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         MachineLinkController(keys),
         ClusterSecretsController(KeyPool(options.spare_keys), make_keys_now=options.spare_keys_now),
         ClusterTeardownController(),
-        LoadBalancerController(options.cluster_endpoints),
+        balancer,
         MachineSetAllocationController(),
         MachineSetStatusController(),
         ClusterMachineController(),
         ClusterMachineConfigController(keys),
         ConfigApplyController(keys),
         BootstrapController(keys, EtcdRecovery(stores)),
-        ClusterStatusController(keys),
+        ControlPlaneStatusController(keys, balancer.health),
+        ClusterStatusController(),
         ClusterMachineTeardownController(keys),
         VersionRolloutController(),
         TalosUpgradeController(keys),

@@ -7,6 +7,7 @@ from herder.resources.backups import BACKUP_KINDS
 from herder.resources.cluster_secrets import CLUSTER_SECRETS
 from herder.resources.clusters import CLUSTER_KINDS
 from herder.resources.configuration import CONFIG_PATCH
+from herder.resources.control_planes import CONTROL_PLANE_STATUS
 from herder.resources.core import NAMESPACE
 from herder.resources.kubernetes import EVENT
 from herder.resources.machines import MACHINE_KINDS
@@ -23,6 +24,7 @@ def herder_registry() -> KindRegistry:
             CLUSTER_SECRETS,
             *MACHINE_KINDS,
             *CLUSTER_KINDS,
+            CONTROL_PLANE_STATUS,
             *BACKUP_KINDS,
             *ACCESS_KINDS,
         ]

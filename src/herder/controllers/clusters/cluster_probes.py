@@ -1,72 +1,116 @@
-"""What herder asks a running cluster to tell its health: etcd's members and their health (over the Talos
-API of the control planes), and whether the cluster's Kubernetes API answers herder's admin credentials.
-Every probe is bounded in time and answers a verdict with a reason, never an exception."""
+"""What herder asks a running cluster to tell its health: etcd's members, each one's own status (the leader
+it follows, its database, its errors) over the Talos API of the control planes; whether the cluster's
+Kubernetes API answers herder's admin credentials; and its control plane components' static pods. Every
+probe is bounded in time and answers a verdict with its reasons, never an exception."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from herder.controllers.clusters.cluster_keys import KubernetesCredentials
-from herder.talos.machine import Credentials, MachineAPIError, MachineClient, split_endpoint
+from herder.talos.machine import (
+    Credentials,
+    EtcdMember,
+    EtcdMemberStatus,
+    MachineAPIError,
+    MachineClient,
+    split_endpoint,
+)
 from herder.talos.pki import load_cert_chain
 
 PROBE_TIMEOUT = 5.0
+COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 @dataclass(frozen=True)
-class EtcdHealth:
+class MemberReport:
+    id: int
+    machine: str
+    """The UUID of the member's machine, or '' for a member that belongs to no control plane."""
+    status: EtcdMemberStatus | None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class EtcdReport:
     healthy: bool
     message: str
-    members: frozenset[str] = field(default_factory=frozenset)
-    """The Talos endpoints (of the control planes given) that are etcd members."""
+    listed: bool
+    """Whether the member list could be read at all (when not, membership is unknown)."""
+    members: tuple[MemberReport, ...] = ()
+    leader: int = 0
+
+    @property
+    def quorum(self) -> bool:
+        up = sum(1 for m in self.members if m.status is not None and not m.status.errors)
+        return bool(self.members) and up > len(self.members) // 2
+
+    @property
+    def machines(self) -> frozenset[str]:
+        """The control planes (by machine) that are etcd members."""
+        return frozenset(m.machine for m in self.members if m.machine)
 
 
-async def probe_etcd(control_planes: list[str], credentials: Credentials) -> EtcdHealth:
-    """Ask the control planes at these Talos endpoints whether etcd has every one of them, healthy."""
+async def probe_etcd(control_planes: dict[str, str], credentials: Credentials) -> EtcdReport:
+    """Ask the running control planes (Talos endpoint → machine UUID) about etcd: its members, and each
+    member's own status; healthy when every control plane is a member and every member answers."""
     if not control_planes:
-        return EtcdHealth(False, "no control plane is running")
-    hosts = {split_endpoint(e)[0]: e for e in control_planes}
-
-    async def service_healthy(endpoint: str) -> str | None:
+        return EtcdReport(False, "no control plane is running", False)
+    by_host = {split_endpoint(e)[0]: e for e in control_planes}
+    listed: list[EtcdMember] | None = None
+    problems: list[str] = []
+    for endpoint in sorted(control_planes):
         try:
             async with MachineClient(
                 endpoint, credentials=credentials, timeout=PROBE_TIMEOUT, retries=0
             ) as c:
-                etcd = next((s for s in await c.service_list() if s.id == "etcd"), None)
+                listed = await c.etcd_member_list()
+            break
         except MachineAPIError as exc:
-            return f"{split_endpoint(endpoint)[0]}: {exc}"
-        if etcd is None or not etcd.healthy:
-            why = etcd.last_message if etcd is not None and etcd.last_message else "etcd is not running"
-            return f"{split_endpoint(endpoint)[0]}: {why}"
-        return None
+            problems.append(f"{split_endpoint(endpoint)[0]}: {exc}")
+    if listed is None:
+        return EtcdReport(False, "cannot list etcd members: " + "; ".join(problems), False)
 
-    try:
-        async with MachineClient(
-            control_planes[0], credentials=credentials, timeout=PROBE_TIMEOUT, retries=0
-        ) as client:
-            listed = await client.etcd_member_list()
-    except MachineAPIError as exc:
-        return EtcdHealth(False, f"cannot list etcd members: {exc}")
-    members = set()
-    for member in listed:
-        for url in member.peer_urls:
-            host = urlsplit(url).hostname or ""
-            if host in hosts:
-                members.add(hosts[host])
-    problems = [p for p in await asyncio.gather(*(service_healthy(e) for e in control_planes)) if p]
-    missing = sorted(split_endpoint(e)[0] for e in control_planes if e not in members)
-    if missing:
-        problems.insert(0, f"not etcd members: {', '.join(missing)}")
-    if len(listed) > len(members):
-        problems.append(
-            f"{len(listed) - len(members)} etcd member(s) belong to no control plane of the cluster"
+    async def report(member: EtcdMember) -> MemberReport:
+        endpoint = next(
+            (by_host[h] for u in member.peer_urls if (h := urlsplit(u).hostname or "") in by_host), ""
         )
-    return EtcdHealth(not problems, "; ".join(problems), frozenset(members))
+        machine = control_planes.get(endpoint, "")
+        if not endpoint:
+            return MemberReport(member.id, "", None, "belongs to no running control plane of the cluster")
+        try:
+            async with MachineClient(
+                endpoint, credentials=credentials, timeout=PROBE_TIMEOUT, retries=0
+            ) as c:
+                return MemberReport(member.id, machine, await c.etcd_status())
+        except MachineAPIError as exc:
+            return MemberReport(member.id, machine, None, str(exc))
+
+    members = tuple(await asyncio.gather(*(report(m) for m in listed)))
+    leaders = {m.status.leader for m in members if m.status is not None and m.status.leader}
+    problems = []
+    missing = sorted(
+        split_endpoint(e)[0] for e, uuid in control_planes.items() if uuid not in {m.machine for m in members}
+    )
+    if missing:
+        problems.append(f"not etcd members: {', '.join(missing)}")
+    for m in members:
+        who = m.machine or f"member {m.id:x}"
+        if m.error:
+            problems.append(f"{who}: {m.error}")
+        elif m.status is not None and m.status.errors:
+            problems.append(f"{who}: {'; '.join(m.status.errors)}")
+    if not leaders:
+        problems.append("etcd has no leader")
+    elif len(leaders) > 1:
+        problems.append("etcd members follow different leaders")
+    return EtcdReport(not problems, "; ".join(problems), True, members, min(leaders) if leaders else 0)
 
 
 def _context(credentials: KubernetesCredentials) -> ssl.SSLContext:
@@ -75,13 +119,39 @@ def _context(credentials: KubernetesCredentials) -> ssl.SSLContext:
     return context
 
 
-async def probe_kubernetes(endpoint: str, credentials: KubernetesCredentials) -> tuple[bool, str]:
-    """Whether the cluster's Kubernetes API at ``endpoint`` is ready for herder's admin credentials."""
+@dataclass(frozen=True)
+class KubernetesReport:
+    reachable: bool
+    message: str
+    components: dict[str, dict[str, bool]] = field(default_factory=dict)
+    """Node address → component (``kube-apiserver``…) → ready, from the static pods' mirrors."""
+
+
+async def probe_kubernetes(endpoint: str, credentials: KubernetesCredentials) -> KubernetesReport:
+    """Whether the cluster's Kubernetes API at ``endpoint`` is ready for herder's admin credentials, and
+    how its control plane components' pods are."""
     try:
         async with httpx.AsyncClient(verify=_context(credentials), timeout=PROBE_TIMEOUT) as client:
-            answer = await client.get(endpoint.rstrip("/") + "/readyz")
+            ready = await client.get(endpoint.rstrip("/") + "/readyz")
+            if ready.status_code != 200:
+                text = ready.text.strip()[:200]
+                return KubernetesReport(False, f"{endpoint}/readyz answered {ready.status_code}: {text}")
+            pods = await client.get(
+                endpoint.rstrip("/") + "/api/v1/namespaces/kube-system/pods",
+                params={"labelSelector": "tier=control-plane"},
+            )
     except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
-        return False, f"{endpoint}: {type(exc).__name__}: {exc}".rstrip(": ")
-    if answer.status_code != 200:
-        return False, f"{endpoint}/readyz answered {answer.status_code}: {answer.text.strip()[:200]}"
-    return True, ""
+        return KubernetesReport(False, f"{endpoint}: {type(exc).__name__}: {exc}".rstrip(": "))
+    components: dict[str, dict[str, bool]] = {}
+    if pods.status_code == 200:
+        for pod in pods.json().get("items") or ():
+            component = ((pod.get("metadata") or {}).get("labels") or {}).get("component", "")
+            host = (pod.get("status") or {}).get("hostIP", "")
+            if component in COMPONENTS and host:
+                components.setdefault(host, {})[component] = _pod_ready(pod)
+    return KubernetesReport(True, "", components)
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

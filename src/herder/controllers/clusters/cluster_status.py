@@ -1,29 +1,31 @@
 """A cluster's status you can act on: its phase, its machines (total, ready, wanted), and the conditions
 ``ControlPlaneReady``, ``EtcdHealthy``, ``KubernetesAPIReady`` and ``Ready``, each with a reason and message.
 
-It is recomputed whenever a member or machine set changes, and etcd and the Kubernetes API are probed
-again every little while (sooner while something is wrong). The etcd probe also tells each control
-plane's ClusterMachine whether it is an etcd member. A condition that flips is told in an Event.
+It is recomputed whenever a member, a machine set or the cluster's ControlPlaneStatus (where etcd and the
+Kubernetes API are measured) changes. A condition that flips is told in an Event.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.cluster_probes import EtcdHealth, probe_etcd, probe_kubernetes
-from herder.controllers.clusters.members import cluster_machines, machine_of, machine_sets
+from herder.controllers.clusters.members import cluster_machines, machine_sets
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, ClusterSpec
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
+from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET
+from herder.resources.control_planes import CONTROL_PLANE_STATUS
+from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.status import find_condition, set_condition
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+from herder.runtime.controller import (
+    Context,
+    Controller,
+    ObjectKey,
+    Result,
+    Watch,
+    labelled_owner,
+    on_change,
+    same_name,
+)
 
-HEALTHY_EVERY = 30.0
-UNHEALTHY_EVERY = 5.0
-# Events come in bursts while a cluster forms: probes younger than this are reused.
-PROBE_REUSE = 2.0
 _CONDITIONS = ("ControlPlaneReady", "EtcdHealthy", "KubernetesAPIReady", "Ready")
 
 
@@ -31,10 +33,7 @@ class ClusterStatusController(Controller):
     name = "ClusterStatus"
     concurrency = 8
 
-    def __init__(self, keys: ClusterKeys, *, healthy_every: float = HEALTHY_EVERY) -> None:
-        self._keys = keys
-        self._healthy_every = healthy_every
-        self._probed: dict[ObjectKey, tuple[float, tuple[bool, str, str], tuple[bool, str, str]]] = {}
+    def __init__(self) -> None:
         self.watches = (
             Watch(CLUSTER.kind),
             Watch(
@@ -48,12 +47,12 @@ class ClusterStatusController(Controller):
                 ),
             ),
             Watch(MACHINE_SET.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+            Watch(CONTROL_PLANE_STATUS.kind, on_change(same_name(CLUSTER.kind), "status.conditions")),
         )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         cluster = await ctx.get(key)
         if cluster is None:
-            self._probed.pop(key, None)
             return None
         if cluster.metadata.deletion_timestamp:
             return None  # its teardown tells how it goes
@@ -79,8 +78,7 @@ class ClusterStatusController(Controller):
         updated = await ctx.mutate_status(key, record)
         if updated is not None:
             await _tell_flips(ctx, updated, status)
-        all_good = all(ok for ok, _, _ in verdicts.values())
-        return Result(requeue_after=self._healthy_every if all_good else UNHEALTHY_EVERY)
+        return None
 
     async def _health(
         self,
@@ -112,27 +110,21 @@ class ClusterStatusController(Controller):
             )
         else:
             verdicts["ControlPlaneReady"] = (True, "Ready", f"{len(control_planes)} control plane(s) ready")
-        view = await self._keys.of(cluster)
-        key = ObjectKey.of(cluster)
-        probed = self._probed.get(key)
-        if not bootstrapped or view is None:
-            verdicts["EtcdHealthy"] = (False, "NotBootstrapped", "etcd is not bootstrapped yet")
-            verdicts["KubernetesAPIReady"] = (False, "NotBootstrapped", "etcd is not bootstrapped yet")
-        elif probed is not None and time.monotonic() - probed[0] < PROBE_REUSE:
-            verdicts["EtcdHealthy"], verdicts["KubernetesAPIReady"] = probed[1], probed[2]
-        else:
-            etcd = await self._probe_etcd(ctx, control_planes, view.talos)
-            verdicts["EtcdHealthy"] = (etcd.healthy, "Healthy" if etcd.healthy else "Unhealthy", etcd.message)
-            endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or status.get("endpoint", "")
-            served = find_condition(status.get("conditions"), "EndpointReady") or {}
-            if served.get("status") == "False":
-                verdicts["KubernetesAPIReady"] = (False, "NoEndpoint", str(served.get("message", "")))
-            elif endpoint:
-                ok, why = await probe_kubernetes(str(endpoint), view.kubernetes)
-                verdicts["KubernetesAPIReady"] = (ok, "Reachable" if ok else "Unreachable", why)
+        health = await ctx.get(ObjectKey(CONTROL_PLANE_STATUS.kind, cluster.namespace, cluster.name))
+        checked = (health.status or {}).get("conditions") if health is not None else None
+        served = find_condition(status.get("conditions"), "EndpointReady") or {}
+        for kind, source in (("EtcdHealthy", "EtcdHealthy"), ("KubernetesAPIReady", "APIReachable")):
+            found = find_condition(checked, source) if bootstrapped else None
+            if kind == "KubernetesAPIReady" and served.get("status") == "False":
+                verdicts[kind] = (False, "NoEndpoint", str(served.get("message", "")))
+            elif found is None:
+                verdicts[kind] = (False, "NotBootstrapped", "etcd is not bootstrapped yet")
             else:
-                verdicts["KubernetesAPIReady"] = (False, "NoEndpoint", "the cluster has no endpoint yet")
-            self._probed[key] = (time.monotonic(), verdicts["EtcdHealthy"], verdicts["KubernetesAPIReady"])
+                verdicts[kind] = (
+                    found.get("status") == "True",
+                    str(found.get("reason")),
+                    str(found.get("message")),
+                )
         short = [s for s in sets if not _set_ready(s)]
         problems = [k for k in _CONDITIONS[:3] if not verdicts[k][0]]
         stopped = [r for r in status.get("rollouts") or () if r.get("state") == "Stopped"]
@@ -161,28 +153,6 @@ class ClusterStatusController(Controller):
         else:
             phase = "Running"
         return phase, verdicts
-
-    async def _probe_etcd(self, ctx: Context, control_planes: list[Resource], credentials: Any) -> EtcdHealth:
-        endpoints: dict[str, Resource] = {}
-        for member in control_planes:
-            machine = await machine_of(ctx, member)
-            mstatus = (machine.status or {}) if machine is not None else {}
-            if machine is not None and mstatus.get("connected") and mstatus.get("stage") == "Running":
-                endpoints[MACHINE.spec_of(machine, MachineSpec).endpoint] = member
-        etcd = await probe_etcd(sorted(endpoints), credentials)
-        if etcd.message.startswith("cannot list"):
-            return etcd  # says nothing about who is a member
-        for endpoint, member in endpoints.items():
-            joined = endpoint in etcd.members
-            if bool((member.status or {}).get("etcdMember")) != joined:
-
-                def record(_: Resource, status: dict[str, Any], joined: bool = joined) -> None:
-                    status["etcdMember"] = joined
-
-                await ctx.mutate_status(ObjectKey.of(member), record)
-                if joined:
-                    await ctx.event(member, "Normal", "MemberJoined", f"machine {member.name} joined etcd")
-        return etcd
 
 
 def _wanted(machine_set: Resource) -> int:

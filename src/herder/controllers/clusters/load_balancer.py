@@ -75,6 +75,14 @@ class LoadBalancerController(Controller):
             ),
         )
 
+    def health(self, namespace: str, cluster: str) -> tuple[str, int, int] | None:
+        """The endpoint of a cluster's balancer, its backends and how many of them answer (None: no
+        balancer of herder's)."""
+        balancer = self._balancers.get(ObjectKey(CLUSTER.kind, namespace, cluster))
+        if balancer is None or self._range is None:
+            return None
+        return self._range.url(balancer.port), len(balancer.backends), len(balancer.healthy)
+
     async def shutdown(self) -> None:
         balancers, self._balancers = list(self._balancers.values()), {}
         for balancer in balancers:

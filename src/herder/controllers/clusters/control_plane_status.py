@@ -1,0 +1,269 @@
+"""Control plane health: each bootstrapped Cluster's ControlPlaneStatus — etcd's members, their health, the
+leader, quorum and database sizes; each control plane's API server, controller manager and scheduler
+(from their static pods); the load balancer — with conditions and reasons, measured every few seconds
+and whenever a control plane changes. It also tells each control plane's ClusterMachine whether it is an
+etcd member, and exports Prometheus metrics per cluster (etcd members healthy, leader changes, API server
+reachability). The Cluster's own conditions are made from it, so a control plane that degrades shows
+there within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.cluster_probes import (
+    COMPONENTS,
+    EtcdReport,
+    KubernetesReport,
+    probe_etcd,
+    probe_kubernetes,
+)
+from herder.controllers.clusters.members import cluster_machines, machine_of
+from herder.resources import Resource, now_rfc3339
+from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
+from herder.resources.control_planes import CONTROL_PLANE_STATUS
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
+from herder.resources.status import set_condition
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+
+HEALTHY_EVERY = 10.0
+UNHEALTHY_EVERY = 5.0
+
+ETCD_MEMBERS = Gauge("herder_cluster_etcd_members", "etcd members of a cluster", ["namespace", "cluster"])
+ETCD_HEALTHY = Gauge(
+    "herder_cluster_etcd_members_healthy", "etcd members that answer", ["namespace", "cluster"]
+)
+LEADER_CHANGES = Counter(
+    "herder_cluster_etcd_leader_changes", "etcd elections herder saw", ["namespace", "cluster"]
+)
+API_REACHABLE = Gauge(
+    "herder_cluster_apiserver_reachable", "1 while herder reaches the API", ["namespace", "cluster"]
+)
+_METRICS = (ETCD_MEMBERS, ETCD_HEALTHY, LEADER_CHANGES, API_REACHABLE)
+
+# (namespace, cluster) → (endpoint, backends, healthy) of its load balancer, if herder runs one.
+BalancerHealth = Callable[[str, str], tuple[str, int, int] | None]
+
+_NAMES = {
+    "kube-apiserver": "apiServer",
+    "kube-controller-manager": "controllerManager",
+    "kube-scheduler": "scheduler",
+}
+_CONDITIONS = {
+    "kube-apiserver": ("APIServersReady", "API server"),
+    "kube-controller-manager": ("ControllerManagersReady", "controller manager"),
+    "kube-scheduler": ("SchedulersReady", "scheduler"),
+}
+
+
+class ControlPlaneStatusController(Controller):
+    name = "ControlPlaneStatus"
+    concurrency = 8
+
+    def __init__(
+        self, keys: ClusterKeys, balancers: BalancerHealth, *, healthy_every: float = HEALTHY_EVERY
+    ) -> None:
+        self._keys = keys
+        self._balancers = balancers
+        self._healthy_every = healthy_every
+        self._leaders: dict[tuple[str, str], int] = {}
+        self._elections: dict[tuple[str, str], int] = {}
+        self.watches = (
+            Watch(CLUSTER.kind),
+            Watch(
+                CLUSTER_MACHINE.kind,
+                on_change(
+                    labelled_owner(CLUSTER.kind, CLUSTER_LABEL),
+                    "status.stage",
+                    "status.configHash",
+                    "metadata.deletionTimestamp",
+                ),
+            ),
+        )
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        cluster = await ctx.get(key)
+        where = (key.namespace or "default", key.name)
+        if cluster is None:
+            self._leaders.pop(where, None)
+            self._elections.pop(where, None)
+            for metric in _METRICS:
+                with contextlib.suppress(KeyError):
+                    metric.remove(*where)
+            return None
+        if cluster.metadata.deletion_timestamp:
+            return None
+        view = await self._keys.of(cluster)
+        bootstrapped = bool(((cluster.status or {}).get("bootstrap") or {}).get("completedAt"))
+        if view is None or not bootstrapped:
+            await self._write(
+                ctx, cluster, None, None, None, "NotBootstrapped", "etcd is not bootstrapped yet"
+            )
+            return None
+        running = await self._running_control_planes(ctx, cluster)
+        etcd = await probe_etcd(running, view.talos)
+        await self._mark_members(ctx, cluster, running, etcd)
+        endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get(
+            "endpoint", ""
+        )
+        kubernetes = await probe_kubernetes(str(endpoint), view.kubernetes) if endpoint else None
+        balancer = self._balancers(*where)
+        self._measure(where, etcd, kubernetes)
+        healthy = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
+        return Result(requeue_after=self._healthy_every if healthy else UNHEALTHY_EVERY)
+
+    async def _running_control_planes(self, ctx: Context, cluster: Resource) -> dict[str, str]:
+        """Talos endpoint → machine UUID of the cluster's control planes that run."""
+        out: dict[str, str] = {}
+        for member in await cluster_machines(ctx, cluster):
+            if (member.spec or {}).get("role") != "controlplane" or member.metadata.deletion_timestamp:
+                continue
+            machine = await machine_of(ctx, member)
+            mstatus = (machine.status or {}) if machine is not None else {}
+            if machine is not None and mstatus.get("connected") and mstatus.get("stage") == "Running":
+                out[MACHINE.spec_of(machine, MachineSpec).endpoint] = machine.name
+        return out
+
+    async def _mark_members(
+        self, ctx: Context, cluster: Resource, running: dict[str, str], etcd: EtcdReport
+    ) -> None:
+        if not etcd.listed:
+            return  # it says nothing about who is a member
+        for uuid in running.values():
+            joined = uuid in etcd.machines
+            member = await ctx.get(ObjectKey(CLUSTER_MACHINE.kind, cluster.namespace, uuid))
+            if member is None or bool((member.status or {}).get("etcdMember")) == joined:
+                continue
+
+            def record(_: Resource, status: dict[str, Any], joined: bool = joined) -> None:
+                status["etcdMember"] = joined
+
+            await ctx.mutate_status(ObjectKey.of(member), record)
+            if joined:
+                await ctx.event(member, "Normal", "MemberJoined", f"machine {uuid} joined etcd")
+
+    def _measure(self, where: tuple[str, str], etcd: EtcdReport, kubernetes: KubernetesReport | None) -> None:
+        ETCD_MEMBERS.labels(*where).set(len(etcd.members))
+        ETCD_HEALTHY.labels(*where).set(
+            sum(1 for m in etcd.members if m.status is not None and not m.status.errors)
+        )
+        API_REACHABLE.labels(*where).set(1 if kubernetes is not None and kubernetes.reachable else 0)
+        before = self._leaders.get(where)
+        if etcd.leader:
+            if before is not None and before != etcd.leader:
+                LEADER_CHANGES.labels(*where).inc()
+                self._elections[where] = self._elections.get(where, 0) + 1
+            self._leaders[where] = etcd.leader
+
+    async def _write(
+        self,
+        ctx: Context,
+        cluster: Resource,
+        etcd: EtcdReport | None,
+        kubernetes: KubernetesReport | None,
+        balancer: tuple[str, int, int] | None,
+        pending_reason: str,
+        pending_message: str,
+    ) -> bool:
+        """Write the cluster's ControlPlaneStatus; whether every condition is good."""
+        key = ObjectKey(CONTROL_PLANE_STATUS.kind, cluster.namespace, cluster.name)
+        if await ctx.get(key) is None:
+            await ctx.apply_output(
+                cluster,
+                Resource.model_validate(
+                    {
+                        "apiVersion": CONTROL_PLANE_STATUS.api_version,
+                        "kind": CONTROL_PLANE_STATUS.kind,
+                        "metadata": {"name": cluster.name, "namespace": cluster.namespace},
+                    }
+                ),
+            )
+        verdicts = _verdicts(etcd, kubernetes, balancer, pending_reason, pending_message)
+        elections = self._elections.get((cluster.namespace or "default", cluster.name), 0)
+
+        def record(_: Resource, status: dict[str, Any]) -> None:
+            if etcd is not None:
+                status["etcd"] = {
+                    "members": [
+                        {
+                            "machine": m.machine,
+                            "id": f"{m.id:x}",
+                            "healthy": m.status is not None and not m.status.errors,
+                            "leader": m.id == etcd.leader,
+                            "dbSize": m.status.db_size if m.status is not None else 0,
+                            "raftIndex": m.status.raft_index if m.status is not None else 0,
+                            "errors": [m.error] if m.error else list(m.status.errors if m.status else ()),
+                        }
+                        for m in etcd.members
+                    ],
+                    "leader": next((m.machine for m in etcd.members if m.id == etcd.leader), ""),
+                    "quorum": etcd.quorum,
+                    "leaderChanges": elections,
+                }
+            if kubernetes is not None:
+                status["components"] = [
+                    {"machine": "", "address": host, **{_NAMES[c]: states.get(c, False) for c in COMPONENTS}}
+                    for host, states in sorted(kubernetes.components.items())
+                ]
+            if balancer is not None:
+                endpoint, backends, healthy = balancer
+                status["loadBalancer"] = {"endpoint": endpoint, "backends": backends, "healthy": healthy}
+            status["checkedAt"] = now_rfc3339()
+            conditions = list(status.get("conditions") or [])
+            for kind, (ok, reason, message) in verdicts.items():
+                set_condition(conditions, kind, ok, reason, message)
+            status["conditions"] = conditions
+
+        await ctx.mutate_status(key, record)
+        return all(ok for ok, _, _ in verdicts.values())
+
+
+def _verdicts(
+    etcd: EtcdReport | None,
+    kubernetes: KubernetesReport | None,
+    balancer: tuple[str, int, int] | None,
+    pending_reason: str,
+    pending_message: str,
+) -> dict[str, tuple[bool | None, str, str]]:
+    if etcd is None:
+        return {
+            kind: (False, pending_reason, pending_message)
+            for kind in ("EtcdHealthy", "APIReachable", "Ready")
+        }
+    out: dict[str, tuple[bool | None, str, str]] = {
+        "EtcdHealthy": (etcd.healthy, "Healthy" if etcd.healthy else "Unhealthy", etcd.message),
+    }
+    if kubernetes is None:
+        out["APIReachable"] = (False, "NoEndpoint", "the cluster has no endpoint yet")
+    else:
+        out["APIReachable"] = (
+            kubernetes.reachable,
+            "Reachable" if kubernetes.reachable else "Unreachable",
+            kubernetes.message,
+        )
+        for component, (kind, what) in _CONDITIONS.items():
+            if not kubernetes.components:
+                # No static pod mirrors: the control planes do not register as nodes, or no node is up.
+                out[kind] = (None, "NotMirrored", "no static pod mirrors to tell (nodes not registered)")
+                continue
+            down = sorted(h for h, states in kubernetes.components.items() if not states.get(component))
+            out[kind] = (
+                not down,
+                "Ready" if not down else "NotReady",
+                f"{what} not ready on {', '.join(down)}" if down else "",
+            )
+    if balancer is not None:
+        endpoint, backends, healthy = balancer
+        out["LoadBalancerReady"] = (
+            healthy > 0,
+            "Healthy" if healthy else "NoHealthyBackend",
+            f"{healthy}/{backends} API servers behind {endpoint} answer",
+        )
+    bad = [(kind, message) for kind, (ok, _, message) in out.items() if ok is False]
+    out["Ready"] = (False, bad[0][0], bad[0][1]) if bad else (True, "Healthy", "")
+    return out
