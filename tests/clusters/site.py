@@ -132,9 +132,16 @@ def machine_class(name: str, match_labels: dict[str, str]) -> dict[str, Any]:
 
 
 @contextmanager
-def running_site(workdir: Path, machines: int, *serve_args: str, register: bool = True) -> Iterator[Site]:
+def running_site(
+    workdir: Path,
+    machines: int,
+    *serve_args: str,
+    register: bool = True,
+    emulator_args: tuple[str, ...] = (),
+) -> Iterator[Site]:
     """A server and an emulator of ``machines`` machines on a loopback network of their own; with
-    ``register`` the emulator registers its machines with the server (``herder emu run --register``)."""
+    ``register`` the emulator registers its machines with the server (``herder emu run --register``);
+    ``emulator_args`` go to ``herder emu run`` (``--timing boot=2``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     endpoints = endpoint_range()
     with running(workdir / "server", "--cluster-endpoints", endpoints, *serve_args) as server:
@@ -142,7 +149,7 @@ def running_site(workdir: Path, machines: int, *serve_args: str, register: bool 
             data_dir=workdir / "emulator",
             machines=machines,
             machine_cidr=f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24",
-            extra_args=["--register", str(server.kubeconfig)] if register else [],
+            extra_args=[*(["--register", str(server.kubeconfig)] if register else []), *emulator_args],
         )
         emulator.data_dir.mkdir(parents=True, exist_ok=True)
         emulator.start()

@@ -4,8 +4,9 @@ policy table, hidden and read-only objects, reserved names, herder-owned labels,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from typing import Any
 
 from starlette.requests import Request
 
@@ -89,6 +90,8 @@ class HerderPolicy:
         reserved, and a write that adds, changes or removes a ``herder.dev/`` label or annotation
         users may not set.
         """
+        if who.role == "InfraProvider":
+            _infra_change(access, current, new)
         # A status write keeps the object's metadata whatever the body says: nothing to refuse there.
         if access.subresource:
             return
@@ -103,10 +106,13 @@ class HerderPolicy:
             for key, minimum in roles.ROLE_SETTABLE_ANNOTATIONS.items()
             if roles.at_least(who.role, minimum)
         }
+        labels = roles.USER_SETTABLE_LABELS - rule.owned_labels
+        if who.role == "InfraProvider" and rule.infra is not None and rule.infra.labels is not None:
+            labels = rule.infra.labels
         for what, allowed, before, after in (
             (
                 "label",
-                roles.USER_SETTABLE_LABELS - rule.owned_labels,
+                labels,
                 current.metadata.labels if current else {},
                 new.metadata.labels,
             ),
@@ -136,6 +142,21 @@ class HerderPolicy:
         scope = roles.rule_for(kind).infra
         # Kinds outside the provider's scope are refused whole (403) by ``authorize``, not hidden.
         return scope is None or labels.get(scope.label) == who.scope.get(scope.label)
+
+    def redaction(self, who: Identity, kind: KindInfo) -> Callable[[Resource], Resource] | None:
+        """Objects of ``kind`` without its confidential fields, unless ``who`` may read them."""
+        fields = roles.rule_for(kind).confidential
+        if not fields or roles.reads_confidential(who.role):
+            return None
+
+        def redact(obj: Resource) -> Resource:
+            data = obj.to_dict()
+            data["metadata"].pop("managedFields", None)  # their keys would name what was left out
+            for path in fields:
+                _drop(data, path)
+            return Resource.from_dict(data)
+
+        return redact
 
     def actor(self, who: Identity) -> str:
         return who.name
@@ -168,6 +189,51 @@ def _concealed(who: Identity | None, access: Access | None) -> frozenset[str]:
     return frozenset(
         name for name in (access.name, access.namespace) if name and (roles.reserved(name) or name in reached)
     )
+
+
+def _drop(data: dict[str, Any], path: str) -> None:
+    """Remove the field at a dotted path of an object's dict, if it is there."""
+    *parents, last = path.split(".")
+    node: Any = data
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def _infra_change(access: Access, current: Resource | None, new: Resource) -> None:
+    """Refuse a provider's change outside what its scope of the kind lets it change."""
+    scope = roles.rule_for(access.kind).infra
+    if scope is None or current is None:
+        return
+    if access.subresource == "status":
+        if scope.status_fields is None:
+            return
+        before, after = current.status or {}, new.status or {}
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        outside = [k for k in changed if k not in scope.status_fields]
+        if outside:
+            raise Denied(
+                f"an infra provider may change only {', '.join(sorted(scope.status_fields))} of the "
+                f"status of {access.kind.plural}, not {', '.join(outside)}"
+            )
+        return
+    if scope.fields is None:
+        return
+    unchanged = ("resourceVersion", "generation", "managedFields")
+    views = []
+    for obj in (current, new):
+        data = obj.to_dict()
+        data.pop("status", None)
+        for key in unchanged:
+            data["metadata"].pop(key, None)
+        for path in scope.fields:
+            _drop(data, path)
+        views.append(data)
+    if views[0] != views[1]:
+        raise Denied(
+            f"an infra provider may change only {', '.join(sorted(scope.fields))} of {access.kind.plural}"
+        )
 
 
 def _source(request: Request) -> str:

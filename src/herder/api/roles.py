@@ -19,6 +19,7 @@ from herder.resources import KindInfo
 from herder.resources.access import INFRA_PROVIDER_LABEL, Role
 from herder.resources.clusters import MANAGED_BY_ANNOTATION
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION
+from herder.resources.provisioning import MACHINE_REQUEST_LABEL, MACHINE_REQUEST_SET_LABEL
 
 RANK: dict[str, int] = {"Reader": 1, "Operator": 2, "Admin": 3, "Support": 4}
 READ_VERBS = frozenset({"get", "list", "watch"})
@@ -57,6 +58,12 @@ class InfraScope:
     verbs: frozenset[str]
     status: bool = False
     label: str = INFRA_PROVIDER_LABEL
+    # What an update may change (dotted paths, e.g. metadata.finalizers); None: anything.
+    fields: frozenset[str] | None = None
+    # The top-level status fields a status write may change; None: any.
+    status_fields: frozenset[str] | None = None
+    # The herder.dev/ labels the provider may set; None: those users may.
+    labels: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,9 @@ class Rule:
     actions: Mapping[str, Role] = field(default_factory=dict)
     # herder.dev/ labels users may set elsewhere but that herder keeps on this kind.
     owned_labels: frozenset[str] = frozenset()
+    # Fields (dotted paths) only Admin and up, and the provider the object is scoped to, may read: the
+    # API leaves them out of what others get.
+    confidential: tuple[str, ...] = ()
 
     def minimum(self, verb: str, subresource: str | None = None) -> Role | None:
         if subresource is not None and subresource in self.actions:
@@ -98,6 +108,10 @@ def _uniform(
 
 
 USER_KIND = _uniform("Reader", "Operator")
+# What a provider reports on its InfraProvider (the conditions are herder's verdict on it).
+PROVIDER_STATUS_FIELDS = frozenset(
+    {"schema", "configSchema", "version", "lastHeartbeat", "heartbeatIntervalSeconds", "capabilities"}
+)
 ADMIN_KIND = _uniform("Admin", "Admin")
 
 # Written only by herder: readable by Reader and up, changed by nobody through the API.
@@ -108,7 +122,12 @@ SEALED_KIND = _uniform("Support", None)
 POLICY: dict[str, Rule] = {
     "Namespace": _uniform("Reader", "Admin"),
     "Event": HERDER_KIND,
-    "ConfigPatch": _uniform("Reader", "Operator", infra=InfraScope(ALL_VERBS)),
+    # A provider's patches target the machines of its own requests, and nothing else.
+    "ConfigPatch": _uniform(
+        "Reader",
+        "Operator",
+        infra=InfraScope(ALL_VERBS, labels=frozenset({INFRA_PROVIDER_LABEL, MACHINE_REQUEST_LABEL})),
+    ),
     "ClusterSecrets": SEALED_KIND,
     "ClusterMachineConfig": SEALED_KIND,
     # Machines are registered by Admins; Operators label them and ask for power changes. Which cluster
@@ -118,7 +137,17 @@ POLICY: dict[str, Rule] = {
         create="Admin",
         update="Operator",
         delete="Admin",
-        owned_labels=frozenset({"herder.dev/cluster", "herder.dev/machine-set", INFRA_PROVIDER_LABEL}),
+        owned_labels=frozenset(
+            {
+                "herder.dev/cluster",
+                "herder.dev/machine-set",
+                INFRA_PROVIDER_LABEL,
+                MACHINE_REQUEST_LABEL,
+                MACHINE_REQUEST_SET_LABEL,
+            }
+        ),
+        # A provider reads its machines and reports their power.
+        infra=InfraScope(READ_VERBS, status=True, status_fields=frozenset({"power"})),
     ),
     "MachineRegistration": _uniform("Reader", "Admin"),
     "ClusterMachine": HERDER_KIND,
@@ -136,6 +165,28 @@ POLICY: dict[str, Rule] = {
     "BackupStore": ADMIN_KIND,
     "EtcdBackup": Rule(read="Reader", create=None, update=None, delete="Admin"),
     "EtcdBackupKey": SEALED_KIND,
+    # Providers: registered by Admins; each reports its own status (herder keeps its conditions) and
+    # reads its own config, which nobody below Admin reads.
+    "InfraProvider": Rule(
+        read="Reader",
+        create="Admin",
+        update="Admin",
+        delete="Admin",
+        infra=InfraScope(READ_VERBS, status=True, status_fields=PROVIDER_STATUS_FIELDS),
+        confidential=("spec.config",),
+    ),
+    "JoinConfig": Rule(read="Admin", create=None, update=None, delete=None, infra=InfraScope(READ_VERBS)),
+    "MachineRequestSet": _uniform("Reader", "Operator", infra=InfraScope(READ_VERBS)),
+    # A request's status is its provider's alone, Admins included; the provider may change nothing
+    # else of it but its own finalizer. A stuck request is let go by an Admin's audited force release.
+    "MachineRequest": Rule(
+        read="Reader",
+        create="Operator",
+        update="Operator",
+        delete="Operator",
+        infra=InfraScope(READ_VERBS | UPDATE_VERBS, status=True, fields=frozenset({"metadata.finalizers"})),
+        actions={"release": "Admin"},
+    ),
     "ServiceAccount": _uniform("Admin", "Admin", token="Admin"),
     "User": _uniform("Admin", "Admin", token="Admin"),
     # Tokens are issued through the token subresource of their subject, and revoked by deletion.
@@ -171,6 +222,11 @@ def allows(role: str, access: Access) -> bool:
 def reserved(name: str | None) -> bool:
     """Whether ``name`` (an object's name or generateName, or a namespace) is herder's own."""
     return name is not None and name.startswith(RESERVED_PREFIX)
+
+
+def reads_confidential(role: str) -> bool:
+    """Whether ``role`` reads a kind's confidential fields (an InfraProvider sees only its own objects)."""
+    return role == "InfraProvider" or at_least(role, "Admin")
 
 
 def sees_hidden(role: str) -> bool:

@@ -14,6 +14,7 @@ import typer
 
 from herder.cli.errors import fail
 from herder.emu.options import (
+    CLOUD_OPERATIONS,
     DEFAULT_MACHINE_CIDR,
     DEFAULT_MACHINE_PORT,
     DEFAULT_TALOS_VERSION,
@@ -174,7 +175,8 @@ def fault(
     url: UrlOption = None,
     data_dir: DataDirOption = None,
 ) -> None:
-    """Inject a fault into a machine (heal clears them)."""
+    """Inject a fault into a machine (heal clears them; vanish destroys it, as a cloud would behind
+    herder's back)."""
     if kind not in FAULTS:
         raise fail(f"unknown fault {kind!r}: expected one of {', '.join(FAULTS)}")
     result = _request("POST", _base_url(url, data_dir), f"/machines/{machine}/fault", {"fault": kind})
@@ -193,3 +195,44 @@ def power(
         raise fail("state must be on or off")
     result = _request("POST", _base_url(url, data_dir), f"/machines/{machine}/power", {"state": state})
     typer.echo(json.dumps({"uuid": result["uuid"], "power": result["power"], "stage": result["stage"]}))
+
+
+@app.command("cloud-fault")
+def cloud_fault(
+    operation: Annotated[
+        str | None, typer.Argument(help=" | ".join(CLOUD_OPERATIONS), show_default=False)
+    ] = None,
+    times: Annotated[int, typer.Option("--times", min=0, help="Calls to fail (0: until cleared).")] = 1,
+    clear: Annotated[bool, typer.Option("--clear", help="Clear every cloud fault.")] = False,
+    url: UrlOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Make what a provider asks of the emulator fail, as a cloud's API does: the next TIMES calls that
+    create, destroy or power machines answer an error (a provisioning step fails on it)."""
+    base = _base_url(url, data_dir)
+    if clear:
+        typer.echo(json.dumps(_request("DELETE", base, "/faults")))
+        return
+    if operation not in CLOUD_OPERATIONS:
+        raise fail(f"unknown operation {operation!r}: expected one of {', '.join(CLOUD_OPERATIONS)}")
+    typer.echo(json.dumps(_request("POST", base, "/faults", {"operation": operation, "times": times})))
+
+
+@app.command("provider")
+def provider(
+    provider_id: Annotated[str, typer.Option("--id", help="The infra provider's id.")],
+    kubeconfig: Annotated[Path, typer.Option("--kubeconfig", help="The provider's kubeconfig.")],
+    emulator: Annotated[
+        str | None,
+        typer.Option("--emulator", help="The emulator's control API URL (default: from herder's config)."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 8,
+    heartbeat: Annotated[float, typer.Option("--heartbeat", help="Seconds between heartbeats.")] = 10.0,
+    resync: Annotated[float, typer.Option("--resync", help="Seconds between checks of machines.")] = 30.0,
+) -> None:
+    """Run the emulator's infra provider: an emulated machine per MachineRequest of provider ID, made in
+    the emulator at --emulator, until SIGTERM or SIGINT."""
+    from herder.cli.infraproviders import run_options, run_until_signalled
+
+    options = run_options(concurrency, heartbeat, resync, None, emulator=emulator)
+    run_until_signalled("emulator", provider_id, kubeconfig, options)

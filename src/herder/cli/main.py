@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from herder.cli import accounts, audit, clusters, emu, machines, objects, serve, talos
+from herder.cli import accounts, audit, clusters, emu, infraproviders, machines, objects, serve, talos
 
 app = typer.Typer(
     name="herder",
@@ -24,6 +24,8 @@ app.command("audit")(audit.audit_events)
 app.add_typer(clusters.app, name="cluster")
 app.add_typer(machines.app, name="machine")
 app.add_typer(emu.app, name="emu")
+app.add_typer(infraproviders.app, name="infraprovider")
+app.add_typer(infraproviders.requests_app, name="machinerequest")
 
 
 def main() -> None:

@@ -78,27 +78,33 @@ ListenOption = Annotated[str, typer.Option("--listen", help="HOST:PORT to serve 
 
 def object_actions(store: Store) -> list[ObjectAction]:
     """The object actions herder's API serves, made by the controllers' layer: a cluster's credentials,
-    and a backup of it now."""
+    a backup of it now, and the force release of a machine request."""
     from herder.api.actions import ActionFailed, ObjectAction
     from herder.controllers.backups.requests import BackupRefused
-    from herder.controllers.catalog import backup_requests, cluster_credentials
+    from herder.controllers.catalog import backup_requests, cluster_credentials, machine_request_release
     from herder.controllers.clusters.credentials import CredentialsUnavailable
+    from herder.controllers.provisioning.release import ReleaseRefused
 
     credentials = cluster_credentials(store)
 
-    def action(name: str, handler: ActionHandler, media_type: str = "application/yaml") -> ObjectAction:
+    def action(
+        name: str, handler: ActionHandler, media_type: str = "application/yaml", kind: str = "Cluster"
+    ) -> ObjectAction:
         async def run(obj: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
             try:
                 return await handler(obj, user, role, options)
             except (CredentialsUnavailable, BackupRefused) as exc:
                 raise ActionFailed(409, str(exc)) from None
+            except ReleaseRefused as exc:
+                raise ActionFailed(400, str(exc)) from None
 
-        return ObjectAction("Cluster", name, run, media_type)
+        return ObjectAction(kind, name, run, media_type)
 
     return [
         action("kubeconfig", credentials.kubeconfig),
         action("talosconfig", credentials.talosconfig),
         action("backup", backup_requests(store).request, "application/json"),
+        action("release", machine_request_release(store), kind="MachineRequest"),
     ]
 
 
@@ -173,6 +179,15 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    provider: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--provider",
+            help="ID or ID=TYPE: run infra provider ID (an entry point of herder.providers, by default "
+            "named as the id) inside the server, as its own ServiceAccount over loopback. Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
     from herder.api.serve import ServeOptions
@@ -189,20 +204,38 @@ def serve_command(
         max_body_bytes=max_body_bytes,
         support_token_file=support_token_file,
     )
-    _run(options, _controller_options(cluster_endpoints, options.data_dir, spare_keys))
+    _run(
+        options,
+        _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
+        background=providers(options.data_dir, provider or []),
+    )
+
+
+def providers(data_dir: Path, flags: list[str]) -> list[BackgroundFactory]:
+    """The infra providers ``--provider`` runs inside the server."""
+    from herder.cli.infraproviders import InServerProvider, parse_provider_flag
+
+    def factory(provider_id: str, provider_type: str) -> BackgroundFactory:
+        return lambda store: InServerProvider(store, data_dir / KUBECONFIG, provider_id, provider_type)
+
+    return [factory(*parse_provider_flag(flag)) for flag in flags]
 
 
 def _controller_options(
-    cluster_endpoints: str | None, data_dir: Path, spare_keys: int | None = None
+    cluster_endpoints: str | None, data_dir: Path, listen: str, spare_keys: int | None = None
 ) -> ControllerOptions:
+    from herder.api.serve import parse_listen, server_url
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.load_balancer import EndpointRange
 
     try:
         endpoints = EndpointRange.parse(cluster_endpoints) if cluster_endpoints else None
+        api_url = server_url(*parse_listen(listen))
     except ValueError as exc:
         raise fail(str(exc)) from None
-    options = ControllerOptions(cluster_endpoints=endpoints, backups_dir=(data_dir / "backups").resolve())
+    options = ControllerOptions(
+        cluster_endpoints=endpoints, backups_dir=(data_dir / "backups").resolve(), api_url=api_url
+    )
     if spare_keys is not None:
         options = replace(options, spare_keys=spare_keys, spare_keys_now=True)
     return options
@@ -329,7 +362,7 @@ def demo(
     where = data_dir or DEMO_DIR
     _run(
         ServeOptions(data_dir=where, listen=listen),
-        _controller_options(cluster_endpoints, where),
+        _controller_options(cluster_endpoints, where, listen),
         lambda store: _seed_demo(where, store),
         [lambda store: DemoEmulator(where, where / KUBECONFIG)],
     )

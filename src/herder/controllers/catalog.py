@@ -34,6 +34,13 @@ from herder.controllers.clusters.machine_set_allocation import MachineSetAllocat
 from herder.controllers.clusters.machine_set_status import MachineSetStatusController
 from herder.controllers.clusters.talos_upgrade import TalosUpgradeController
 from herder.controllers.clusters.version_rollout import VersionRolloutController
+from herder.controllers.provisioning.admission import ProvisioningAdmission
+from herder.controllers.provisioning.infra_provider import InfraProviderController
+from herder.controllers.provisioning.machine_request_set import MachineRequestSetController
+from herder.controllers.provisioning.machine_requests import MachineRequestController
+from herder.controllers.provisioning.machine_set_provisioning import MachineSetProvisioningController
+from herder.controllers.provisioning.provider_config_patches import ProviderConfigPatchController
+from herder.controllers.provisioning.release import ForceRelease
 from herder.runtime.controller import Controller
 from herder.runtime.event_collector import EventCollector
 from herder.runtime.garbage_collector import GarbageCollector
@@ -50,12 +57,15 @@ class ControllerOptions:
     # The folder of the backup store ``default`` (herder serve: DATA_DIR/backups).
     backups_dir: Path | None = None
     backup_policy: BackupPolicy = field(default_factory=BackupPolicy)
+    api_url: str = ""
+    """herder's API as machines and providers reach it (in each provider's JoinConfig)."""
 
 
 def register_admission(store: Store) -> None:
     """Give the store the checks of herder's kinds (before it serves anything)."""
     ClusterAdmission(store).register(store.admission)
     RestoreAdmission(store).register(store.admission)
+    ProvisioningAdmission(store).register(store.admission)
 
 
 def cluster_credentials(store: Store) -> ClusterCredentials:
@@ -66,6 +76,11 @@ def cluster_credentials(store: Store) -> ClusterCredentials:
 def backup_requests(store: Store) -> BackupRequests:
     """What takes the requests of ``herder cluster backup`` (a Cluster's object action)."""
     return BackupRequests(store)
+
+
+def machine_request_release(store: Store) -> ForceRelease:
+    """The force release of MachineRequests (an Admin's action)."""
+    return ForceRelease(store)
 
 
 def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
@@ -95,4 +110,10 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         BackupRetentionController(options.backup_policy),
         EtcdBackupRemovalController(stores),
         BackupKeyCleanupController(),
+        # Provisioning: providers, request sets, requests, auto-provisioned machine sets, provider patches.
+        InfraProviderController(options.api_url),
+        MachineRequestSetController(),
+        MachineRequestController(),
+        MachineSetProvisioningController(),
+        ProviderConfigPatchController(),
     ]

@@ -12,8 +12,12 @@ DEFAULT_TALOS_VERSION = "v1.13.9"
 DEFAULT_MACHINE_CIDR = "127.100.0.0/16"
 DEFAULT_MACHINE_PORT = 50000
 
-FAULTS = ("crash", "partition", "heal", "slow-boot", "fail-upgrade", "fail-install")
-"""Faults a machine can be given; ``crash`` and ``heal`` are actions, the others last until ``heal``."""
+FAULTS = ("crash", "partition", "heal", "slow-boot", "fail-upgrade", "fail-install", "vanish")
+"""Faults a machine can be given; ``crash``, ``heal`` and ``vanish`` (the machine is destroyed, as a cloud
+would behind herder's back) are actions, the others last until ``heal``."""
+
+CLOUD_OPERATIONS = ("create", "destroy", "power")
+"""What an infra provider asks of the emulator as of a cloud, each of which can be made to fail."""
 
 
 @dataclass

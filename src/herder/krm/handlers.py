@@ -273,7 +273,9 @@ class ResourceAPI:
         state, obj = await self._read(call)
         if media.negotiate(call.request.headers.get("accept")) == "table":
             return self._table(call, [(state, obj)], obj.metadata.resource_version or "")
-        return Response(_json_of(state, obj), media_type=media.JSON)
+        redact = self.policy.redaction(call.who, call.info)
+        body = media.dump_resource(redact(obj)) if redact else _json_of(state, obj)
+        return Response(body, media_type=media.JSON)
 
     async def list_objects(self, call: Call) -> Response:
         representation = media.negotiate(call.request.headers.get("accept"))
@@ -296,7 +298,11 @@ class ResourceAPI:
         metadata: dict[str, str] = {"resourceVersion": rv}
         if result.continue_token:
             metadata["continue"] = result.continue_token
-        chunks = [s.derived(_JSON, _encode) for s in items]  # _json_of's, without a call per item
+        redact = self.policy.redaction(call.who, call.info)
+        if redact is not None:
+            chunks = [media.dump_resource(redact(s.decode())) for s in items]
+        else:
+            chunks = [s.derived(_JSON, _encode) for s in items]  # _json_of's, without a call per item
         return Response(_list_body(call.info, metadata, chunks), media_type=media.JSON)
 
     def _visible_to(self, call: Call) -> Callable[[Stored], bool]:
@@ -350,11 +356,17 @@ class ResourceAPI:
     ) -> AsyncIterator[bytes]:
         """The stream's lines; ``table_include`` set (see ``includeObject``) sends each object as a Table."""
         first = True
+        redact = self.policy.redaction(call.who, call.info)
 
         def line(event_type: str, state: Stored | None, obj: Resource | None = None) -> bytes:
             """An event's line, from the object's ``state`` when it is the object at its own
             resourceVersion (a DELETED event may carry an earlier state stamped with a later one)."""
             nonlocal first
+            if redact is not None:
+                # Not the stored state's own encodings: the caller sees less of it.
+                whole = obj if obj is not None else state.decode() if state is not None else None
+                assert whole is not None
+                obj, state = redact(whole), None
             if table_include is None:
                 if state is not None:
                     return event_line(event_type, _json_of(state, obj))
@@ -504,7 +516,7 @@ class ResourceAPI:
 
     async def _create(self, call: Call, obj: Resource, warnings: list[str]) -> Response:
         created = await self.store.create(obj, actor=self.policy.actor(call.who), dry_run=call.dry_run)
-        return self._json(created, 201, warnings)
+        return self._json(call, created, 201, warnings)
 
     async def _save(self, call: Call, obj: Resource) -> Resource:
         actor = self.policy.actor(call.who)
@@ -544,7 +556,7 @@ class ResourceAPI:
             if not tracked:
                 obj = self._tracked(call, current, obj)
             try:
-                return self._json(await self._save(call, obj), 200, warnings)
+                return self._json(call, await self._save(call, obj), 200, warnings)
             except Conflict:
                 if (
                     obj.metadata.resource_version != current.metadata.resource_version
@@ -652,7 +664,7 @@ class ResourceAPI:
             uid=preconditions.get("uid") or None,
             dry_run=dry_run,
         )
-        return self._json(deleted)
+        return self._json(call, deleted)
 
     async def delete_collection(self, call: Call) -> Response:
         """Delete every object the selectors match that the caller may see and delete; answer the list
@@ -688,14 +700,19 @@ class ResourceAPI:
             except (NotFound, Conflict):
                 continue  # deleted, or replaced by another object of its name, since the list
         metadata = {"resourceVersion": str(listed.resource_version)}
-        body = _list_body(call.info, metadata, [media.dump_resource(obj) for obj in deleted])
+        redact = self.policy.redaction(call.who, call.info) or (lambda obj: obj)
+        body = _list_body(call.info, metadata, [media.dump_resource(redact(obj)) for obj in deleted])
         return self._with_warnings(Response(body, media_type=media.JSON), warnings)
 
     # rendering
 
-    def _json(self, obj: Resource, status: int = 200, warnings: list[str] | None = None) -> Response:
+    def _json(
+        self, call: Call, obj: Resource, status: int = 200, warnings: list[str] | None = None
+    ) -> Response:
+        redact = self.policy.redaction(call.who, call.info)
+        shown = redact(obj) if redact is not None else obj
         return self._with_warnings(
-            Response(media.dump_resource(obj), status, media_type=media.JSON), warnings
+            Response(media.dump_resource(shown), status, media_type=media.JSON), warnings
         )
 
     @staticmethod
@@ -720,7 +737,14 @@ class ResourceAPI:
     ) -> Response:
         """A Table of objects' states (with each one's decoding, where it is at hand)."""
         include = self._include_object(call)
-        rows = [_row_of(call.info, include, state, obj) for state, obj in objects]
+        redact = self.policy.redaction(call.who, call.info)
+        if redact is not None:
+            rows = [
+                Row(call.info, redact(obj if obj is not None else state.decode()).to_dict(), include)
+                for state, obj in objects
+            ]
+        else:
+            rows = [_row_of(call.info, include, state, obj) for state, obj in objects]
         body = table(call.info, rows, resource_version=rv, continue_token=continue_token)
         return Response(body, media_type=media.JSON)
 

@@ -7,7 +7,7 @@ to authorize each verb, to hide objects a caller may not know of, and to record 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -71,6 +71,10 @@ class AccessPolicy(Protocol):
         Decided from the object's labels, which a list has at hand without decoding the object.
         """
 
+    def redaction(self, who: Identity, kind: KindInfo) -> Callable[[Resource], Resource] | None:
+        """How objects of ``kind`` are cut down for ``who`` (a copy without the fields it may not read,
+        a provider's credentials), or None when it reads them whole (then their stored encodings serve)."""
+
     def actor(self, who: Identity) -> str:
         """The writer name the store checks controller ownership against."""
 
@@ -96,6 +100,9 @@ class AllowAll:
 
     def visible(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> bool:
         return True
+
+    def redaction(self, who: Identity, kind: KindInfo) -> Callable[[Resource], Resource] | None:
+        return None
 
     def actor(self, who: Identity) -> str:
         return f"user:{who.name}"

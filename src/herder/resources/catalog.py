@@ -11,6 +11,7 @@ from herder.resources.control_planes import CONTROL_PLANE_STATUS
 from herder.resources.core import NAMESPACE
 from herder.resources.kubernetes import EVENT
 from herder.resources.machines import MACHINE_KINDS
+from herder.resources.provisioning import PROVISIONING_KINDS
 from herder.resources.registry import KindRegistry
 
 
@@ -26,6 +27,7 @@ def herder_registry() -> KindRegistry:
             *CLUSTER_KINDS,
             CONTROL_PLANE_STATUS,
             *BACKUP_KINDS,
+            *PROVISIONING_KINDS,
             *ACCESS_KINDS,
         ]
     )

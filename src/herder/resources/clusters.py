@@ -58,6 +58,9 @@ class ClusterSpec(BaseModel):
     )
     features: ClusterFeatures = ClusterFeatures()
     backups: ClusterBackups | None = Field(default=None, description="scheduled etcd backups")
+    system_extensions: list[str] = Field(
+        default_factory=list, alias="systemExtensions", description="official extensions of every machine"
+    )
 
     @field_validator("talos_version")
     @classmethod
@@ -181,6 +184,9 @@ class MachineSetSpec(BaseModel):
     upgrade_strategy: Strategy = Field(default_factory=Strategy, alias="upgradeStrategy")
     bootstrap_spec: BootstrapSpec | None = Field(
         default=None, alias="bootstrapSpec", description="control planes: restore etcd from this backup"
+    )
+    system_extensions: list[str] = Field(
+        default_factory=list, alias="systemExtensions", description="added to the cluster's extensions"
     )
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from herder.resources import Resource, now_rfc3339
+from herder.resources.access import HIDDEN_LABEL
 from herder.state.errors import NotFound, StateError
 from herder.state.store import SYSTEM, Store
 
@@ -69,7 +70,12 @@ class EventRecorder:
             {
                 "apiVersion": "v1",
                 "kind": "Event",
-                "metadata": {"name": f"{obj.name}.{secrets.token_hex(8)}", "namespace": namespace},
+                "metadata": {
+                    "name": f"{obj.name}.{secrets.token_hex(8)}",
+                    "namespace": namespace,
+                    # The Events of a hidden object are as hidden as it is.
+                    "labels": {HIDDEN_LABEL: "true"} if HIDDEN_LABEL in obj.metadata.labels else {},
+                },
                 "involvedObject": {
                     "apiVersion": obj.api_version,
                     "kind": obj.kind,

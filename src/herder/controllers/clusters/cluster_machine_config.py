@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys, ClusterSecretsView
 from herder.controllers.clusters.members import cluster_of, labelled, machine_of
+from herder.controllers.provisioning.installer import member_installer
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_MACHINE,
     CLUSTER_MACHINE_CONFIG,
+    MACHINE_SET,
     MACHINE_SET_NODE,
     ClusterMachineSpec,
     ClusterSpec,
@@ -54,7 +56,6 @@ from herder.talos.patches import PatchError
 from herder.talos.system_patches import disk_encryption
 from herder.talos.validate import ConfigInvalid, validate_config
 
-INSTALLER = "ghcr.io/siderolabs/installer"
 DEFAULT_DISK = "/dev/sda"
 _CACHE = 512
 
@@ -66,7 +67,7 @@ class _BaseKey:
     secrets: str
     endpoint: str
     role: str
-    talos_version: str
+    install_image: str
     kubernetes_version: str
     disk: str
 
@@ -90,6 +91,7 @@ class ClusterMachineConfigController(Controller):
                 on_change(self._members.track, "spec", "metadata.labels", "metadata.deletionTimestamp"),
             ),
             Watch(CLUSTER.kind, self._members.by_name()),
+            Watch(MACHINE_SET.kind, self._set_changed),
             Watch("ClusterSecrets", self._members.by_name()),
             Watch(CONFIG_PATCH.kind, self._patch_targets),
             Watch(MACHINE.kind, self._disks_changed),
@@ -107,6 +109,12 @@ class ClusterMachineConfigController(Controller):
             if label in labels:
                 keys.add(ObjectKey(CLUSTER_MACHINE.kind, event.object.namespace, labels[label]))
         return keys
+
+    def _set_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        # A set's system extensions are in its machines' installer image.
+        if event.previous is not None and event.previous.spec == event.object.spec:
+            return ()
+        return self._members.by_label()(event)
 
     def _disks_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
         before = event.previous
@@ -181,13 +189,14 @@ class ClusterMachineConfigController(Controller):
         spec = CLUSTER.spec_of(cluster, ClusterSpec)
         wanted = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec)
         contract = VersionContract.parse(secrets.contract)
+        install_image = await member_installer(ctx, member, wanted.talos_version)
         base_key = _BaseKey(
             cluster.metadata.uid or "",
             cluster.metadata.generation or 0,
             secrets.revision,
             endpoint,
             wanted.role,
-            wanted.talos_version,
+            install_image,
             wanted.kubernetes_version,
             disk,
         )
@@ -202,7 +211,7 @@ class ClusterMachineConfigController(Controller):
                         contract=contract,
                         secrets=secrets.bundle,
                         install_disk=disk,
-                        install_image=f"{INSTALLER}:{wanted.talos_version}",
+                        install_image=install_image,
                         kubespan=True if spec.features.kube_span else None,
                     ),
                     MachineType(wanted.role),

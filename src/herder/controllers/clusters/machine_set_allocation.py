@@ -25,6 +25,7 @@ from herder.resources.machines import (
     LabelSelectorSpec,
     MachineClassSpec,
 )
+from herder.resources.provisioning import MACHINE_REQUEST_SET_LABEL, RELEASING_ANNOTATION
 from herder.resources.status import condition_true
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
 from herder.state.errors import AlreadyExists
@@ -42,6 +43,7 @@ def free_for_allocation(machine: Resource) -> bool:
         and status.get("stage") == "Maintenance"
         and CLUSTER_LABEL not in meta.labels
         and READ_ONLY_ANNOTATION not in meta.annotations
+        and RELEASING_ANNOTATION not in meta.annotations
         and not meta.deletion_timestamp
     )
 
@@ -151,10 +153,15 @@ class MachineSetAllocationController(Controller):
             return f"machine class {spec.machine_class.name} does not exist"
         class_spec = MACHINE_CLASS.spec_of(machine_class, MachineClassSpec)
         if class_spec.selector is None:
-            return ""  # machines of a provider are bound by the provisioning controllers
-        selector = LabelSelectorSpec.model_validate(class_spec.selector).to_selector_string()
+            # Machines a provider makes for this set: those of its MachineRequestSet, named as the set.
+            selector = f"{MACHINE_REQUEST_SET_LABEL}={machine_set.name}"
+        else:
+            selector = LabelSelectorSpec.model_validate(class_spec.selector).to_selector_string()
         listed = await ctx.store.list(MACHINE.kind, machine_set.namespace, label_selector=selector)
         matching = listed.items
+        if class_spec.selector is not None and MACHINE_REQUEST_SET_LABEL not in selector:
+            # A provider's machines are for their own request set: a selector takes them only by name.
+            matching = [m for m in matching if MACHINE_REQUEST_SET_LABEL not in m.metadata.labels]
         free = sorted((m for m in matching if free_for_allocation(m)), key=lambda m: m.name)
         bound = 0
         for machine in free:

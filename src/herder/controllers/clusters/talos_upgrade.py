@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.cluster_machine_config import INSTALLER
 from herder.controllers.clusters.members import cluster_of, machine_of
+from herder.controllers.provisioning.installer import member_installer
 from herder.resources import Resource, now_micro
 from herder.resources.clusters import CLUSTER_MACHINE
 from herder.resources.machines import MACHINE, MachineSpec
@@ -101,9 +101,10 @@ class TalosUpgradeController(Controller):
         requested = {"target": target, "fromVersion": running, "requestedAt": now_micro()}
         await self._record(ctx, ObjectKey.of(member), requested)
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
+        image = await member_installer(ctx, member, target)
         try:
             async with MachineClient(endpoint, credentials=view.talos, timeout=60) as client:
-                await client.upgrade(f"{INSTALLER}:{target}")
+                await client.upgrade(image)
         except MachineAPIError as exc:
             await self._fail(ctx, member, requested, f"the upgrade was refused: {exc}")
             return None

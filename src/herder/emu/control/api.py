@@ -6,11 +6,21 @@
                                           https://IP:6443, and whether it serves there now
     GET    /clusters/{cluster}            one of them, by id or name
     GET    /machines                      every machine's summary (uuid, endpoint, node, stage, power, …)
-    POST   /machines                      {"count": N, "talos_version": "v1.x.y", "uuid": "…"} → the new machines
+    POST   /machines                      {"count": N, "talos_version": "v1.x.y", "uuid": "…",
+                                           "hardware": {"cpus": N, "memory_mib": N, "disk_gib": N}}
+                                          → the new machines
     GET    /machines/{machine}            one machine ({machine} = uuid, address, endpoint or hostname)
     DELETE /machines/{machine}            destroy it
-    POST   /machines/{machine}/fault      {"fault": "crash|partition|heal|slow-boot|fail-upgrade|fail-install"}
+    POST   /machines/{machine}/fault      {"fault": "crash|partition|heal|slow-boot|fail-upgrade|fail-install|
+                                           vanish"} (vanish destroys it, as a cloud would behind one's back)
     POST   /machines/{machine}/power      {"state": "on|off"}
+    GET    /faults                        the cloud faults armed: {"create": N, …}
+    POST   /faults                        {"operation": "create|destroy|power", "times": N}: the next N such
+                                          calls fail (0: until cleared), as a cloud's API fails
+    DELETE /faults                        clear them
+
+Creating, destroying and powering machines is what an infra provider asks of the emulator as of a
+cloud; a cloud fault armed for one of them makes those calls answer 503 with the fault's message.
 
 Errors are ``{"error": "..."}`` with 400 or 404. Every response closes its connection.
 """
@@ -23,9 +33,17 @@ import json
 from typing import Any
 
 from herder.emu.control.emulator import Emulator
-from herder.emu.options import FAULTS
+from herder.emu.machine.record import Hardware
+from herder.emu.options import CLOUD_OPERATIONS, FAULTS
 
-_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS = {
+    200: "OK",
+    201: "Created",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
 _MAX_BODY = 1 << 20
 
 
@@ -39,6 +57,8 @@ class ControlAPI:
     def __init__(self, emulator: Emulator) -> None:
         self.emulator = emulator
         self._server: asyncio.Server | None = None
+        # Cloud faults armed: operation → calls left to fail (0: every call, until cleared).
+        self.cloud_faults: dict[str, int] = {}
 
     async def start(self, host: str, port: int) -> str:
         """Listen; returns the base URL."""
@@ -97,6 +117,8 @@ class ControlAPI:
                 raise HTTPError(404, f"cluster {parts[1]!r} not found")
             summaries = [emulator.services.summary(c) for c in clusters]
             return 200, summaries if len(parts) == 1 else summaries[0]
+        if parts == ["faults"]:
+            return self._faults(method, body)
         if parts == ["machines"]:
             if method == "GET":
                 return 200, [m.summary() for m in emulator.machines.values()]
@@ -104,10 +126,12 @@ class ControlAPI:
                 count = int(body.get("count", 1))
                 if not 1 <= count <= 10000:
                     raise HTTPError(400, "count must be between 1 and 10000")
+                self._cloud_call("create")
                 try:
+                    hardware = _hardware(body.get("hardware"))
                     created = [
                         emulator.create_machine(
-                            talos_version=body.get("talos_version"), uuid=body.get("uuid")
+                            talos_version=body.get("talos_version"), uuid=body.get("uuid"), hardware=hardware
                         )
                         for _ in range(count)
                     ]
@@ -124,15 +148,21 @@ class ControlAPI:
         if len(parts) == 2 and method == "GET":
             return 200, machine.summary()
         if len(parts) == 2 and method == "DELETE":
+            self._cloud_call("destroy")
             await emulator.destroy_machine(machine)
             return 200, {"deleted": machine.uuid}
         if action == "fault" and method == "POST":
             fault = str(body.get("fault", ""))
             if fault not in FAULTS:
                 raise HTTPError(400, f"unknown fault {fault!r}: expected one of {', '.join(FAULTS)}")
+            summary = machine.summary()
+            if fault == "vanish":
+                await emulator.destroy_machine(machine)
+                return 200, {**summary, "stage": "GONE"}
             await machine.inject(fault)
             return 200, machine.summary()
         if action == "power" and method == "POST":
+            self._cloud_call("power")
             state = body.get("state")
             if state == "on":
                 machine.power_on()
@@ -142,3 +172,54 @@ class ControlAPI:
                 raise HTTPError(400, "state must be on or off")
             return 200, machine.summary()
         raise HTTPError(404 if method in ("GET", "POST", "DELETE") else 405, "not found")
+
+    def _faults(self, method: str, body: dict[str, Any]) -> tuple[int, Any]:
+        if method == "GET":
+            return 200, dict(self.cloud_faults)
+        if method == "DELETE":
+            self.cloud_faults.clear()
+            return 200, {}
+        if method != "POST":
+            raise HTTPError(405, f"{method} not allowed on /faults")
+        operation = str(body.get("operation", ""))
+        if operation not in CLOUD_OPERATIONS:
+            raise HTTPError(
+                400, f"unknown operation {operation!r}: expected one of {', '.join(CLOUD_OPERATIONS)}"
+            )
+        times = body.get("times", 1)
+        if not isinstance(times, int) or times < 0:
+            raise HTTPError(400, "times must be a count (0: until cleared)")
+        self.cloud_faults[operation] = times
+        return 200, dict(self.cloud_faults)
+
+    def _cloud_call(self, operation: str) -> None:
+        """Fail this call if a cloud fault is armed for its operation."""
+        left = self.cloud_faults.get(operation)
+        if left is None:
+            return
+        if left == 1:
+            del self.cloud_faults[operation]
+        elif left > 1:
+            self.cloud_faults[operation] = left - 1
+        raise HTTPError(503, f"the cloud refused to {operation} the machine (injected fault)")
+
+
+def _hardware(raw: Any) -> Hardware | None:
+    """The hardware a new machine is asked with (cpus, memory_mib, disk_gib), or the default."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("hardware must be an object")
+    hardware = Hardware()
+    cpus, memory, disk = (
+        raw.get("cpus", hardware.cpus),
+        raw.get("memory_mib", hardware.memory_mib),
+        raw.get("disk_gib"),
+    )
+    for name, value in (("cpus", cpus), ("memory_mib", memory), ("disk_gib", disk)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"hardware.{name} must be a positive integer")
+    hardware.cpus, hardware.memory_mib = cpus, memory
+    if disk is not None:
+        hardware.disks = [{**hardware.disks[0], "size": disk << 30}]
+    return hardware

@@ -1,0 +1,154 @@
+"""Infra providers as herder sees them: whether each is connected (its heartbeats are fresh) and ready
+(connected, with a usable schema and a config its schema accepts), its JoinConfig, and what deleting it
+does.
+
+A provider heartbeats by writing ``status.lastHeartbeat`` every ``status.heartbeatIntervalSeconds``;
+three missed beats and it is not ``Connected``. Deleting an InfraProvider lets its requests go: each is
+deleted (herder still takes its machine out of its cluster) and the provider's finalizer is dropped from
+it, since a provider that is gone for good will never drop it, and must not hold clusters hostage.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from herder.controllers.provisioning import provider_schema
+from herder.resources import Resource
+from herder.resources.access import INFRA_PROVIDER_LABEL
+from herder.resources.provisioning import (
+    INFRA_PROVIDER,
+    JOIN_CONFIG,
+    MACHINE_REQUEST,
+    PROVIDER_FINALIZER,
+    InfraProviderSpec,
+    InfraProviderStatus,
+)
+from herder.resources.status import set_condition
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.state.store import SYSTEM
+
+CLEANUP_FINALIZER = "herder.dev/infra-provider-cleanup"
+MISSED_BEATS = 3
+DEFAULT_INTERVAL = 10.0
+
+
+def _age(stamp: str) -> float | None:
+    try:
+        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    return (datetime.now(UTC) - then).total_seconds()
+
+
+class InfraProviderController(Controller):
+    name = "InfraProvider"
+    concurrency = 2
+
+    def __init__(self, api_url: str = "") -> None:
+        self._api_url = api_url
+        self.watches = (
+            Watch(INFRA_PROVIDER.kind),
+            Watch(JOIN_CONFIG.kind, controller_owner(INFRA_PROVIDER.kind)),
+        )
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        provider = await ctx.get(key)
+        if provider is None:
+            return None
+        if provider.metadata.deletion_timestamp:
+            return await self._let_go(ctx, provider)
+        provider = await ctx.ensure_finalizer(provider, CLEANUP_FINALIZER)
+        await self._join_config(ctx, provider)
+        status = InfraProviderStatus.model_validate(provider.status or {})
+        interval = status.heartbeat_interval_seconds or DEFAULT_INTERVAL
+        age = _age(status.last_heartbeat) if status.last_heartbeat else None
+        stale_in = interval * MISSED_BEATS - age if age is not None else None
+        connected = stale_in is not None and stale_in > 0
+        if status.last_heartbeat == "":
+            connection = "the provider has not connected yet"
+        elif connected:
+            connection = f"last heartbeat {status.last_heartbeat}"
+        else:
+            connection = f"no heartbeat since {status.last_heartbeat}"
+        problem = self._problem(provider, status) if connected else connection
+
+        def record(_: Resource, current: dict[str, Any]) -> None:
+            conditions = list(current.get("conditions") or [])
+            set_condition(
+                conditions, "Connected", connected, "Heartbeat" if connected else "NoHeartbeat", connection
+            )
+            set_condition(
+                conditions,
+                "Ready",
+                not problem,
+                "Ready" if not problem else ("NotConnected" if not connected else "NotUsable"),
+                problem or "provisioning machines",
+            )
+            current["conditions"] = conditions
+
+        await ctx.mutate_status(key, record)
+        return Result(requeue_after=stale_in + 0.5) if connected and stale_in is not None else None
+
+    @staticmethod
+    def _problem(provider: Resource, status: InfraProviderStatus) -> str:
+        """What keeps a connected provider from being used, if anything."""
+        try:
+            provider_schema.parse_schema(status.schema_)
+            config = INFRA_PROVIDER.spec_of(provider, InfraProviderSpec).config
+            if config is not None:
+                causes = provider_schema.check(
+                    status.config_schema, config, "spec.config", quote_values=False
+                )
+                if causes:
+                    return f"{causes[0].field}: {causes[0].message}"
+        except provider_schema.SchemaUnusable as exc:
+            return str(exc)
+        return ""
+
+    async def _join_config(self, ctx: Context, provider: Resource) -> None:
+        current = await ctx.get(ObjectKey(JOIN_CONFIG.kind, None, provider.name))
+        token = str((current.spec or {}).get("token") or "") if current is not None else ""
+        spec = {"endpoint": self._api_url, "token": token or secrets.token_urlsafe(32), "kernelArgs": []}
+        if current is not None and current.spec == spec:
+            return
+        await ctx.apply_output(
+            provider,
+            Resource.model_validate(
+                {
+                    "apiVersion": JOIN_CONFIG.api_version,
+                    "kind": JOIN_CONFIG.kind,
+                    "metadata": {"name": provider.name, "labels": {INFRA_PROVIDER_LABEL: provider.name}},
+                    "spec": spec,
+                }
+            ),
+        )
+
+    async def _let_go(self, ctx: Context, provider: Resource) -> Result | None:
+        if CLEANUP_FINALIZER not in provider.metadata.finalizers:
+            return None
+        listed = await ctx.store.list(
+            MACHINE_REQUEST.kind, None, label_selector=f"{INFRA_PROVIDER_LABEL}={provider.name}"
+        )
+        for request in listed.items:
+            key = ObjectKey.of(request)
+            if not request.metadata.deletion_timestamp:
+                # Requests of a set are its controller's: herder lets them go in the system's name.
+                await ctx.store.delete(key.kind, key.name, key.namespace, actor=SYSTEM)
+
+            def drop(obj: Resource) -> None:
+                obj.metadata.finalizers = [f for f in obj.metadata.finalizers if f != PROVIDER_FINALIZER]
+
+            await ctx.mutate(key, drop)
+        if listed.items:
+            await ctx.event(
+                provider,
+                "Normal",
+                "RequestsReleased",
+                f"{len(listed.items)} machine request(s) let go of infra provider {provider.name}",
+            )
+        await ctx.remove_finalizer(provider, CLEANUP_FINALIZER)
+        return None

@@ -1,0 +1,228 @@
+"""herder's side of each MachineRequest: the Machine of the UUID its provider reports, the machine's way
+out when the request goes, and the story told in Events.
+
+- **Join.** Once the provider reports the request Provisioned with a machine UUID (and the address at
+  which herder reaches it), herder makes the Machine of that UUID (or adopts the one registered under it)
+  with the request's labels (``herder.dev/machine-request``, ``herder.dev/machine-request-set``,
+  ``herder.dev/infra-provider-id``) and ``machineLabels``, and connects to it as to any machine.
+- **Release** (a request is deleted). herder holds a finalizer on every request: it takes the machine
+  out of its machine set (which leaves etcd and resets it), waits until it is out, deletes the Machine,
+  and only then drops its finalizer; the provider destroys the machine after that.
+- **The machine is gone in the cloud** (the provider reports reason ``MachineGone``) or **is deleted in
+  herder** (faulty hardware): herder deletes the request, releasing the machine without a reset (there is
+  nothing left to reset), and its set replaces it.
+- **Events.** A failed attempt (``lastError``) is a Warning event on the request, Provisioned and Failed
+  are Events too: the provider writes status, herder tells the story.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from herder.controllers.provisioning.requests import machine_of_request, node_of_request, reported_uuid
+from herder.resources import Resource
+from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, READ_ONLY_ANNOTATION
+from herder.resources.clusters import MACHINE_SET_NODE
+from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, normalize_endpoint
+from herder.resources.provisioning import (
+    MACHINE_REQUEST,
+    MACHINE_REQUEST_LABEL,
+    MACHINE_REQUEST_SET_LABEL,
+    RELEASE_FINALIZER,
+    RELEASING_ANNOTATION,
+    MachineRequestSpec,
+)
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.state.errors import AlreadyExists
+from herder.state.store import SYSTEM, WatchEvent
+
+MACHINE_FINALIZER = "herder.dev/machine-request"
+"""On a provider's Machine: it stays until its request has released it."""
+MACHINE_GONE = "MachineGone"
+
+
+class MachineRequestController(Controller):
+    name = "MachineRequest"
+    concurrency = 8
+
+    def __init__(self) -> None:
+        # The request of each reported machine UUID, so that node and machine events find their request.
+        self._by_uuid: dict[tuple[str | None, str], ObjectKey] = {}
+        # What was last told of each request (stage, error time), so that each change is told once.
+        self._told: dict[ObjectKey, tuple[str, str]] = {}
+        self.watches = (
+            Watch(MACHINE_REQUEST.kind, self._request_changed),
+            Watch(MACHINE.kind, self._machine_changed),
+            Watch(MACHINE_SET_NODE.kind, self._by_name),
+        )
+
+    def _request_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        key = ObjectKey.of(event.object)
+        uuid = reported_uuid(event.object)
+        if uuid:
+            if event.type == "DELETED":
+                self._by_uuid.pop((key.namespace, uuid), None)
+            else:
+                self._by_uuid[(key.namespace, uuid)] = key
+        if event.type == "DELETED":
+            self._told.pop(key, None)
+        return (key,)
+
+    def _machine_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        name = event.object.metadata.labels.get(MACHINE_REQUEST_LABEL)
+        if name:
+            return (ObjectKey(MACHINE_REQUEST.kind, event.object.namespace, name),)
+        return self._by_name(event)
+
+    def _by_name(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        key = self._by_uuid.get((event.object.namespace, event.object.name))
+        return (key,) if key is not None else ()
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        request = await ctx.get(key)
+        if request is None:
+            return None
+        machine = await machine_of_request(ctx, request)
+        if machine is not None and machine.metadata.labels.get(MACHINE_REQUEST_LABEL, key.name) != key.name:
+            machine = None  # another request's (the provider reported a UUID twice): not this one's
+        if request.metadata.deletion_timestamp:
+            return await self._release(ctx, request, machine)
+        request = await ctx.ensure_finalizer(request, RELEASE_FINALIZER)
+        await self._tell(ctx, request)
+        status = request.status or {}
+        if machine is not None and machine.metadata.deletion_timestamp:
+            return await self._drop(ctx, request, f"machine {machine.name} was deleted")
+        if status.get("stage") == "Failed" and status.get("reason") == MACHINE_GONE:
+            return await self._drop(ctx, request, f"machine {reported_uuid(request)} is gone")
+        if status.get("stage") == "Provisioned" and reported_uuid(request):
+            await self._join(ctx, request, machine)
+        return None
+
+    async def _tell(self, ctx: Context, request: Resource) -> None:
+        status = request.status or {}
+        stage = str(status.get("stage") or "Pending")
+        error = status.get("lastError") or {}
+        told = (stage, str(error.get("time") or ""))
+        key = ObjectKey.of(request)
+        before = self._told.get(key)
+        self._told[key] = told
+        if before == told or (before is None and stage == "Pending"):
+            return
+        if error and (before is None or before[1] != told[1]):
+            step = f"step {status.get('step')!r}" if status.get("step") else "provisioning"
+            await ctx.event(
+                request,
+                "Warning",
+                "ProvisioningFailed",
+                f"{step}, attempt {status.get('attempts', 0)}: {error.get('message', '')}",
+            )
+        if before is not None and before[0] == stage:
+            return
+        if stage == "Provisioned":
+            machine = status.get("machine") or {}
+            where = f" at {machine['address']}" if machine.get("address") else ""
+            await ctx.event(request, "Normal", "Provisioned", f"machine {machine.get('uuid', '')}{where}")
+        elif stage == "Failed":
+            why = status.get("reason") or "Failed"
+            await ctx.event(request, "Warning", why, str(status.get("message") or "provisioning failed"))
+
+    async def _drop(self, ctx: Context, request: Resource, why: str) -> Result | None:
+        """Delete a request whose machine is gone (requests of a set are its controller's: herder
+        deletes them in the system's name); its set replaces it."""
+        await ctx.store.delete(MACHINE_REQUEST.kind, request.name, request.namespace, actor=SYSTEM)
+        await ctx.event(request, "Normal", "Deleting", f"{why}: the request goes, and its set replaces it")
+        return None
+
+    async def _join(self, ctx: Context, request: Resource, machine: Resource | None) -> None:
+        spec = MACHINE_REQUEST.spec_of(request, MachineRequestSpec)
+        reported = (request.status or {}).get("machine") or {}
+        uuid = str(reported["uuid"]).lower()
+        try:
+            endpoint = (
+                normalize_endpoint(str(reported.get("address") or "")) if reported.get("address") else ""
+            )
+        except ValueError as exc:
+            await ctx.event(request, "Warning", "BadAddress", f"the reported address is not usable: {exc}")
+            endpoint = ""
+        labels = {
+            **spec.machine_labels,
+            MACHINE_REQUEST_LABEL: request.name,
+            INFRA_PROVIDER_LABEL: spec.provider_id,
+        }
+        if MACHINE_REQUEST_SET_LABEL in request.metadata.labels:
+            labels[MACHINE_REQUEST_SET_LABEL] = request.metadata.labels[MACHINE_REQUEST_SET_LABEL]
+        # The machines of hidden requests (a managed control plane's) are shown, but nobody may touch them.
+        annotations = {READ_ONLY_ANNOTATION: "true"} if HIDDEN_LABEL in request.metadata.labels else {}
+        if machine is None:
+            if not endpoint:
+                return  # herder cannot reach it yet: it is adopted once registered under its UUID
+            try:
+                await ctx.create(
+                    Resource.model_validate(
+                        {
+                            "apiVersion": MACHINE.api_version,
+                            "kind": MACHINE.kind,
+                            "metadata": {
+                                "name": uuid,
+                                "namespace": request.namespace,
+                                "labels": labels,
+                                "annotations": annotations,
+                                "finalizers": [MACHINE_FINALIZER],
+                            },
+                            "spec": {"endpoint": endpoint},
+                        }
+                    )
+                )
+            except AlreadyExists:
+                pass  # registered meanwhile: adopted below on the next event
+            else:
+                await ctx.event(request, "Normal", "Joined", f"machine {uuid} joins at {endpoint}")
+                return
+
+        def adopt(m: Resource) -> None:
+            m.metadata.labels.update(labels)
+            m.metadata.annotations.update(annotations)
+            if MACHINE_FINALIZER not in m.metadata.finalizers:
+                m.metadata.finalizers.append(MACHINE_FINALIZER)
+            if endpoint:
+                m.spec = {**(m.spec or {}), "endpoint": endpoint}
+
+        await ctx.mutate(ObjectKey(MACHINE.kind, request.namespace, uuid), adopt)
+
+    async def _release(self, ctx: Context, request: Resource, machine: Resource | None) -> Result | None:
+        if RELEASE_FINALIZER not in request.metadata.finalizers:
+            return None
+        if machine is not None:
+            status = request.status or {}
+            gone = bool(machine.metadata.deletion_timestamp) or status.get("reason") == MACHINE_GONE
+            node = await node_of_request(ctx, request)
+            marks = {RELEASING_ANNOTATION: "true", **({FORCE_RELEASE_ANNOTATION: "true"} if gone else {})}
+            if node is not None:
+                if any(k not in machine.metadata.annotations for k in marks):
+
+                    def mark(m: Resource) -> None:
+                        m.metadata.annotations.update(marks)
+
+                    await ctx.mutate(ObjectKey.of(machine), mark)
+                if not node.metadata.deletion_timestamp:
+                    await ctx.delete(ObjectKey.of(node))
+                    await ctx.event(
+                        request, "Normal", "Releasing", f"machine {machine.name} leaves its machine set"
+                    )
+                return None  # the node's deletion brings us back
+            await self._forget(ctx, machine)
+        await ctx.remove_finalizer(request, RELEASE_FINALIZER)
+        await ctx.event(request, "Normal", "Released", "herder let the machine go: the provider destroys it")
+        return None
+
+    async def _forget(self, ctx: Context, machine: Resource) -> None:
+        """Delete a released machine's Machine: it is about to be destroyed."""
+        key = ObjectKey.of(machine)
+
+        def unblock(m: Resource) -> None:
+            m.metadata.finalizers = [f for f in m.metadata.finalizers if f != MACHINE_FINALIZER]
+
+        current: Any = await ctx.mutate(key, unblock)
+        if current is not None and not current.metadata.deletion_timestamp:
+            await ctx.delete(key)
