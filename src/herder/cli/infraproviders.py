@@ -246,18 +246,22 @@ class InServerProvider:
         from herder.infra import RunOptions, load_provider, run_provider
 
         provider_class = load_provider(self._type)
+        told = False
         while not self._stop.is_set():
             try:
                 provider = await self._store.get(INFRA_PROVIDER, self._id)
                 break
             except StateNotFound:
-                log.warning(
-                    "herder serve --provider %s: register it: herder infraprovider create %s",
-                    self._id,
-                    self._id,
-                )
+                if not told:
+                    log.warning(
+                        "herder serve --provider %s: waiting for it to be registered "
+                        "(herder infraprovider create %s)",
+                        self._id,
+                        self._id,
+                    )
+                    told = True
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), 10)
+                    await asyncio.wait_for(self._stop.wait(), 2)
         else:
             return
         with contextlib.suppress(AlreadyExists):

@@ -1,0 +1,316 @@
+"""Providers as they fail, crash, overreach and disappear, end to end on the emulator: a failing step
+keeps its error and attempt count across retries; a provider killed mid-provisioning finishes after a
+restart without a second machine; providers see and touch only their own requests; a provider's config
+is sealed and shown to Admins and itself alone; bad provider data and config are refused naming the
+field; a provider gone for good holds nothing hostage; and a provider runs inside the server too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.api.conftest import make_account
+from tests.api.server import HERDER
+from tests.clusters.site import Site
+from tests.provisioning.provider_site import (
+    ProviderProcess,
+    condition,
+    emu,
+    emulated,
+    provisioning_site,
+    register,
+    request_set,
+    requests_of,
+)
+
+SECRET = "s3cret-api-key-5f1c"
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Site, ProviderProcess]]:
+    # Machines take a while to boot, so that a provider can be killed while it waits for one.
+    with provisioning_site(
+        tmp_path_factory.mktemp("providers"),
+        "--provider",
+        "inside=emulator",
+        emulator_args=("--timing", "boot=1.5"),
+    ) as both:
+        yield both
+
+
+@pytest.fixture(scope="module")
+def site(running: tuple[Site, ProviderProcess]) -> Site:
+    return running[0]
+
+
+def _request(site: Site, set_name: str) -> dict[str, Any]:
+    found: dict[str, Any] = site.until(
+        lambda: (r := requests_of(site, set_name)) and r[0], what=f"a request of {set_name}"
+    )
+    return found
+
+
+def _status(site: Site, name: str) -> dict[str, Any]:
+    shown = yaml.safe_load(site.run("kubectl", "get", "machinerequest", name, "-o", "yaml").stdout)
+    return dict(shown.get("status") or {})
+
+
+def _account(site: Site, name: str, role: str) -> Path:
+    return site.server.kubeconfig_for(asyncio.run(make_account(site.server, name, role)), name)
+
+
+def test_a_failing_step_keeps_its_error_and_attempts_across_retries(site: Site) -> None:
+    emu(site, "cloud-fault", "create", "--times", "3")
+    site.apply([request_set("flaky", "emu", 1)])
+    name = _request(site, "flaky")["metadata"]["name"]
+    seen: list[dict[str, Any]] = []
+
+    def failing_again() -> bool:
+        status = _status(site, name)
+        if status.get("lastError"):
+            seen.append(status)
+        return int(status.get("attempts") or 0) >= 2
+
+    site.until(failing_again, timeout=30, every=0.2, what="two failed attempts")
+    second = seen[-1]
+    assert second["stage"] == "Provisioning" and second["step"] == "create" and second["stepNumber"] == 1
+    assert "injected fault" in second["lastError"]["message"] and second["lastError"]["time"]
+    assert {s["attempts"] for s in seen} >= {2}
+    # The third failure, then success: the error stays until the attempt that works.
+    site.until(
+        lambda: _status(site, name).get("stage") == "Provisioned", timeout=60, what="provisioned at last"
+    )
+    done = _status(site, name)
+    assert "lastError" not in done and done["attempts"] == 0 and done["machine"]["uuid"] in emulated(site)
+    events = site.run("kubectl", "get", "events", "--field-selector", f"involvedObject.name={name}").stdout
+    assert "ProvisioningFailed" in events and "attempt 3" in events
+    site.run("kubectl", "delete", "machinerequestset", "flaky")
+    site.until(lambda: not requests_of(site, "flaky"), timeout=60, what="the request destroyed")
+
+
+def test_a_provider_killed_mid_provisioning_finishes_after_a_restart_without_a_second_machine(
+    running: tuple[Site, ProviderProcess],
+) -> None:
+    site, provider = running
+    before = set(emulated(site))
+    site.apply([request_set("crashy", "emu", 1)])
+    name = _request(site, "crashy")["metadata"]["name"]
+    site.until(lambda: _status(site, name).get("step") == "boot", timeout=30, every=0.1, what="booting")
+    provider.kill()
+    made = set(emulated(site)) - before
+    assert len(made) == 1
+    provider.start()
+    site.until(lambda: _status(site, name).get("stage") == "Provisioned", timeout=60, what="provisioned")
+    assert set(emulated(site)) - before == made
+    assert _status(site, name)["machine"]["uuid"] in made
+    site.run("kubectl", "delete", "machinerequestset", "crashy")
+    site.until(lambda: set(emulated(site)) == before, timeout=60, what="the machine destroyed")
+
+
+def test_providers_see_and_touch_only_their_own_requests(site: Site) -> None:
+    other = register(site, "other")
+    site.apply([request_set("mine", "emu", 1), request_set("theirs", "other", 1)])
+    mine, theirs = _request(site, "mine")["metadata"]["name"], _request(site, "theirs")["metadata"]["name"]
+    emu_kubeconfig = site.workdir / "emu.kubeconfig"
+
+    def as_(kubeconfig: Path, *args: str) -> Any:
+        return site.server.run("kubectl", *args, kubeconfig=kubeconfig)
+
+    hidden = as_(emu_kubeconfig, "get", "machinerequest", theirs)
+    assert hidden.returncode != 0 and "NotFound" in hidden.stderr
+    listed = json.loads(as_(emu_kubeconfig, "get", "machinerequests", "-o", "json").stdout)["items"]
+    assert {r["spec"]["providerID"] for r in listed} == {"emu"}
+    seen_by_other = {
+        r["metadata"]["name"] for r in json.loads(as_(other, "get", "mr", "-o", "json").stdout)["items"]
+    }
+    assert theirs in seen_by_other and mine not in seen_by_other
+    stolen = as_(
+        emu_kubeconfig,
+        "patch",
+        "mr",
+        theirs,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status": {"stage": "Failed"}}',
+    )
+    assert stolen.returncode != 0
+    # Its own request's spec is not its to change, nor anyone else's objects.
+    respec = as_(
+        emu_kubeconfig, "patch", "mr", mine, "--type=merge", "-p", '{"metadata": {"labels": {"x": "y"}}}'
+    )
+    assert respec.returncode != 0 and "may change only metadata.finalizers" in respec.stderr
+    assert as_(emu_kubeconfig, "get", "clusters").returncode != 0
+    # Its join config is its own: herder's address for its machines.
+    join = json.loads(as_(emu_kubeconfig, "get", "joinconfig", "emu", "-o", "json").stdout)
+    assert join["spec"]["endpoint"] == site.server.url and join["spec"]["token"]
+    assert as_(emu_kubeconfig, "get", "joinconfig", "other").returncode != 0
+    # Users see requests and their status, but nobody writes it but the provider, Admins included.
+    reader = _account(site, "mr-reader", "Reader")
+    assert json.loads(as_(reader, "get", "mr", mine, "-o", "json").stdout)["status"]["stage"]
+    for who in (reader, site.server.kubeconfig):
+        refused = as_(
+            who,
+            "patch",
+            "mr",
+            mine,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status": {"stage": "Failed"}}',
+        )
+        assert refused.returncode != 0 and "Forbidden" in refused.stderr, refused.stderr
+    assert as_(reader, "get", "joinconfig", "emu").returncode != 0
+    site.run("kubectl", "delete", "machinerequestset", "mine", "theirs")
+
+
+def test_a_provider_config_is_sealed_and_shown_to_admins_and_its_provider_only(site: Site) -> None:
+    config = json.dumps({"spec": {"config": {"apiKey": SECRET, "region": "eu-1"}}})
+    site.run("kubectl", "patch", "infraprovider", "other", "--type=merge", "-p", config)
+    reader = _account(site, "config-reader", "Reader")
+    shown = json.loads(
+        site.server.run("kubectl", "get", "infraprovider", "other", "-o", "json", kubeconfig=reader).stdout
+    )
+    assert "config" not in shown["spec"] and SECRET not in json.dumps(shown)
+    listed = site.server.run("kubectl", "get", "infraproviders", "-o", "json", kubeconfig=reader).stdout
+    assert SECRET not in listed
+    assert site.get("infraprovider", "other")["spec"]["config"]["apiKey"] == SECRET  # an Admin's view
+    own = site.server.run(
+        "kubectl", "get", "infraprovider", "other", "-o", "json", kubeconfig=site.workdir / "other.kubeconfig"
+    )
+    assert json.loads(own.stdout)["spec"]["config"]["apiKey"] == SECRET
+    foreign = site.server.run(
+        "kubectl", "get", "infraprovider", "other", kubeconfig=site.workdir / "emu.kubeconfig"
+    )
+    assert foreign.returncode != 0
+    # Sealed at rest: the store's files never hold it in the clear.
+    for path in (site.server.data_dir).glob("herder.db*"):
+        assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_bad_provider_data_and_config_are_refused_naming_the_field(site: Site) -> None:
+    bad = site.workdir / "bad-set.yaml"
+    bad.write_text(yaml.safe_dump(request_set("bad", "emu", 1, providerData={"cpus": "many"})))
+    refused = site.run("kubectl", "apply", "-f", str(bad), check=False)
+    assert refused.returncode != 0 and "spec.providerData.cpus" in refused.stderr
+    bad.write_text(yaml.safe_dump(request_set("bad", "nobody", 1)))
+    refused = site.run("kubectl", "apply", "-f", str(bad), check=False)
+    assert "spec.providerID" in refused.stderr and "does not exist" in refused.stderr
+    # The emulator's provider publishes the schema of its config: a wrong one is refused, its value unquoted.
+    refused = site.run(
+        "kubectl",
+        "patch",
+        "infraprovider",
+        "emu",
+        "--type=merge",
+        "-p",
+        '{"spec": {"config": {"emulator": 12345}}}',
+        check=False,
+    )
+    assert (
+        refused.returncode != 0 and "spec.config.emulator" in refused.stderr and "12345" not in refused.stderr
+    )
+
+
+def test_a_provider_gone_for_good_holds_nothing_hostage(site: Site) -> None:
+    kubeconfig = register(site, "doomed")
+    config = site.workdir / "doomed.yaml"
+    config.write_text(yaml.safe_dump({"emulator": site.emulator.control_url}))
+    provider = ProviderProcess(
+        [
+            HERDER,
+            "infraprovider",
+            "run",
+            "doomed",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--type",
+            "emulator",
+            "--config",
+            str(config),
+            "--heartbeat",
+            "1",
+        ],
+        site.workdir / "doomed.log",
+    ).start()
+    try:
+        site.apply([request_set("doomed", "doomed", 2)])
+        site.until(
+            lambda: [
+                r
+                for r in requests_of(site, "doomed")
+                if (r.get("status") or {}).get("stage") == "Provisioned"
+            ][1:],
+            timeout=60,
+            what="two provisioned requests",
+        )
+    finally:
+        provider.kill()
+    site.until(
+        lambda: condition(site.get("infraprovider", "doomed"), "Connected").get("status") == "False",
+        timeout=30,
+        what="the provider seen gone",
+    )
+    first, second = sorted(r["metadata"]["name"] for r in requests_of(site, "doomed"))
+    site.run("kubectl", "delete", "machinerequestset", "doomed")
+    # herder lets the machines go; the provider's finalizer is all that holds them.
+    site.until(
+        lambda: all(
+            r["metadata"]["finalizers"] == ["herder.dev/infra-provider"] for r in requests_of(site, "doomed")
+        ),
+        timeout=30,
+        what="only the provider's finalizer left",
+    )
+    assert not site.get("machines", None, "-l", "herder.dev/infra-provider-id=doomed")["items"]
+    unforced = site.run("herder", "machinerequest", "release", first, check=False)
+    assert unforced.returncode == 1 and "--force" in unforced.stderr
+    operator = _account(site, "mr-operator", "Operator")
+    denied = site.server.run("herder", "machinerequest", "release", first, "--force", kubeconfig=operator)
+    assert denied.returncode == 1 and "Forbidden" in denied.stderr
+    site.run("herder", "machinerequest", "release", first, "--force")
+    site.until(lambda: first not in {r["metadata"]["name"] for r in requests_of(site, "doomed")}, timeout=30)
+    audit = json.loads(site.run("kubectl", "get", "auditevents", "-o", "json").stdout)["items"]
+    assert any(
+        e["spec"]["subresource"] == "release" and e["spec"]["name"] == first and e["spec"]["code"] == 201
+        for e in audit
+    )
+    # Deleting the provider lets the rest go.
+    site.run("kubectl", "delete", "infraprovider", "doomed", "--timeout=60s")
+    site.until(lambda: not requests_of(site, "doomed"), timeout=30, what=f"{second} let go")
+    site.until(
+        lambda: "infraprovider-doomed" not in site.run("kubectl", "get", "serviceaccounts").stdout, timeout=30
+    )
+
+
+def test_a_provider_runs_inside_the_server_as_its_own_account(site: Site) -> None:
+    config = site.workdir / "inside.yaml"
+    config.write_text(yaml.safe_dump({"emulator": site.emulator.control_url}))
+    register(site, "inside", "--config", str(config))
+    site.until(
+        lambda: condition(site.get("infraprovider", "inside"), "Ready").get("status") == "True",
+        timeout=60,
+        what="the provider inside the server Ready",
+    )
+    account = site.get("serviceaccount", "infraprovider-inside")
+    assert account["spec"] == {
+        "role": "InfraProvider",
+        "providerId": "inside",
+        "description": "infra provider inside",
+    }
+    site.apply([request_set("inside", "inside", 1)])
+    site.until(
+        lambda: [
+            r for r in requests_of(site, "inside") if (r.get("status") or {}).get("stage") == "Provisioned"
+        ],
+        timeout=60,
+        what="a machine from the provider inside",
+    )
+    site.run("kubectl", "delete", "machinerequestset", "inside")
+    site.until(lambda: not requests_of(site, "inside"), timeout=60, what="the request gone")
