@@ -291,6 +291,13 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
         )
         statuses = [line.split()[1] for line in ok(nodes).splitlines()]
         assert statuses == ["Ready"] * 5
+        # Its workers were made on demand by the emulator's provider, which the demo runs in the server.
+        requests = subprocess.run(
+            ["/usr/bin/kubectl", "--kubeconfig", admin, "get", "machinerequests", "--no-headers"],
+            capture_output=True,
+            text=True,
+        )
+        assert [line.split()[3] for line in ok(requests).splitlines()] == ["Provisioned"] * 2
     finally:
         stop(process)
 

@@ -52,6 +52,7 @@ def controller_manager(options: ControllerOptions) -> BackgroundFactory:
 
 DEMO_DIR = Path(".herder-demo")
 DEMO_ENDPOINTS = "127.0.0.1:7000-7099"
+DEMO_PROVIDER = "emulator"
 
 DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.", show_default=False)]
 SpareKeysOption = Annotated[
@@ -266,11 +267,35 @@ def _demo_objects() -> list[Resource]:
             }
         )
 
+    from herder.emu.control.demo import CONTROL_API
+
     in_demo = {"labels": {"herder.dev/cluster": "demo"}}
+    host, port = CONTROL_API
+    provider = Resource.model_validate(
+        {
+            "apiVersion": "herder.dev/v1alpha1",
+            "kind": "InfraProvider",
+            "metadata": {"name": DEMO_PROVIDER},
+            "spec": {"displayName": "the demo's emulator", "config": {"emulator": f"http://{host}:{port}"}},
+        }
+    )
     return [
-        # The demo cluster, which herder forms on the emulator's machines (every machine is in the class).
+        # The demo cluster: its control planes on the emulator's registered machines, its workers made on
+        # demand by the emulator's infra provider (which the demo runs inside the server).
+        provider,
         demo_object("Cluster", "demo", {"talosVersion": "v1.13.9", "kubernetesVersion": "1.33.0"}),
         demo_object("MachineClass", "emulated", {"selector": {}, "description": "the emulator's machines"}),
+        demo_object(
+            "MachineClass",
+            "on-demand",
+            {
+                "autoProvision": {
+                    "providerID": DEMO_PROVIDER,
+                    "providerData": {"cpus": 2, "memoryMiB": 4096},
+                },
+                "description": "machines the emulator's provider makes",
+            },
+        ),
         demo_object(
             "MachineSet",
             "demo-control-planes",
@@ -280,7 +305,7 @@ def _demo_objects() -> list[Resource]:
         demo_object(
             "MachineSet",
             "demo-workers",
-            {"role": "worker", "machineClass": {"name": "emulated", "size": 2}},
+            {"role": "worker", "machineClass": {"name": "on-demand", "size": 2}},
             **in_demo,
         ),
         config_patch(
@@ -328,6 +353,7 @@ async def _seed_demo(data_dir: Path, store: Store) -> None:
         "The Talos emulator runs beside it; herder forms the demo cluster (3 control planes, 2 workers) on\n"
         "its machines. Watch it come up, then use it:\n"
         f"  kubectl --kubeconfig {admin} get clusters,machinesets,machines -w     # Ctrl+C ends the watch\n"
+        f"  kubectl --kubeconfig {admin} get infraproviders,machinerequests     # the workers, made on demand\n"
         f"  kubectl --kubeconfig {admin} wait --for=condition=Ready cluster/demo --timeout=5m\n"
         f"  kubectl --kubeconfig {admin} describe cluster demo\n"
         f"  herder cluster kubeconfig demo -o {data_dir / 'demo.kubeconfig'} --kubeconfig {admin}\n"
@@ -364,5 +390,8 @@ def demo(
         ServeOptions(data_dir=where, listen=listen),
         _controller_options(cluster_endpoints, where, listen),
         lambda store: _seed_demo(where, store),
-        [lambda store: DemoEmulator(where, where / KUBECONFIG)],
+        [
+            lambda store: DemoEmulator(where, where / KUBECONFIG),
+            *providers(where, [f"{DEMO_PROVIDER}=emulator"]),
+        ],
     )

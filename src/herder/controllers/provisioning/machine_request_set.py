@@ -114,6 +114,7 @@ class MachineRequestSetController(Controller):
     async def _grow(self, ctx: Context, request_set: Resource, count: int) -> str:
         """Create ``count`` requests; why they could not be, if they could not."""
         spec = {k: v for k, v in (request_set.spec or {}).items() if k != "machineCount"}
+        made: list[str] = []
         labels = {MACHINE_REQUEST_SET_LABEL: request_set.name}
         if HIDDEN_LABEL in request_set.metadata.labels:
             labels[HIDDEN_LABEL] = "true"
@@ -135,15 +136,22 @@ class MachineRequestSetController(Controller):
                 }
             )
             try:
-                created = await ctx.create(request)
+                made.append((await ctx.create(request)).name)
             except InvalidObject as exc:
                 why = "; ".join(f"{c.field}: {c.message}" for c in exc.causes) or str(exc)
                 current = find_condition((request_set.status or {}).get("conditions"), "Ready") or {}
                 if current.get("message") != why:
                     await ctx.event(request_set, "Warning", "RequestRefused", why)
-                return why
-            await ctx.event(request_set, "Normal", "Requested", f"machine request {created.name} created")
-        return ""
+                break
+        else:
+            why = ""
+        if made:
+            # One event for the lot, not one per request: a set of thousands stays readable.
+            shown = ", ".join(made[:3]) + (", …" if len(made) > 3 else "")
+            await ctx.event(
+                request_set, "Normal", "Requested", f"{len(made)} machine request(s) created: {shown}"
+            )
+        return why
 
     async def _shrink(self, ctx: Context, request_set: Resource, live: list[Resource], count: int) -> None:
         owned_by_set = (

@@ -175,10 +175,9 @@ class MachineRequestController(Controller):
                     )
                 )
             except AlreadyExists:
-                pass  # registered meanwhile: adopted below on the next event
+                pass  # registered meanwhile: adopted below
             else:
-                await ctx.event(request, "Normal", "Joined", f"machine {uuid} joins at {endpoint}")
-                return
+                return  # its Provisioned event says where herder reaches it
 
         def adopt(m: Resource) -> None:
             m.metadata.labels.update(labels)

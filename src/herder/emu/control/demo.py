@@ -1,6 +1,7 @@
-"""The emulator as ``herder demo`` runs it: in the server's process, with six machines that it registers
+"""The emulator as ``herder demo`` runs it: in the server's process, with four machines that it registers
 with herder through herder's API (as ``herder emu run --register`` does), so that herder forms the demo
-cluster on them itself."""
+cluster's control planes on them itself; its workers are made on demand by the emulator's infra provider,
+which herder runs inside the server (``--provider emulator``) against this emulator's control API."""
 
 from __future__ import annotations
 
@@ -12,16 +13,15 @@ from herder.emu.control.registration import register_machines
 from herder.emu.control.run import serve
 from herder.emu.options import EmulatorOptions
 
-MACHINES = 6
-"""Three control planes and two workers for the demo cluster, and one spare to scale with."""
+MACHINES = 4
+"""Three control planes for the demo cluster, and one spare to scale with."""
+CONTROL_API = ("127.0.0.1", 50080)
 
 
 class DemoEmulator:
     """Background work for ``herder serve``: run the emulator until stopped."""
 
-    def __init__(
-        self, directory: Path, kubeconfig: Path, *, listen: tuple[str, int] = ("127.0.0.1", 50080)
-    ) -> None:
+    def __init__(self, directory: Path, kubeconfig: Path, *, listen: tuple[str, int] = CONTROL_API) -> None:
         self.directory = directory
         self.kubeconfig = kubeconfig
         self.listen = listen
