@@ -116,6 +116,13 @@ def test_the_install_image_is_the_schematic_the_provider_booted(site: Site) -> N
     ).id()
     assert expected == "613e1592b2da41ae5e265e8789429f22e121aab91cb4deb6bc3c0b6262961245"
     assert config["machine"]["install"]["image"] == f"factory.talos.dev/metal-installer/{expected}:v1.13.9"
+    # The provider's own patch of the machine (its network tuning) is layered in as a machine patch.
+    assert config["machine"]["sysctls"]["net.core.somaxconn"] == "65535"
+    request = site.get("machine", uuid)["metadata"]["labels"]["herder.dev/machine-request"]
+    patch = site.get("configpatch", f"net-{request}")
+    assert patch["metadata"]["labels"]["herder.dev/machine"] == uuid
+    assert patch["metadata"]["labels"]["herder.dev/infra-provider-id"] == "emu"
+    assert [r["name"] for r in patch["metadata"]["ownerReferences"]] == [request]
 
 
 def test_shrinking_the_workers_destroys_their_machines_and_requests(site: Site) -> None:
@@ -223,6 +230,15 @@ def test_power_is_refused_for_machines_no_provider_controls(site: Site) -> None:
 def test_deleting_the_cluster_leaves_no_machine_request_or_finalizer_behind(site: Site) -> None:
     site.run("kubectl", "delete", "cluster", "auto", "--timeout=150s", timeout=200)
     site.until(lambda: not site.get("machinerequests")["items"], timeout=60, what="no machine request left")
-    for kind in ("machinerequestsets", "machines", "machinesets", "machinesetnodes", "clustermachines"):
+    kinds = (
+        "machinerequestsets",
+        "machines",
+        "machinesets",
+        "machinesetnodes",
+        "clustermachines",
+        "configpatches",
+    )
+    site.until(lambda: not site.get("configpatches")["items"], timeout=30, what="the provider's patches gone")
+    for kind in kinds:
         assert site.get(kind)["items"] == [], kind
     site.until(lambda: not emulated(site), timeout=60, what="every emulated machine destroyed")

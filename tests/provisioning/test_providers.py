@@ -168,6 +168,32 @@ def test_providers_see_and_touch_only_their_own_requests(site: Site) -> None:
         )
         assert refused.returncode != 0 and "Forbidden" in refused.stderr, refused.stderr
     assert as_(reader, "get", "joinconfig", "emu").returncode != 0
+    # A request's spec never changes once made (and one of a set is its controller's to change).
+    owned = site.run("kubectl", "label", "mr", mine, "x=y", check=False)
+    assert owned.returncode != 0 and "managed by controller MachineRequestSet" in owned.stderr
+    site.apply(
+        [
+            {
+                "apiVersion": "herder.dev/v1alpha1",
+                "kind": "MachineRequest",
+                "metadata": {"name": "by-hand", "namespace": "default"},
+                "spec": {"providerID": "other", "talosVersion": "v1.13.9"},
+            }
+        ]
+    )
+    respec = site.run(
+        "kubectl",
+        "patch",
+        "mr",
+        "by-hand",
+        "--type=merge",
+        "-p",
+        '{"spec": {"kernelArgs": ["x"]}}',
+        check=False,
+    )
+    assert respec.returncode != 0 and "spec: a machine request's spec cannot be changed" in respec.stderr
+    site.run("kubectl", "label", "mr", "by-hand", "x=y")  # its metadata is its owner's to change
+    site.run("kubectl", "delete", "mr", "by-hand")
     site.run("kubectl", "delete", "machinerequestset", "mine", "theirs")
 
 
@@ -200,6 +226,9 @@ def test_bad_provider_data_and_config_are_refused_naming_the_field(site: Site) -
     bad.write_text(yaml.safe_dump(request_set("bad", "emu", 1, providerData={"cpus": "many"})))
     refused = site.run("kubectl", "apply", "-f", str(bad), check=False)
     assert refused.returncode != 0 and "spec.providerData.cpus" in refused.stderr
+    bad.write_text(yaml.safe_dump(request_set("bad", "emu", 1, talosVersion="v0.1.0")))
+    refused = site.run("kubectl", "apply", "-f", str(bad), check=False)
+    assert refused.returncode != 0 and "spec.talosVersion" in refused.stderr
     bad.write_text(yaml.safe_dump(request_set("bad", "nobody", 1)))
     refused = site.run("kubectl", "apply", "-f", str(bad), check=False)
     assert "spec.providerID" in refused.stderr and "does not exist" in refused.stderr

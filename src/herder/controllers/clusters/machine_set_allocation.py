@@ -25,9 +25,13 @@ from herder.resources.machines import (
     LabelSelectorSpec,
     MachineClassSpec,
 )
-from herder.resources.provisioning import MACHINE_REQUEST_SET_LABEL, RELEASING_ANNOTATION
-from herder.resources.status import condition_true
-from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.resources.provisioning import (
+    MACHINE_REQUEST_SET,
+    MACHINE_REQUEST_SET_LABEL,
+    RELEASING_ANNOTATION,
+)
+from herder.resources.status import condition_true, find_condition
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
 from herder.state.errors import AlreadyExists
 from herder.state.store import WatchEvent
 
@@ -60,6 +64,8 @@ class MachineSetAllocationController(Controller):
             Watch(MACHINE_SET_NODE.kind, self._node_changed),
             Watch(MACHINE.kind, self._machine_freed),
             Watch(MACHINE_CLASS.kind, self._class_changed),
+            # A set waiting for a provider's machines says what its MachineRequestSet says.
+            Watch(MACHINE_REQUEST_SET.kind, controller_owner(MACHINE_SET.kind)),
         )
 
     def _node_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
@@ -172,6 +178,14 @@ class MachineSetAllocationController(Controller):
         if wanted is None or bound >= wanted:
             return ""
         short = wanted - bound
+        if class_spec.auto_provision is not None:
+            # Say what its MachineRequestSet says (its provider's progress, errors, refusals).
+            made = await ctx.get(ObjectKey(MACHINE_REQUEST_SET.kind, machine_set.namespace, machine_set.name))
+            ready = find_condition((made.status or {}).get("conditions"), "Ready") if made else None
+            return (
+                f"{short} more machine(s) wanted from infra provider {class_spec.auto_provision.provider_id}: "
+                + (str(ready.get("message") or "") if ready else "its machine requests are not made yet")
+            )
         return (
             f"{short} more machine(s) wanted from class {spec.machine_class.name}: "
             f"{len(matching)} match its selector, {len(free)} of them free "

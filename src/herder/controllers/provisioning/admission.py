@@ -4,7 +4,8 @@
   ``spec.config`` the provider's published ``status.configSchema`` refuses (values are not quoted);
 - a MachineRequestSet, MachineRequest or auto-provisioning MachineClass of a provider that does not
   exist (or is hidden, for those below Support) or is being deleted, or whose ``providerData`` the
-  provider's published ``status.schema`` refuses; a MachineRequest whose spec changes;
+  provider's published ``status.schema`` refuses; a request of a Talos version herder has no contract
+  for; a MachineRequest whose spec changes;
 - a MachineSet allocating an ``unlimited`` number of machines from an auto-provisioning class;
 - a Machine asked to change power (``spec.power``) that is not from a provider able to do it.
 """
@@ -30,6 +31,7 @@ from herder.resources.provisioning import (
 from herder.state.admission import Admission, Write
 from herder.state.errors import NotFound
 from herder.state.store import Store
+from herder.talos.contracts import UnknownTalosVersion, VersionContract
 
 RESERVED_PREFIX = "herder-"
 _IDENTITY_KINDS = {"serviceaccount": SERVICE_ACCOUNT, "user": USER}
@@ -125,6 +127,10 @@ class ProvisioningAdmission:
                 raise _invalid(new, FieldError("spec", "a machine request's spec cannot be changed"))
             if (old.spec or {}) == spec:
                 return  # labels, finalizers: nothing to check again
+        try:
+            VersionContract.parse(spec["talosVersion"])
+        except UnknownTalosVersion as exc:
+            raise _invalid(new, FieldError("spec.talosVersion", str(exc))) from None
         await self._provider_data(
             write, spec["providerID"], spec.get("providerData"), "spec.providerData", "spec.providerID"
         )

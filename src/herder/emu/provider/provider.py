@@ -42,6 +42,9 @@ class EmulatorConfig(BaseModel):
 
 Context = RequestContext[EmulatedMachine, EmulatorConfig]
 
+NETWORK_PATCH = 'machine:\n  sysctls:\n    net.core.somaxconn: "65535"\n'
+"""What the emulated cloud sets on its machines (and a test can find in their configs)."""
+
 
 class EmulatorError(Exception):
     """The emulator refused a call (its message, as a cloud's API error would be shown)."""
@@ -79,7 +82,7 @@ class EmulatorProvider(Provider[EmulatedMachine, EmulatorConfig]):
         return response.status_code, data
 
     def steps(self) -> Sequence[Step]:
-        return [Step("create", self._create), Step("boot", self._boot)]
+        return [Step("create", self._create), Step("configure", self._configure), Step("boot", self._boot)]
 
     @staticmethod
     def _uuid(ctx: Context) -> str:
@@ -96,6 +99,13 @@ class EmulatorProvider(Provider[EmulatedMachine, EmulatorConfig]):
             return  # made by an earlier run of this step: adopt it
         if code >= 400:
             raise EmulatorError(str(body.get("error") or f"the emulator answered {code}"))
+
+    async def _configure(self, ctx: Context) -> None:
+        """The machine's network tuning, as a cloud provider sets up its machines' network: a config
+        patch of the request, which herder makes a machine patch of the machine."""
+        await ctx.create_config_patch(
+            f"net-{ctx.name}", NETWORK_PATCH, description="the emulated cloud's network tuning"
+        )
 
     async def _boot(self, ctx: Context) -> None:
         uuid = self._uuid(ctx)
