@@ -343,3 +343,30 @@ def test_a_provider_runs_inside_the_server_as_its_own_account(site: Site) -> Non
     )
     site.run("kubectl", "delete", "machinerequestset", "inside")
     site.until(lambda: not requests_of(site, "inside"), timeout=60, what="the request gone")
+
+
+def test_a_hidden_provider_is_invisible_below_support(site: Site) -> None:
+    support = _account(site, "platform", "Support")
+    made = site.server.run(
+        "herder", "infraprovider", "create", "herder-managed", "--hidden", kubeconfig=support
+    )
+    assert made.returncode == 0 and made.stdout.startswith("hdr_"), made.stderr
+    for who in (site.server.kubeconfig, _account(site, "hidden-reader", "Reader")):
+        shown = site.server.run("kubectl", "get", "infraprovider", "herder-managed", kubeconfig=who)
+        assert shown.returncode != 0 and "NotFound" in shown.stderr
+        assert (
+            "herder-managed" not in site.server.run("kubectl", "get", "infraproviders", kubeconfig=who).stdout
+        )
+    # Below Support it does not exist for requests either (so nothing tells that it does).
+    hidden_set = site.workdir / "hidden-set.yaml"
+    hidden_set.write_text(yaml.safe_dump(request_set("uses-hidden", "herder-managed", 0)))
+    refused = site.run("kubectl", "apply", "-f", str(hidden_set), check=False)
+    assert refused.returncode != 0 and "infra provider 'herder-managed' does not exist" in refused.stderr
+    site.server.run("kubectl", "apply", "-f", str(hidden_set), kubeconfig=support)
+    assert site.server.run("kubectl", "get", "mrs", "uses-hidden", kubeconfig=support).returncode == 0
+    site.server.run("kubectl", "delete", "mrs", "uses-hidden", kubeconfig=support)
+    # Only herder- ids are hidden, and only Support makes them.
+    named = site.run("herder", "infraprovider", "create", "plain", "--hidden", check=False)
+    assert named.returncode == 1 and "must begin with 'herder-'" in named.stderr
+    reserved = site.run("herder", "infraprovider", "create", "herder-mine", "--hidden", check=False)
+    assert reserved.returncode == 1 and "reserved" in reserved.stderr

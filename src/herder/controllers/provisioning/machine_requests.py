@@ -107,9 +107,10 @@ class MachineRequestController(Controller):
         key = ObjectKey.of(request)
         before = self._told.get(key)
         self._told[key] = told
-        if before == told or (before is None and stage == "Pending"):
+        # What a request went through before this process first saw it was told by the one before.
+        if before is None or before == told:
             return
-        if error and (before is None or before[1] != told[1]):
+        if error and before[1] != told[1]:
             step = f"step {status.get('step')!r}" if status.get("step") else "provisioning"
             await ctx.event(
                 request,
@@ -117,7 +118,7 @@ class MachineRequestController(Controller):
                 "ProvisioningFailed",
                 f"{step}, attempt {status.get('attempts', 0)}: {error.get('message', '')}",
             )
-        if before is not None and before[0] == stage:
+        if before[0] == stage:
             return
         if stage == "Provisioned":
             machine = status.get("machine") or {}
