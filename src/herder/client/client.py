@@ -71,8 +71,11 @@ class Client:
         headers = {"Accept": "application/json", "User-Agent": "herder-client"}
         if credentials.token:
             headers["Authorization"] = f"Bearer {credentials.token}"
+        # Keep as many connections alive as a busy caller (a provider working on dozens of requests at
+        # once) keeps in flight: one closed and opened again costs both sides a TLS handshake.
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
         self._http = httpx.AsyncClient(
-            base_url=credentials.server, headers=headers, verify=verify, timeout=timeout
+            base_url=credentials.server, headers=headers, verify=verify, timeout=timeout, limits=limits
         )
 
     @classmethod

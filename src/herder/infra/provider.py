@@ -21,7 +21,7 @@ from herder.client import AlreadyExists, Client
 from herder.resources import Resource
 from herder.resources.access import INFRA_PROVIDER_LABEL
 from herder.resources.configuration import CONFIG_PATCH
-from herder.resources.provisioning import MACHINE_REQUEST_LABEL, MachineRequestSpec
+from herder.resources.provisioning import MACHINE_REQUEST, MACHINE_REQUEST_LABEL, MachineRequestSpec
 from herder.resources.schematic import Schematic, boot_image_url, installer_image
 
 
@@ -124,6 +124,15 @@ class RequestContext(Generic[DataT, ConfigT]):
                     "name": name,
                     "namespace": self.namespace,
                     "labels": {INFRA_PROVIDER_LABEL: self.provider_id, MACHINE_REQUEST_LABEL: self.name},
+                    # It goes with the request (herder would make it so, with one more write).
+                    "ownerReferences": [
+                        {
+                            "apiVersion": MACHINE_REQUEST.api_version,
+                            "kind": MACHINE_REQUEST.kind,
+                            "name": self.name,
+                            "uid": self.uid,
+                        }
+                    ],
                 },
                 "spec": {"data": data, "description": description},
             }
@@ -132,6 +141,8 @@ class RequestContext(Generic[DataT, ConfigT]):
             return await self.client.create(patch)
         except AlreadyExists:
             current = await self.client.get(CONFIG_PATCH, name, self.namespace)
+            if current.spec == patch.spec:
+                return current  # made by an earlier run of the step
             current.spec = patch.spec
             return await self.client.update(current)
 

@@ -97,7 +97,7 @@ class InfraProviderController(Controller):
     def _problem(provider: Resource, status: InfraProviderStatus) -> str:
         """What keeps a connected provider from being used, if anything."""
         try:
-            provider_schema.parse_schema(status.schema_)
+            provider_schema.validator_of(status.schema_)
             config = INFRA_PROVIDER.spec_of(provider, InfraProviderSpec).config
             if config is not None:
                 causes = provider_schema.check(

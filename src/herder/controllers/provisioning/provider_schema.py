@@ -7,6 +7,7 @@ secret, so errors about a config never quote its values.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -20,36 +21,41 @@ class SchemaUnusable(ValueError):
     """A published schema that is not a JSON schema (the provider's mistake, not the caller's)."""
 
 
-def parse_schema(published: dict[str, Any] | str | None) -> dict[str, Any] | None:
-    """The schema as an object (a provider may publish the text), or None when there is none."""
+def validator_of(published: dict[str, Any] | str | None) -> Any:
+    """The validator of a published schema (an object, or its JSON or YAML text), or None when none is
+    published; raises ``SchemaUnusable``."""
     if published is None or published == "" or published == {}:
         return None
-    schema: Any = published
-    if isinstance(published, str):
+    return _validator(published if isinstance(published, str) else json.dumps(published, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _validator(text: str) -> Any:
+    # Checking a schema costs milliseconds: each one published is checked once.
+    try:
+        schema: Any = json.loads(text)
+    except ValueError:
         try:
-            schema = json.loads(published)
-        except ValueError:
-            try:
-                schema = yaml.safe_load(published)
-            except yaml.YAMLError as exc:
-                raise SchemaUnusable(f"the published schema is neither JSON nor YAML: {exc}") from None
+            schema = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SchemaUnusable(f"the published schema is neither JSON nor YAML: {exc}") from None
     if not isinstance(schema, dict):
         raise SchemaUnusable("the published schema is not an object")
+    kind = jsonschema.validators.validator_for(schema)
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        kind.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise SchemaUnusable(f"the published schema is not a valid JSON schema: {exc.message}") from None
-    return schema
+    return kind(schema)
 
 
 def check(
     published: dict[str, Any] | str | None, data: Any, prefix: str, *, quote_values: bool = True
 ) -> list[FieldError]:
     """What in ``data`` the schema refuses, each error naming its field under ``prefix``."""
-    schema = parse_schema(published)
-    if schema is None:
+    validator = validator_of(published)
+    if validator is None:
         return []
-    validator = jsonschema.validators.validator_for(schema)(schema)
     causes = []
     for error in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path))):
         path = [prefix, *map(str, error.absolute_path)]

@@ -82,7 +82,7 @@ class EmulatorProvider(Provider[EmulatedMachine, EmulatorConfig]):
         return response.status_code, data
 
     def steps(self) -> Sequence[Step]:
-        return [Step("create", self._create), Step("configure", self._configure), Step("boot", self._boot)]
+        return [Step("create", self._create), Step("boot", self._boot)]
 
     @staticmethod
     def _uuid(ctx: Context) -> str:
@@ -95,14 +95,11 @@ class EmulatorProvider(Provider[EmulatedMachine, EmulatorConfig]):
         code, body = await self._call(
             "POST", "/machines", {"uuid": uuid, "talos_version": ctx.talos_version, "hardware": hardware}
         )
-        if code == 400 and "already exists" in str(body.get("error", "")):
-            return  # made by an earlier run of this step: adopt it
-        if code >= 400:
+        adopted = code == 400 and "already exists" in str(body.get("error", ""))  # by an earlier run
+        if code >= 400 and not adopted:
             raise EmulatorError(str(body.get("error") or f"the emulator answered {code}"))
-
-    async def _configure(self, ctx: Context) -> None:
-        """The machine's network tuning, as a cloud provider sets up its machines' network: a config
-        patch of the request, which herder makes a machine patch of the machine."""
+        # Its network tuning, as a cloud provider sets up its machines' network: a config patch of the
+        # request, which herder makes a machine patch of the machine.
         await ctx.create_config_patch(
             f"net-{ctx.name}", NETWORK_PATCH, description="the emulated cloud's network tuning"
         )
