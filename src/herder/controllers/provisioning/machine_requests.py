@@ -18,7 +18,6 @@ out when the request goes, and the story told in Events.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from herder.controllers.provisioning.requests import machine_of_request, node_of_request, reported_uuid
 from herder.resources import Resource
@@ -223,6 +222,6 @@ class MachineRequestController(Controller):
         def unblock(m: Resource) -> None:
             m.metadata.finalizers = [f for f in m.metadata.finalizers if f != MACHINE_FINALIZER]
 
-        current: Any = await ctx.mutate(key, unblock)
+        current = await ctx.mutate(key, unblock)
         if current is not None and not current.metadata.deletion_timestamp:
             await ctx.delete(key)
