@@ -18,6 +18,9 @@ import httpx
 from tests.api.server import HERDER
 from tests.clusters.site import Site, running_site
 
+BASH_PROVIDER = Path(__file__).parents[2] / "examples" / "providers" / "bash" / "provider.sh"
+"""The example provider in bash."""
+
 
 @dataclass
 class ProviderProcess:

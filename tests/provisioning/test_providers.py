@@ -2,7 +2,8 @@
 keeps its error and attempt count across retries; a provider killed mid-provisioning finishes after a
 restart without a second machine; providers see and touch only their own requests; a provider's config
 is sealed and shown to Admins and itself alone; bad provider data and config are refused naming the
-field; a provider gone for good holds nothing hostage; and a provider runs inside the server too.
+field; a provider gone for good holds nothing hostage; a provider runs inside the server too; and the
+example provider in bash (kubectl alone) hands a machine of its pool to a request and takes it back.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -20,6 +22,7 @@ from tests.api.conftest import make_account
 from tests.api.server import HERDER
 from tests.clusters.site import Site
 from tests.provisioning.provider_site import (
+    BASH_PROVIDER,
     ProviderProcess,
     condition,
     emu,
@@ -370,3 +373,61 @@ def test_a_hidden_provider_is_invisible_below_support(site: Site) -> None:
     assert named.returncode == 1 and "must begin with 'herder-'" in named.stderr
     reserved = site.run("herder", "infraprovider", "create", "herder-mine", "--hidden", check=False)
     assert reserved.returncode == 1 and "reserved" in reserved.stderr
+
+
+def test_the_bash_provider_provisions_a_machine_and_takes_it_back(site: Site) -> None:
+    kubeconfig = register(site, "bash")
+    # A machine of the pool: booted in the emulator, not registered with herder.
+    (machine,) = httpx.post(site.emulator.control_url + "/machines", json={"count": 1}, timeout=30).json()
+    pool = site.workdir / "pool.txt"
+    pool.write_text(f"{machine['uuid']} {machine['endpoint']}\n")
+    env = {"KUBECONFIG": str(kubeconfig), "PROVIDER_ID": "bash", "POOL": str(pool)}
+    provider = ProviderProcess(["bash", str(BASH_PROVIDER)], site.workdir / "bash.log", env=env).start()
+    try:
+        site.until(
+            lambda: condition(site.get("infraprovider", "bash"), "Ready").get("status") == "True",
+            timeout=30,
+            what="the bash provider Ready",
+        )
+        site.apply(
+            [
+                {
+                    "apiVersion": "herder.dev/v1alpha1",
+                    "kind": "MachineRequest",
+                    "metadata": {"name": "from-bash", "namespace": "default"},
+                    "spec": {
+                        "providerID": "bash",
+                        "talosVersion": "v1.13.9",
+                        "machineLabels": {"pool": "bash"},
+                    },
+                }
+            ]
+        )
+        site.until(
+            lambda: (
+                (site.get("machinerequest", "from-bash").get("status") or {}).get("stage") == "Provisioned"
+            ),
+            timeout=30,
+            what="provisioned by bash",
+        )
+        request = site.get("machinerequest", "from-bash")
+        assert set(request["metadata"]["finalizers"]) == {
+            "herder.dev/infra-provider",
+            "herder.dev/machine-release",
+        }
+        joined = site.until(
+            lambda: (
+                (m := site.get("machines")["items"]) and (m[0].get("status") or {}).get("connected") and m[0]
+            ),
+            timeout=30,
+            what="herder connected to the pool machine",
+        )
+        assert joined["metadata"]["name"] == machine["uuid"]
+        assert joined["metadata"]["labels"]["herder.dev/machine-request"] == "from-bash"
+        assert joined["metadata"]["labels"]["pool"] == "bash"
+        assert joined["status"]["stage"] == "Maintenance"
+        site.run("kubectl", "delete", "machinerequest", "from-bash", "--timeout=60s")
+        assert site.get("machines", None, "-l", "pool=bash")["items"] == []
+        assert (site.workdir / "pool.txt.taken").read_text() == ""
+    finally:
+        provider.stop()
