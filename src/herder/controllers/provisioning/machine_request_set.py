@@ -9,6 +9,7 @@ of its machines leave, with its own gates (etcd health for control planes), and 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,6 +44,9 @@ class MachineRequestSetController(Controller):
     concurrency = 4
 
     def __init__(self) -> None:
+        # Each set's requests as the watch last showed them: a set whose count is right takes its
+        # status from here, without listing its requests again at every change of one of them.
+        self._seen: defaultdict[tuple[str | None, str], dict[str, Resource]] = defaultdict(dict)
         self.watches = (
             Watch(MACHINE_REQUEST_SET.kind),
             Watch(MACHINE_REQUEST.kind, self._request_changed),
@@ -50,8 +54,14 @@ class MachineRequestSetController(Controller):
             Watch(MACHINE_SET_NODE.kind, labelled_owner(MACHINE_REQUEST_SET.kind, MACHINE_SET_LABEL)),
         )
 
-    @staticmethod
-    def _request_changed(event: WatchEvent) -> Iterable[ObjectKey]:
+    def _request_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        obj = event.object
+        owner = obj.metadata.labels.get(MACHINE_REQUEST_SET_LABEL)
+        if owner:
+            if event.type == "DELETED":
+                self._seen[(obj.namespace, owner)].pop(obj.name, None)
+            else:
+                self._seen[(obj.namespace, owner)][obj.name] = obj
         before = (event.previous.status or {}) if event.previous is not None else None
         after = event.object.status or {}
         if (
@@ -68,13 +78,18 @@ class MachineRequestSetController(Controller):
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         request_set = await ctx.get(key)
         if request_set is None or request_set.metadata.deletion_timestamp:
+            if request_set is None and not self._seen.get((key.namespace, key.name)):
+                self._seen.pop((key.namespace, key.name), None)
             return None  # its requests are garbage-collected after it
         wanted = int((request_set.spec or {}).get("machineCount") or 0)
-        listed = await ctx.store.list(
-            MACHINE_REQUEST.kind, key.namespace, label_selector=f"{MACHINE_REQUEST_SET_LABEL}={key.name}"
-        )
-        requests = [r for r in listed.items if not r.metadata.deletion_timestamp]
-        failed = [r for r in requests if (r.status or {}).get("stage") == "Failed"]
+        requests = _standing(self._seen[(key.namespace, key.name)].values())
+        if len(requests) != wanted or any(_failed(r) for r in requests):
+            # About to act: on what the store holds, not on what the watch has shown so far.
+            listed = await ctx.store.list(
+                MACHINE_REQUEST.kind, key.namespace, label_selector=f"{MACHINE_REQUEST_SET_LABEL}={key.name}"
+            )
+            requests = _standing(listed.items)
+        failed = [r for r in requests if _failed(r)]
         for request in failed:
             why = (request.status or {}).get("reason") or (request.status or {}).get("message") or "failed"
             await ctx.delete(ObjectKey.of(request))
@@ -182,3 +197,11 @@ class MachineRequestSetController(Controller):
         for *_, request in sorted(ranked, key=lambda r: r[:4])[:count]:
             await ctx.delete(ObjectKey.of(request))
             await ctx.event(request_set, "Normal", "ScalingDown", f"machine request {request.name} deleted")
+
+
+def _standing(requests: Iterable[Resource]) -> list[Resource]:
+    return [r for r in requests if not r.metadata.deletion_timestamp]
+
+
+def _failed(request: Resource) -> bool:
+    return (request.status or {}).get("stage") == "Failed"
