@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from herder.api.datadir import write_kubeconfig
-from herder.bench.clusters import Server, _metric_sums
+from herder.bench.clusters import Server, _counters, _per_machine
 from herder.bench.report import emit
 from herder.client import Client
 from herder.client.kubeconfig import load
@@ -121,7 +121,7 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
                 return condition_true((await client.get(INFRA_PROVIDER, PROVIDER)).status, "Ready")
 
             await _until("the provider to be Ready", deadline, ready)
-            before = await _metric_sums(client, "herder_store_writes_total")
+            before = await _counters(client, "herder_store_writes_total", "kind")
             started = time.monotonic()
             await client.create(
                 Resource.model_validate(
@@ -151,8 +151,8 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
             await _until(f"{requests} provisioned requests", deadline, provisioned)
             await _until(f"{requests} connected machines", deadline, connected)
             elapsed = time.monotonic() - started
-            after = await _metric_sums(client, "herder_store_writes_total")
-            writes = after["herder_store_writes_total"] - before["herder_store_writes_total"]
+            after = await _counters(client, "herder_store_writes_total", "kind")
+            writes = sum(after.values()) - sum(before.values())
             emit(
                 "provision_until_all_provisioned",
                 provisioned_at,
@@ -168,7 +168,13 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
                 concurrency=concurrency,
                 cores=os.cpu_count(),
             )
-            emit("provision_store_writes_per_request", writes / requests, "writes", requests=requests)
+            emit(
+                "provision_store_writes_per_request",
+                writes / requests,
+                "writes",
+                requests=requests,
+                by_kind=_per_machine(after, before, requests),
+            )
             emit("provision_server_rss", server.rss_mib(), "MiB", requests=requests)
             emit("provision_emulator_rss", emulator.rss_mib(), "MiB", machines=requests)
             emit("provision_provider_rss", _rss_mib(provider.pid), "MiB", requests=requests)
