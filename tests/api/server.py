@@ -6,6 +6,7 @@ It is always ended by its PID (SIGTERM, then SIGKILL if it lingers), even when a
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import ssl
@@ -25,6 +26,15 @@ from herder.client.kubeconfig import load
 
 HERDER = str(Path(sys.executable).with_name("herder"))
 KUBECTL = "/usr/bin/kubectl"
+
+
+def support_token_file(directory: Path) -> tuple[Path, str]:
+    """A file for ``herder serve --support-token-file`` (mode 0600) in ``directory``, and its token."""
+    path = directory / "support.token"
+    token = secrets.token_urlsafe(32)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path, token
 
 
 def free_port() -> int:
@@ -115,9 +125,11 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 15) -> int:
 def running(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Server]:
     port = free_port()
     log = data_dir.parent / f"{data_dir.name}.log"
+    # The Talos API gateway's default port (the API's + 1) may be taken by another test's server.
+    gateway = [] if "--talos-listen" in extra else ["--talos-listen", f"127.0.0.1:{free_port()}"]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [HERDER, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}", *extra],
+            [HERDER, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}", *gateway, *extra],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -14,16 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.api.conftest import make_account
-from tests.api.server import HERDER, Server, free_port, running
+from tests.api.server import HERDER, Server, free_port, running, support_token_file
 
 
 @pytest.fixture(scope="module")
-def support_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    path = tmp_path_factory.mktemp("support") / "support.token"
-    token = secrets.token_urlsafe(32)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
-    yield path, token
+def support_token(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return support_token_file(tmp_path_factory.mktemp("support"))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""The audit trail: every mutating request, and every request made by Support, as it was answered.
+"""The audit trail: every mutating request, every request made by Support, and every call through the
+Talos API gateway, as it was answered.
 
 Each entry becomes an ``AuditEvent`` (readable by Admin through the API) and a JSON line appended to
 ``audit.log`` in the data directory. Requests that never authenticated go to the file only, so that
@@ -73,10 +74,12 @@ class AuditLog:
         code: int,
         message: str = "",
         conceal: frozenset[str] = frozenset(),
+        always: bool = False,
     ) -> None:
         """Record one answered request; the names in ``conceal`` (of hidden objects) are kept out of
-        the store's event, as its name, its namespace or in its message."""
-        if not audited(who, access, method):
+        the store's event, as its name, its namespace or in its message. ``always``: whatever the verb
+        (every call through the Talos API gateway is recorded)."""
+        if not (always or audited(who, access, method)):
             return
         now = datetime.now(UTC)
         spec: dict[str, Any] = {

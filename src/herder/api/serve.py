@@ -67,6 +67,9 @@ Ready = Callable[[Store], Coroutine[Any, Any, None]]
 Prepare = Callable[[Store], None]
 # Makes the object actions the API serves (a cluster's kubeconfig…) over the server's store.
 ActionsFactory = Callable[[Store], Sequence[ObjectAction]]
+# Makes another server beside the API, which records in its audit trail (the Talos API gateway); it may
+# listen already once made, so that a port in use ends the start.
+ServiceFactory = Callable[[Store, AuditLog], Background]
 
 
 @dataclass(frozen=True)
@@ -92,18 +95,23 @@ class ServeOptions:
         return self.state or f"sqlite://{(self.data_dir / 'herder.db').resolve()}"
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as a host and a port."""
+def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as a host and a port; errors name ``option``."""
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, as in {DEFAULT_LISTEN}")
+        raise ValueError(f"{option} {listen!r}: expected HOST:PORT, as in {DEFAULT_LISTEN}")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def server_url(host: str, port: int) -> str:
-    """The URL clients use: a wildcard listen address is reached through loopback."""
+def host_port(host: str, port: int) -> str:
+    """Where clients reach a server listening on ``host``: a wildcard address is reached through loopback."""
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def server_url(host: str, port: int) -> str:
+    """The URL clients use."""
+    return f"https://{host_port(host, port)}"
 
 
 def _existing_token(path: Path) -> str | None:
@@ -187,8 +195,10 @@ async def serve(
     ready: Ready | None = None,
     prepare: Sequence[Prepare] = (),
     actions: ActionsFactory | None = None,
+    services: Sequence[ServiceFactory] = (),
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then stop the server and the background work, and close the store."""
+    """Serve until SIGTERM or SIGINT, then stop the server, the services beside it and the background
+    work, and close the store."""
     host, port = parse_listen(options.listen)
     # A key file given is checked before anything is made: a bad one is a one-line error.
     key = read_key_file(options.encryption_key_file) if options.encryption_key_file else None
@@ -205,6 +215,7 @@ async def serve(
     workers: list[Background] = [pruner, *(make(store) for make in background)]
     tasks: list[asyncio.Task[None]] = []
     try:
+        workers.extend(make(store, audit) for make in services)
         url = server_url(host, port)
         kubeconfig = await bootstrap(store, options.data_dir, url, tls.ca.read_bytes() if tls.ca else None)
         config = uvicorn.Config(

@@ -1,7 +1,9 @@
 """The server's TLS material: a private CA made on first start, and a serving certificate it signs.
 
 The CA stays in the data directory so that a serving certificate can be issued again (when the
-listen address changes, or when it nears its end) without clients having to trust a new CA.
+listen address changes, or when it nears its end) without clients having to trust a new CA. Another
+server of herder's (the Talos API gateway) keeps a CA and serving certificate of its own beside them,
+under a prefix.
 """
 
 from __future__ import annotations
@@ -38,15 +40,15 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _ensure_ca(data_dir: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    cert_path, key_path = data_dir / CA_CERT, data_dir / CA_KEY
+def _ensure_ca(data_dir: Path, prefix: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    cert_path, key_path = data_dir / (prefix + CA_CERT), data_dir / (prefix + CA_KEY)
     if cert_path.exists() and key_path.exists():
         key = serialization.load_pem_private_key(key_path.read_bytes(), None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{key_path}: expected an EC private key")
         return x509.load_pem_x509_certificate(cert_path.read_bytes()), key
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "herder CA")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"herder {prefix.replace('-', ' ')}CA")])
     now = datetime.now(UTC)
     cert = (
         x509.CertificateBuilder()
@@ -84,10 +86,11 @@ def _covers(cert: x509.Certificate, names: list[x509.GeneralName]) -> bool:
     return fresh and all(name in have for name in names)
 
 
-def ensure_tls(data_dir: Path, hosts: list[str]) -> TlsFiles:
-    """The CA and a serving certificate valid for ``hosts``, made or renewed as needed."""
-    ca_cert, ca_key = _ensure_ca(data_dir)
-    cert_path, key_path = data_dir / SERVING_CERT, data_dir / SERVING_KEY
+def ensure_tls(data_dir: Path, hosts: list[str], prefix: str = "") -> TlsFiles:
+    """The CA and a serving certificate valid for ``hosts``, made or renewed as needed; ``prefix``
+    names another server's files (``PREFIXca.crt``…)."""
+    ca_cert, ca_key = _ensure_ca(data_dir, prefix)
+    cert_path, key_path = data_dir / (prefix + SERVING_CERT), data_dir / (prefix + SERVING_KEY)
     # A wildcard listen address is reached by the machine's name or through loopback, never as itself.
     named = [socket.gethostname() if h in ("0.0.0.0", "::") else h for h in hosts]
     wanted = [_san(h) for h in dict.fromkeys([*named, "localhost", "127.0.0.1", "::1"]) if h]
@@ -96,7 +99,7 @@ def ensure_tls(data_dir: Path, hosts: list[str]) -> TlsFiles:
         and key_path.exists()
         and _covers(x509.load_pem_x509_certificate(cert_path.read_bytes()), wanted)
     ):
-        return TlsFiles(cert_path, key_path, data_dir / CA_CERT)
+        return TlsFiles(cert_path, key_path, data_dir / (prefix + CA_CERT))
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(UTC)
     cert = (
@@ -117,4 +120,4 @@ def ensure_tls(data_dir: Path, hosts: list[str]) -> TlsFiles:
     )
     write_private(key_path, _key_pem(key))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return TlsFiles(cert_path, key_path, data_dir / CA_CERT)
+    return TlsFiles(cert_path, key_path, data_dir / (prefix + CA_CERT))

@@ -1,5 +1,6 @@
-"""``herder cluster``: the credentials of a cluster (its kubeconfig and talosconfig), made by the server
-from the cluster's secrets, which users never read themselves; an etcd backup of it now."""
+"""``herder cluster``: the credentials of a cluster (its kubeconfig, made by the server from the cluster's
+secrets, which users never read themselves, and a talosconfig for herder's Talos API gateway); an etcd
+backup of it now."""
 
 from __future__ import annotations
 
@@ -64,8 +65,9 @@ def talosconfig(
     namespace: NamespaceOption = "default",
     kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """A talosconfig of the cluster with the Talos role of your herder role (Reader: os:reader,
-    Operator: os:operator, Admin: os:admin)."""
+    """A talosconfig for the cluster's machines through herder's Talos API gateway, its certificate naming
+    you with the Talos role of your herder role (Reader: os:reader, Operator: os:operator, Admin and
+    Support: os:admin), short-lived: an hour unless --ttl says otherwise."""
     _download("talosconfig", name, output, ttl, namespace, kubeconfig)
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from herder.api.actions import ActionHandler, ObjectAction
     from herder.api.serve import Background, BackgroundFactory, Ready, ServeOptions
     from herder.controllers.catalog import ControllerOptions
+    from herder.controllers.clusters.credentials import TalosGateway
 
 
 def controller_manager(options: ControllerOptions) -> BackgroundFactory:
@@ -75,18 +76,28 @@ ClusterEndpointsOption = Annotated[
     ),
 ]
 ListenOption = Annotated[str, typer.Option("--listen", help="HOST:PORT to serve HTTPS on.")]
+TalosListenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--talos-listen",
+        help="HOST:PORT to serve the Talos API gateway on, which talosconfigs point at (default: the "
+        "--listen host and the next port, 127.0.0.1:8444).",
+        show_default=False,
+    ),
+]
 
 
-def object_actions(store: Store) -> list[ObjectAction]:
-    """The object actions herder's API serves, made by the controllers' layer: a cluster's credentials,
-    a backup of it now, and the force release of a machine request."""
+def object_actions(store: Store, talos: TalosGateway | None = None) -> list[ObjectAction]:
+    """The object actions herder's API serves, made by the controllers' layer: a cluster's credentials
+    (its talosconfig from the Talos API gateway), a backup of it now, and the force release of a machine
+    request."""
     from herder.api.actions import ActionFailed, ObjectAction
     from herder.controllers.backups.requests import BackupRefused
     from herder.controllers.catalog import backup_requests, cluster_credentials, machine_request_release
     from herder.controllers.clusters.credentials import CredentialsUnavailable
     from herder.controllers.provisioning.release import ReleaseRefused
 
-    credentials = cluster_credentials(store)
+    credentials = cluster_credentials(store, talos)
 
     def action(
         name: str, handler: ActionHandler, media_type: str = "application/yaml", kind: str = "Cluster"
@@ -114,19 +125,39 @@ def _run(
     controller_options: ControllerOptions,
     ready: Ready | None = None,
     background: Sequence[BackgroundFactory] = (),
+    talos_listen: str | None = None,
 ) -> None:
     # The server's imports (uvicorn, krm, the controllers) load only for the commands that serve.
     from herder.api.serve import serve
     from herder.controllers.catalog import register_admission
+    from herder.talos_gateway.gateway import TalosGateway
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     work = [controller_manager(controller_options), *background]
     try:
+        gateway = TalosGateway(
+            options.data_dir,
+            talos_listen or _next_port(options.listen),
+            support=options.support_token_file is not None,
+        )
         asyncio.run(
-            serve(options, background=work, ready=ready, prepare=[register_admission], actions=object_actions)
+            serve(
+                options,
+                background=work,
+                ready=ready,
+                prepare=[register_admission],
+                actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
+                services=[gateway.service],
+            )
         )
     except (OSError, ValueError, StateError) as exc:
         raise fail(str(exc)) from None
+
+
+def _next_port(listen: str) -> str:
+    """The Talos API gateway's default address: the API's host, the API's port + 1."""
+    host, _, port = listen.rpartition(":")
+    return f"{host}:{int(port) + 1}" if port.isdigit() else listen
 
 
 def serve_command(
@@ -171,6 +202,7 @@ def serve_command(
     ] = None,
     cluster_endpoints: ClusterEndpointsOption = None,
     spare_keys: SpareKeysOption = None,
+    talos_listen: TalosListenOption = None,
     support_token_file: Annotated[
         Path | None,
         typer.Option(
@@ -190,7 +222,8 @@ def serve_command(
         ),
     ] = None,
 ) -> None:
-    """Run herder's API server (HTTPS); on first start it writes DATA_DIR/admin.kubeconfig."""
+    """Run herder's API server (HTTPS) and its Talos API gateway; on first start it writes
+    DATA_DIR/admin.kubeconfig."""
     from herder.api.serve import ServeOptions
 
     options = ServeOptions(
@@ -209,6 +242,7 @@ def serve_command(
         options,
         _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
         background=providers(options.data_dir, provider or []),
+        talos_listen=talos_listen,
     )
 
 
@@ -358,6 +392,8 @@ async def _seed_demo(data_dir: Path, store: Store) -> None:
         f"  kubectl --kubeconfig {admin} describe cluster demo\n"
         f"  herder cluster kubeconfig demo -o {data_dir / 'demo.kubeconfig'} --kubeconfig {admin}\n"
         f"  kubectl --kubeconfig {data_dir / 'demo.kubeconfig'} get nodes,pods -A\n"
+        f"  herder cluster talosconfig demo -o {data_dir / 'demo.talosconfig'} --kubeconfig {admin}\n"
+        f"  herder talos --talosconfig {data_dir / 'demo.talosconfig'} -n NODE services    # through herder\n"
         f"  herder emu machines --data-dir {data_dir / 'emulator'}\n"
         "Stop it with Ctrl+C.\n",
         flush=True,
@@ -379,6 +415,7 @@ def demo(
     data_dir: DataDirOption = None,
     listen: ListenOption = DEFAULT_LISTEN,
     cluster_endpoints: ClusterEndpointsOption = DEMO_ENDPOINTS,
+    talos_listen: TalosListenOption = None,
 ) -> None:
     """Run herder with demo objects in ./.herder-demo, the Talos emulator beside it with a demo
     cluster, and print how to use kubectl against both."""
@@ -394,4 +431,5 @@ def demo(
             lambda store: DemoEmulator(where, where / KUBECONFIG),
             *providers(where, [f"{DEMO_PROVIDER}=emulator"]),
         ],
+        talos_listen=talos_listen,
     )

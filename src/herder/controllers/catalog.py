@@ -25,7 +25,7 @@ from herder.controllers.clusters.cluster_status import ClusterStatusController
 from herder.controllers.clusters.cluster_teardown import ClusterTeardownController
 from herder.controllers.clusters.config_apply import ConfigApplyController
 from herder.controllers.clusters.control_plane_status import ControlPlaneStatusController
-from herder.controllers.clusters.credentials import ClusterCredentials
+from herder.controllers.clusters.credentials import ClusterCredentials, TalosGateway
 from herder.controllers.clusters.key_pool import KeyPool
 from herder.controllers.clusters.load_balancer import EndpointRange, LoadBalancerController
 from herder.controllers.clusters.machine_link import MachineLinkController
@@ -68,9 +68,10 @@ def register_admission(store: Store) -> None:
     ProvisioningAdmission(store).register(store.admission)
 
 
-def cluster_credentials(store: Store) -> ClusterCredentials:
-    """What makes the credentials users download for a cluster (its kubeconfig, its talosconfig)."""
-    return ClusterCredentials(store, ClusterKeys(store))
+def cluster_credentials(store: Store, talos: TalosGateway | None = None) -> ClusterCredentials:
+    """What makes the credentials users download for a cluster: its kubeconfig, and with herder's Talos API
+    gateway its talosconfig."""
+    return ClusterCredentials(ClusterKeys(store), talos)
 
 
 def backup_requests(store: Store) -> BackupRequests:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from herder.talos.machine import roles
+
 
 class ApiError(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
@@ -13,8 +15,7 @@ class ApiError(Exception):
 
 
 def not_authorized() -> ApiError:
-    # Talos's authorizer answers every refused role with exactly this.
-    return ApiError(grpc.StatusCode.PERMISSION_DENIED, "not authorized")
+    return ApiError(grpc.StatusCode.PERMISSION_DENIED, roles.NOT_AUTHORIZED)
 
 
 def precondition(message: str) -> ApiError:

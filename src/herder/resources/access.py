@@ -19,6 +19,13 @@ from herder.resources.registry import KindInfo, PrinterColumn
 # The roles of DESIGN §7, weakest first; InfraProvider and Support stand outside the ladder.
 Role = Literal["Reader", "Operator", "Admin", "InfraProvider", "Support"]
 ROLES: tuple[Role, ...] = ("Reader", "Operator", "Admin", "InfraProvider", "Support")
+# The Talos role each role holds on the Talos API of its clusters' machines (InfraProvider holds none).
+TALOS_ROLES: dict[str, str] = {
+    "Reader": "os:reader",
+    "Operator": "os:operator",
+    "Admin": "os:admin",
+    "Support": "os:admin",
+}
 
 # The label that scopes objects to one infra provider, and an InfraProvider identity to its objects.
 INFRA_PROVIDER_LABEL = "herder.dev/infra-provider-id"

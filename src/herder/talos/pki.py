@@ -238,7 +238,8 @@ def issue_certificate(
 ) -> CertificateAndKey:
     """A leaf certificate signed by ``ca``, with a fresh key of the CA's key type.
 
-    ``sans`` are subject alternative names, IP addresses or DNS names, for server certificates.
+    ``sans`` are subject alternative names: IP addresses or DNS names for server certificates, URIs
+    (``urn:…``, anything else with a colon) for what a client certificate is bound to.
     """
     ca_cert = ca.certificate()
     ca_key = ca.private_key()
@@ -273,7 +274,8 @@ def _general_name(name: str) -> x509.GeneralName:
     try:
         return x509.IPAddress(ipaddress.ip_address(name))
     except ValueError:
-        return x509.DNSName(name)
+        # A DNS name never holds a colon; an IPv6 address, which does, was taken above.
+        return x509.UniformResourceIdentifier(name) if ":" in name else x509.DNSName(name)
 
 
 def load_cert_chain(context: ssl.SSLContext, crt: bytes, key: bytes) -> None:

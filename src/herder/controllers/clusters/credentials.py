@@ -2,9 +2,9 @@
 
 - ``kubeconfig``: the cluster's admin kubeconfig, its client certificate naming the caller and expiring
   after ``ttlSeconds`` (an hour by default);
-- ``talosconfig``: a talosconfig for the cluster's control planes whose certificate carries the Talos
-  role of the caller's herder role (Reader → ``os:reader``, Operator → ``os:operator``, Admin and
-  Support → ``os:admin``).
+- ``talosconfig``: a talosconfig for herder's Talos API gateway, whose certificate names the caller and
+  carries the Talos role of the caller's herder role (Reader → ``os:reader``, Operator → ``os:operator``,
+  Admin and Support → ``os:admin``); the gateway, given in by the composition root, issues it.
 
 They are object actions of Cluster (``herder.api.actions``); the policy table says who may run them.
 """
@@ -12,21 +12,17 @@ They are object actions of Cluster (``herder.api.actions``); the policy table sa
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
-from herder.state.errors import NotFound
-from herder.state.store import Store
+from herder.resources.access import TALOS_ROLES
+from herder.resources.clusters import CLUSTER, ClusterSpec
 from herder.talos.kubeconfig import generate_admin_kubeconfig
-from herder.talos.machine import split_endpoint
-from herder.talos.talosconfig import dump_talosconfig, generate_talosconfig
+from herder.talos.talosconfig import Talosconfig, dump_talosconfig
 
 DEFAULT_TTL = 3600
 MAX_TTL = 30 * 24 * 3600
-TALOS_ROLES = {"Reader": "os:reader", "Operator": "os:operator", "Admin": "os:admin", "Support": "os:admin"}
 
 
 class CredentialsUnavailable(Exception):
@@ -40,10 +36,20 @@ def _ttl(options: dict[str, Any]) -> timedelta:
     return timedelta(seconds=value)
 
 
+class TalosGateway(Protocol):
+    """Where users reach the Talos API of their clusters' machines: herder's gateway (``herder.talos_gateway``)."""
+
+    async def talosconfig(
+        self, cluster: Resource, identity: str, talos_role: str, lifetime: timedelta
+    ) -> Talosconfig:
+        """A talosconfig of ``identity`` for ``cluster``, its certificate carrying ``talos_role``."""
+        ...
+
+
 class ClusterCredentials:
-    def __init__(self, store: Store, keys: ClusterKeys) -> None:
-        self._store = store
+    def __init__(self, keys: ClusterKeys, talos: TalosGateway | None = None) -> None:
         self._keys = keys
+        self._talos = talos
 
     async def kubeconfig(self, cluster: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
         lifetime = _ttl(options)
@@ -65,26 +71,6 @@ class ClusterCredentials:
         talos_role = TALOS_ROLES.get(role)
         if talos_role is None:
             raise CredentialsUnavailable(f"role {role} has no Talos role")
-        view = await self._keys.of(cluster)
-        if view is None:
-            raise CredentialsUnavailable(f"cluster {cluster.name} has no secrets yet")
-        endpoints = await self._control_planes(cluster)
-        config = generate_talosconfig(
-            view.bundle, cluster.name, endpoints=endpoints, roles=(talos_role,), lifetime=lifetime
-        )
-        return dump_talosconfig(config).encode()
-
-    async def _control_planes(self, cluster: Resource) -> list[str]:
-        listed = await self._store.list(
-            CLUSTER_MACHINE.kind, cluster.namespace, label_selector=f"{CLUSTER_LABEL}={cluster.name}"
-        )
-        hosts = []
-        for member in listed.items:
-            if (member.spec or {}).get("role") != "controlplane":
-                continue
-            try:
-                machine = await self._store.get(MACHINE.kind, member.name, member.namespace)
-            except NotFound:
-                continue
-            hosts.append(split_endpoint(MACHINE.spec_of(machine, MachineSpec).endpoint)[0])
-        return sorted(hosts)
+        if self._talos is None:
+            raise CredentialsUnavailable("this server runs no Talos API gateway")
+        return dump_talosconfig(await self._talos.talosconfig(cluster, user, talos_role, lifetime)).encode()

@@ -205,6 +205,18 @@ class MachineClient:
             )
             return self._stubs
 
+    async def channel(self) -> grpc.aio.Channel:
+        """The gRPC channel to the endpoint, for calls this client has no method for (a proxy relays raw
+        messages over it); ``explain`` tells what a call's failure on it means."""
+        await self._connect()
+        assert self._channel is not None
+        return self._channel
+
+    def explain(self, exc: grpc.aio.AioRpcError, *, node: str | None = None) -> errors.MachineAPIError:
+        """A failed call made on ``channel()``, as this client reports its own: a machine that refused the
+        client's certificate, one that could not be reached (and why), or the machine's answer."""
+        return self._error(exc, node)
+
     def _metadata(self, node: str | None) -> _Metadata:
         target = node if node is not None else self.node
         return (("node", target),) if target else ()

@@ -11,6 +11,9 @@ OPERATOR = "os:operator"
 READER = "os:reader"
 ETCD_BACKUP = "os:etcd:backup"
 
+NOT_AUTHORIZED = "not authorized"
+"""What Talos's authorizer answers, with PermissionDenied, to every caller whose roles do not allow a method."""
+
 SERVICE = "machine.MachineService"
 RESOURCE_SERVICE = "cosi.resource.State"
 

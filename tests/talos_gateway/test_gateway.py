@@ -1,0 +1,429 @@
+"""herder's Talos API gateway end to end: a real ``herder serve`` forms clusters on the emulator, users of
+each role download their talosconfig with ``herder cluster talosconfig`` and call their machines through
+herder with ``herder talos`` and with raw gRPC as talosctl speaks it, and herder checks, relays and
+audits every call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import empty_pb2
+
+from herder.talos.api.common import common_pb2
+from herder.talos.api.cosi import state_pb2, state_pb2_grpc
+from herder.talos.api.machine import machine_pb2, machine_pb2_grpc
+from herder.talos.machine import MachineClient, PermissionDenied
+from herder.talos.machine import resources as res
+from herder.talos.talosconfig import Talosconfig, load_talosconfig_file
+from tests.api.server import HERDER, free_port, support_token_file
+from tests.clusters.site import Site, cluster, machine_set, running_site
+
+ROLES = ("Reader", "Operator", "Admin")
+TALOS_ROLES = {"Reader": "os:reader", "Operator": "os:operator", "Admin": "os:admin", "Support": "os:admin"}
+
+
+@pytest.fixture(scope="module")
+def support_token(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return support_token_file(tmp_path_factory.mktemp("support"))
+
+
+@pytest.fixture(scope="module")
+def gateway_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def site(
+    tmp_path_factory: pytest.TempPathFactory, support_token: tuple[Path, str], gateway_port: int
+) -> Iterator[Site]:
+    args = ("--support-token-file", str(support_token[0]), "--talos-listen", f"127.0.0.1:{gateway_port}")
+    with running_site(tmp_path_factory.mktemp("gateway"), 3, *args) as s:
+        cp, worker, other = (m["uuid"] for m in s.machines)
+        s.apply(
+            [
+                cluster("alpha"),
+                machine_set("alpha", "alpha-control-planes", "controlplane", machines=[cp]),
+                machine_set("alpha", "alpha-workers", "worker", machines=[worker]),
+                cluster("beta"),
+                machine_set("beta", "beta-control-planes", "controlplane", machines=[other]),
+            ]
+        )
+        s.wait("cluster", "alpha", timeout=180)
+        s.wait("cluster", "beta", timeout=180)
+        yield s
+
+
+@pytest.fixture(scope="module")
+def kubeconfigs(site: Site, support_token: tuple[Path, str]) -> dict[str, Path]:
+    """A kubeconfig per role: ServiceAccounts made with ``herder serviceaccount create``, and Support's."""
+    out = {}
+    for role in ROLES:
+        path = site.workdir / f"{role.lower()}.kubeconfig"
+        name = f"gw-{role.lower()}"
+        site.run("herder", "serviceaccount", "create", name, "--role", role, "--write-kubeconfig", str(path))
+        out[role] = path
+    out["Support"] = site.server.kubeconfig_for(support_token[1], "support")
+    return out
+
+
+def _talosconfig(site: Site, kubeconfig: Path, name: str, cluster_name: str = "alpha") -> Path:
+    path = site.workdir / f"{name}.talosconfig"
+    result = site.server.run(
+        "herder", "cluster", "talosconfig", cluster_name, "-o", str(path), kubeconfig=kubeconfig
+    )
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+@pytest.fixture(scope="module")
+def talosconfigs(site: Site, kubeconfigs: dict[str, Path]) -> dict[str, Path]:
+    return {role: _talosconfig(site, kubeconfig, role.lower()) for role, kubeconfig in kubeconfigs.items()}
+
+
+def _nodes(site: Site) -> dict[str, str]:
+    """The address of each machine: ``cp`` and ``worker`` of alpha, ``other`` (beta's control plane)."""
+    return dict(zip(("cp", "worker", "other"), (m["node"] for m in site.machines), strict=True))
+
+
+def _talos(talosconfig: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [HERDER, "talos", "--talosconfig", str(talosconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"{result.args}: {result.stdout}{result.stderr}"
+    return result.stdout
+
+
+def _audit(site: Site, user: str) -> list[dict[str, Any]]:
+    events = site.get(
+        "auditevents", None, "-l", f"herder.dev/audit-kind=Machine,herder.dev/audit-user={user}"
+    )
+    return [e["spec"] for e in events["items"]]
+
+
+def _client(talosconfig: Path, node: str) -> MachineClient:
+    return MachineClient.from_talosconfig(load_talosconfig_file(talosconfig), node=node, timeout=20)
+
+
+def test_talosconfigs_point_at_herder_with_a_certificate_of_their_holder(
+    site: Site, talosconfigs: dict[str, Path], gateway_port: int
+) -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    for role, path in talosconfigs.items():
+        config: Talosconfig = load_talosconfig_file(path)
+        context = config.current()
+        assert config.context == "alpha"
+        assert context.endpoints == (f"127.0.0.1:{gateway_port}",)
+        cert = x509.load_pem_x509_certificate(context.crt)
+        subject = cert.subject
+        holder = "support:platform" if role == "Support" else f"serviceaccount:gw-{role.lower()}"
+        assert subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == holder
+        assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+            TALOS_ROLES[role]
+        ]
+        lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+        assert lifetime.total_seconds() <= 3600 + 300  # --ttl's default, and the few minutes it is backdated
+
+
+def test_every_role_reads_its_machines_through_herder(site: Site, talosconfigs: dict[str, Path]) -> None:
+    nodes = _nodes(site)
+    for role in ROLES:
+        config = talosconfigs[role]
+        version = _ok(_talos(config, "-n", nodes["worker"], "version"))
+        assert "Tag:" in version and nodes["worker"] in version, version
+        services = _ok(_talos(config, "-n", nodes["cp"], "services"))
+        assert "etcd" in services and "kubelet" in services
+        members = _ok(_talos(config, "-n", nodes["cp"], "etcd", "members"))
+        # alpha's one etcd member, as its control plane sees it.
+        assert len(members.splitlines()) == 1 and f"https://{nodes['cp']}:2380" in members, members
+        uuid = _ok(_talos(config, "-n", nodes["worker"], "get", "systeminformation", "-o", "json"))
+        assert json.loads(uuid)["spec"]["uuid"] == site.machines[1]["uuid"]
+        events = _ok(_talos(config, "-n", nodes["worker"], "events", "--tail", "3", "--duration", "2"))
+        assert len(events.splitlines()) >= 3, events
+
+
+def test_a_resource_watch_and_an_event_stream_relay_as_they_come(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    nodes = _nodes(site)
+
+    async def watch() -> tuple[Any, Any]:
+        async with _client(talosconfigs["Reader"], nodes["cp"]) as client:
+            changes = client.watch_resources(res.RUNTIME, res.MACHINE_STATUS, res.MACHINE_STATUS_ID)
+            first = await asyncio.wait_for(anext(changes), 10)
+            await changes.aclose()
+            events = client.events(tail_events=1)
+            event = await asyncio.wait_for(anext(events), 10)
+            await events.aclose()
+            return first, event
+
+    first, event = asyncio.run(watch())
+    assert first.type == res.ResourceEventType.CREATED
+    assert first.resource.typed(res.MachineStatusSpec).machine_stage.name == "RUNNING"
+    assert event.id
+
+
+def test_an_admin_streams_the_kubeconfig_and_an_etcd_snapshot(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    cp = _nodes(site)["cp"]
+    kubeconfig, snapshot = site.workdir / "alpha.kubeconfig", site.workdir / "alpha.snapshot"
+    _ok(_talos(talosconfigs["Admin"], "-n", cp, "kubeconfig", str(kubeconfig)))
+    assert "clusters:" in kubeconfig.read_text()
+    _ok(_talos(talosconfigs["Admin"], "-n", cp, "etcd", "snapshot", str(snapshot)))
+    assert snapshot.stat().st_size > 0
+
+
+def test_the_machine_still_enforces_what_talos_enforces_per_role(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    """Talos's table lets a Reader apply a config, which a machine allows only in maintenance mode: the
+    gateway reaches the machine with the Reader's role, not with herder's os:admin, so the machine says no."""
+    config = site.workdir / "empty-config.yaml"
+    config.write_text("version: v1alpha1\n")
+    refused = _talos(talosconfigs["Reader"], "-n", _nodes(site)["worker"], "apply-config", "-f", str(config))
+    assert refused.returncode == 1 and "not authorized" in refused.stderr, refused.stderr
+
+
+def test_a_reader_is_refused_what_changes_a_machine_and_an_admin_is_not(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    nodes = _nodes(site)
+    refused = _talos(talosconfigs["Reader"], "-n", nodes["worker"], "reboot")
+    assert refused.returncode == 1 and "not authorized" in refused.stderr, refused.stderr
+
+    async def reader_reboots() -> None:
+        async with _client(talosconfigs["Reader"], nodes["worker"]) as client:
+            await client.reboot()
+
+    with pytest.raises(PermissionDenied, match="not authorized"):
+        asyncio.run(reader_reboots())
+    # An Operator may read the cluster's kubeconfig? No: Talos keeps it to os:admin.
+    refused = _talos(talosconfigs["Operator"], "-n", nodes["cp"], "kubeconfig", str(site.workdir / "k"))
+    assert refused.returncode == 1 and "not authorized" in refused.stderr, refused.stderr
+
+    _ok(_talos(talosconfigs["Admin"], "-n", nodes["worker"], "reboot"))
+    site.until(
+        lambda: (
+            _talos(talosconfigs["Reader"], "-n", nodes["worker"], "version", "--timeout", "2").returncode == 0
+        ),
+        timeout=60,
+        what="the rebooted worker to answer again",
+    )
+    events = _audit(site, "serviceaccount.gw-reader")
+    reboot = [e for e in events if e["verb"] == "Reboot"]
+    assert reboot and all(e["code"] == 403 and e["result"] == "Failure" for e in reboot), reboot
+    assert reboot[0]["name"] == site.machines[1]["uuid"] and reboot[0]["subresource"] == "talos"
+    assert nodes["worker"] in reboot[0]["message"]
+    admin = site.until(
+        lambda: [
+            e for e in _audit(site, "serviceaccount.gw-admin") if e["verb"] == "Reboot" and e["code"] == 200
+        ],
+        what="the Admin's reboot in the audit trail",
+    )
+    assert admin[0]["role"] == "Admin"
+
+
+def test_a_machine_the_platform_manages_is_refused_below_support(
+    site: Site, kubeconfigs: dict[str, Path], talosconfigs: dict[str, Path]
+) -> None:
+    nodes = _nodes(site)
+    cp = site.machines[0]["uuid"]
+    support = site.server.run(
+        "kubectl", "annotate", "machine", cp, "herder.dev/read-only=true", kubeconfig=kubeconfigs["Support"]
+    )
+    assert support.returncode == 0, support.stderr
+    try:
+        for role in ROLES:
+            refused = _talos(talosconfigs[role], "-n", nodes["cp"], "version")
+            assert refused.returncode == 1 and "managed by the platform" in refused.stderr, (
+                role,
+                refused.stderr,
+            )
+            # The workers work as before.
+            _ok(_talos(talosconfigs[role], "-n", nodes["worker"], "version"))
+        assert "Tag:" in _ok(_talos(talosconfigs["Support"], "-n", nodes["cp"], "version"))
+        assert "etcd" in _ok(_talos(talosconfigs["Support"], "-n", nodes["cp"], "services"))
+    finally:
+        site.server.run(
+            "kubectl", "annotate", "machine", cp, "herder.dev/read-only-", kubeconfig=kubeconfigs["Support"]
+        )
+    refusal = site.until(
+        lambda: [
+            e for e in _audit(site, "serviceaccount.gw-operator") if "managed by the platform" in e["message"]
+        ],
+        what="the refusal in the audit trail",
+    )
+    assert refusal[0]["code"] == 403 and refusal[0]["name"] == cp
+
+
+def test_nodes_of_other_clusters_and_unknown_ones_are_not_found(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    nodes = _nodes(site)
+    answers = {}
+    for node in (nodes["other"], "127.254.254.254", "no-such-host"):
+        refused = _talos(talosconfigs["Admin"], "-n", node, "version")
+        assert refused.returncode == 1, refused.stdout
+        answers[node] = refused.stderr.replace(node, "NODE")
+    # The same words whatever the reason: nothing tells a node of another cluster from none.
+    assert len(set(answers.values())) == 1, answers
+    assert "is not a machine of cluster alpha" in answers[nodes["other"]]
+    # beta's own talosconfig reaches it.
+    beta = _talosconfig(site, site.server.kubeconfig, "beta-admin", "beta")
+    assert "Tag:" in _ok(_talos(beta, "-n", nodes["other"], "version"))
+
+
+def test_the_certificate_of_a_deleted_account_stops_working(site: Site) -> None:
+    path = site.workdir / "temp.kubeconfig"
+    site.run(
+        "herder", "serviceaccount", "create", "temp", "--role", "Operator", "--write-kubeconfig", str(path)
+    )
+    config = _talosconfig(site, path, "temp")
+    worker = _nodes(site)["worker"]
+    _ok(_talos(config, "-n", worker, "version"))
+    site.run("kubectl", "delete", "serviceaccount", "temp")
+    refused = _talos(config, "-n", worker, "version")
+    assert refused.returncode == 1 and "no longer exists" in refused.stderr, refused.stderr
+    # Made again under the same name, the account does not inherit the old certificate.
+    site.run("herder", "serviceaccount", "create", "temp", "--role", "Operator")
+    refused = _talos(config, "-n", worker, "version")
+    assert refused.returncode == 1 and "no longer exists" in refused.stderr, refused.stderr
+
+
+# --- the wire, as talosctl speaks it (grpc-go's TLS, `nodes` metadata) ---------------------------
+
+
+def _channel(talosconfig: Path) -> grpc.aio.Channel:
+    context = load_talosconfig_file(talosconfig).current()
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=context.ca, private_key=context.key, certificate_chain=context.crt
+    )
+    return grpc.aio.secure_channel(context.endpoints[0], credentials)
+
+
+def test_nodes_metadata_fans_out_with_each_node_named_in_its_reply(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    nodes = _nodes(site)
+
+    async def call() -> machine_pb2.VersionResponse:
+        async with _channel(talosconfigs["Reader"]) as channel:
+            stub = machine_pb2_grpc.MachineServiceStub(channel)  # type: ignore[no-untyped-call]
+            metadata = (("nodes", nodes["cp"]), ("nodes", nodes["worker"]), ("nodes", nodes["other"]))
+            reply: machine_pb2.VersionResponse = await stub.Version(
+                empty_pb2.Empty(), metadata=metadata, timeout=20
+            )
+            return reply
+
+    reply = asyncio.run(call())
+    by_node = {m.metadata.hostname: m for m in reply.messages}
+    assert set(by_node) == set(nodes.values())
+    assert by_node[nodes["cp"]].version.tag.startswith("v1.13") and not by_node[nodes["cp"]].metadata.error
+    failed = common_pb2.Empty.FromString(by_node[nodes["other"]].SerializeToString()).metadata
+    assert failed.error.startswith("rpc error: code = NotFound desc = ")
+    assert failed.status.code == grpc.StatusCode.NOT_FOUND.value[0]
+
+
+def test_a_stream_to_several_nodes_merges_their_messages(site: Site, talosconfigs: dict[str, Path]) -> None:
+    nodes = _nodes(site)
+
+    async def call() -> list[machine_pb2.Event]:
+        async with _channel(talosconfigs["Reader"]) as channel:
+            stub = machine_pb2_grpc.MachineServiceStub(channel)  # type: ignore[no-untyped-call]
+            wanted = {nodes["cp"], nodes["worker"], "127.254.254.254"}
+            metadata = tuple(("nodes", node) for node in sorted(wanted))
+            stream = stub.Events(machine_pb2.EventsRequest(tail_events=2), metadata=metadata)
+            got: list[machine_pb2.Event] = []
+            async for event in stream:
+                got.append(event)
+                if {e.metadata.hostname for e in got} == wanted:
+                    break
+            stream.cancel()
+            return got
+
+    events = asyncio.run(asyncio.wait_for(call(), 30))
+    by_node: dict[str, list[machine_pb2.Event]] = {}
+    for event in events:
+        by_node.setdefault(event.metadata.hostname, []).append(event)
+    assert set(by_node) == {nodes["cp"], nodes["worker"], "127.254.254.254"}, by_node.keys()
+    assert all(e.id and not e.metadata.error for n in ("cp", "worker") for e in by_node[nodes[n]])
+    assert "code = NotFound" in by_node["127.254.254.254"][0].metadata.error
+
+
+def test_the_resource_api_is_one_to_one_and_a_call_must_name_its_node(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    nodes = _nodes(site)
+    request = state_pb2.GetRequest(
+        namespace=res.HARDWARE, type=res.SYSTEM_INFORMATION, id=res.SYSTEM_INFORMATION_ID
+    )
+
+    async def call(metadata: tuple[tuple[str, str], ...]) -> Any:
+        async with _channel(talosconfigs["Reader"]) as channel:
+            stub = state_pb2_grpc.StateStub(channel)  # type: ignore[no-untyped-call]
+            return await stub.Get(request, metadata=metadata, timeout=20)
+
+    got = asyncio.run(call((("node", nodes["worker"]),)))
+    assert got.resource.metadata.id == res.SYSTEM_INFORMATION_ID
+    for metadata, code, words in (
+        (
+            (("nodes", nodes["worker"]),),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "one-2-many proxying is not supported",
+        ),
+        ((), grpc.StatusCode.INVALID_ARGUMENT, "-n NODE"),
+        ((("node", "127.254.254.254"),), grpc.StatusCode.NOT_FOUND, "is not a machine of cluster alpha"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            asyncio.run(call(metadata))
+        assert refused.value.code() == code and words in (refused.value.details() or ""), refused.value
+
+
+def test_a_client_without_a_talosconfig_certificate_does_not_get_in(site: Site, gateway_port: int) -> None:
+    ca = load_talosconfig_file(site.workdir / "reader.talosconfig").current().ca
+
+    async def call() -> None:
+        async with grpc.aio.secure_channel(
+            f"127.0.0.1:{gateway_port}", grpc.ssl_channel_credentials(root_certificates=ca)
+        ) as channel:
+            stub = machine_pb2_grpc.MachineServiceStub(channel)  # type: ignore[no-untyped-call]
+            await stub.Version(empty_pb2.Empty(), metadata=(("node", _nodes(site)["worker"]),), timeout=5)
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        asyncio.run(call())
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_calls_show_in_the_audit_trail(site: Site, talosconfigs: dict[str, Path]) -> None:
+    worker = _nodes(site)["worker"]
+    _ok(_talos(talosconfigs["Operator"], "-n", worker, "version"))
+    events = site.until(
+        lambda: [
+            e
+            for e in _audit(site, "serviceaccount.gw-operator")
+            if e["verb"] == "Version" and e["code"] == 200
+        ],
+        what="the Operator's Version call in the audit trail",
+    )
+    event = events[-1]
+    assert event["user"] == "serviceaccount:gw-operator" and event["role"] == "Operator"
+    assert event["kind"] == "Machine" and event["name"] == site.machines[1]["uuid"]
+    assert event["message"].startswith(f"/machine.MachineService/Version on node {worker}: OK")
+    assert event["sourceAddress"] == "127.0.0.1"
+    watches = [e for e in _audit(site, "serviceaccount.gw-reader") if e["verb"] == "Watch"]
+    assert watches and "streamed until the caller ended the call" in watches[-1]["message"]
