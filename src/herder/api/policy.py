@@ -83,7 +83,10 @@ class HerderPolicy:
         if access.verb in roles.READ_VERBS or access.subresource or roles.sees_hidden(who.role):
             return
         if READ_ONLY_ANNOTATION in obj.metadata.annotations:
-            raise Denied(f'{access.kind.kind} "{obj.name}" is read-only: nobody may change or delete it')
+            raise Denied(
+                f'{access.kind.kind} "{obj.name}" is read-only, managed by the platform: '
+                "nobody may change, delete or act on it"
+            )
 
     def admit(self, who: Identity, access: Access, current: Resource | None, new: Resource) -> None:
         """Refuse a create below Support of a reserved name, hiding an object whose name is not
