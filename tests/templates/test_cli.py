@@ -25,7 +25,6 @@ def test_validate_a_valid_template() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{path}: valid: cluster prod, 14 objects\n"
     assert result.stderr.splitlines() == [
-        f'warning: {path}: Cluster "prod" (document 1): systemExtensions: has no counterpart in herder; ignored',
         f'warning: {path}: Cluster "prod" (document 1): features.enableWorkloadProxy: has no counterpart in '
         "herder; ignored",
     ]

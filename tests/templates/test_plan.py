@@ -187,7 +187,8 @@ def test_an_export_renders_back_to_the_live_objects() -> None:
         "kind: Machine\nname: 0a1b2c3d-0000-4000-8000-000000000005\nlabels:\n  rack: r7\nlocked: true\n"
         in text
     )
-    assert "systemExtensions" not in text  # what herder ignored is not there to export
+    assert "systemExtensions:\n  - siderolabs/iscsi-tools" in text  # the cluster's extensions round-trip
+    assert "enableWorkloadProxy" not in text  # what herder ignored is not there to export
 
 
 @pytest.mark.parametrize(

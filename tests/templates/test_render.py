@@ -30,6 +30,7 @@ def test_what_each_document_becomes() -> None:
         "endpoint": "",
         "features": {"diskEncryption": True, "kubeSpan": True},
         "backups": {"interval": "1h", "retention": 24, "store": "default"},
+        "systemExtensions": ["siderolabs/iscsi-tools"],
     }
     assert cluster.metadata.labels == {"team": "platform"}
     control_planes = by_name["MachineSet", "prod-control-planes"]

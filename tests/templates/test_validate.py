@@ -33,7 +33,6 @@ def test_a_valid_template_has_no_errors_and_warns_of_what_herder_ignores() -> No
     warnings = {(w.document, w.field): w.message for w in checked.problems.warnings}
     cluster = 'Cluster "prod" (document 1)'
     assert warnings == {
-        (cluster, "systemExtensions"): "has no counterpart in herder; ignored",
         (cluster, "features.enableWorkloadProxy"): "has no counterpart in herder; ignored",
     }
     assert checked.cluster_name == "prod"

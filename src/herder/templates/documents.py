@@ -144,6 +144,7 @@ MachineID = Annotated[str, AfterValidator(_machine_id)]
 
 class _MachineSetDoc(_Extensions):
     kind: str
+    system_extensions: list[str] = []
     machines: list[MachineID] = []
     machine_class: MachineClassDoc | None = None
     upgrade_strategy: StrategyDoc | None = None
@@ -251,6 +252,7 @@ class FeaturesDoc(_Document):
 class ClusterDoc(_Extensions):
     kind: Literal["Cluster"]
     name: str
+    system_extensions: list[str] = []
     kubernetes: KubernetesDoc
     talos: TalosDoc
     features: FeaturesDoc = FeaturesDoc()

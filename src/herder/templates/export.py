@@ -140,6 +140,8 @@ def _cluster(cluster: Resource, patches: list[dict[str, Any]], problems: list[st
         features["backupConfiguration"] = backups
     if features:
         document["features"] = features
+    if spec.system_extensions:
+        document["systemExtensions"] = list(spec.system_extensions)
     if patches:
         document["patches"] = patches
     return document
@@ -178,6 +180,8 @@ def _machine_set(
         problems.append(f"{what}: its machines were bound by hand; a template lists them (set spec.machines)")
     if spec.bootstrap_spec is not None:
         document["bootstrapSpec"] = spec.bootstrap_spec.model_dump(mode="json", by_alias=True)
+    if spec.system_extensions:
+        document["systemExtensions"] = list(spec.system_extensions)
     strategies = [("upgradeStrategy", spec.upgrade_strategy, _DEFAULTS.upgrade_strategy)]
     if spec.role == "worker":
         strategies += [

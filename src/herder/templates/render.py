@@ -128,6 +128,7 @@ def _cluster(document: ClusterDoc, namespace: str) -> Resource:
             "diskEncryption": document.features.disk_encryption,
             "kubeSpan": document.features.kube_span,
         },
+        "systemExtensions": list(document.system_extensions),
     }
     if document.kubernetes.endpoint:
         spec["endpoint"] = document.kubernetes.endpoint
@@ -153,7 +154,7 @@ def _strategy(strategy: StrategyDoc | None, default_type: str) -> dict[str, Any]
 
 def _machine_set(cluster: str, document: ControlPlaneDoc | WorkersDoc, namespace: str) -> Resource:
     role = "controlplane" if isinstance(document, ControlPlaneDoc) else "worker"
-    spec: dict[str, Any] = {"role": role}
+    spec: dict[str, Any] = {"role": role, "systemExtensions": list(document.system_extensions)}
     if document.machine_class is not None:
         spec["machineClass"] = {"name": document.machine_class.name, "size": document.machine_class.size}
     else:

@@ -47,8 +47,13 @@ class _Listener:
     server: asyncio.Server | None = None
     relays: set[Relay] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    stopped: bool = False
 
     def accepted(self, inbound: _Inbound) -> None:
+        if self.stopped:
+            # Its TLS handshake began before apid went away: the connection must not outlive it.
+            inbound.close()
+            return
         self.relays.add(inbound)
         task = asyncio.get_running_loop().create_task(self._connect(inbound))
         self.tasks.add(task)
@@ -84,6 +89,7 @@ class _Listener:
             inbound.hold(True)
 
     def stop(self, *, grace: float) -> None:
+        self.stopped = True
         if self.server is not None:
             self.server.close()
             self.server = None
