@@ -200,7 +200,8 @@ def test_serve_defaults_and_clean_stop(tmp_path: Path) -> None:
         home = tmp_path / sig.name
         port = free_port()
         process = subprocess.Popen(
-            [HERDER, "serve", "--listen", f"127.0.0.1:{port}"],
+            # The Talos gateway gets a free port of its own: the default (the next port) may be taken here.
+            [HERDER, "serve", "--listen", f"127.0.0.1:{port}", "--talos-listen", f"127.0.0.1:{free_port()}"],
             env={**os.environ, "XDG_DATA_HOME": str(home)},
             stderr=subprocess.PIPE,
             text=True,
@@ -226,7 +227,16 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
     port = free_port()
     data = tmp_path / "demo"
     process = subprocess.Popen(
-        [HERDER, "demo", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}"],
+        [
+            HERDER,
+            "demo",
+            "--data-dir",
+            str(data),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--talos-listen",
+            f"127.0.0.1:{free_port()}",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
