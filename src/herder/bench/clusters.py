@@ -61,6 +61,8 @@ class Server:
             str(data_dir),
             "--listen",
             f"127.0.0.1:{self.port}",
+            "--talos-listen",
+            f"127.0.0.1:{_free_port()}",
             "--cluster-endpoints",
             f"127.0.0.1:{first}-{first + clusters + 10}",
             # Every cluster's secrets need an RSA key: made while the machines register, as a running

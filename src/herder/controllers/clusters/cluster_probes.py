@@ -57,12 +57,16 @@ class EtcdReport:
         return frozenset(m.machine for m in self.members if m.machine)
 
 
-async def probe_etcd(control_planes: dict[str, str], credentials: Credentials) -> EtcdReport:
+async def probe_etcd(
+    control_planes: dict[str, str], credentials: Credentials, known: dict[str, str] | None = None
+) -> EtcdReport:
     """Ask the running control planes (Talos endpoint → machine UUID) about etcd: its members, and each
-    member's own status; healthy when every control plane is a member and every member answers."""
+    member's own status; healthy when every control plane is a member and every member answers. ``known``
+    (every control plane of the cluster, running or not) names the machine of a member that is down."""
     if not control_planes:
         return EtcdReport(False, "no control plane is running", False)
     by_host = {split_endpoint(e)[0]: e for e in control_planes}
+    known_by_host = {split_endpoint(e)[0]: uuid for e, uuid in (known or {}).items()}
     listed: list[EtcdMember] | None = None
     problems: list[str] = []
     for endpoint in sorted(control_planes):
@@ -78,11 +82,13 @@ async def probe_etcd(control_planes: dict[str, str], credentials: Credentials) -
         return EtcdReport(False, "cannot list etcd members: " + "; ".join(problems), False)
 
     async def report(member: EtcdMember) -> MemberReport:
-        endpoint = next(
-            (by_host[h] for u in member.peer_urls if (h := urlsplit(u).hostname or "") in by_host), ""
-        )
+        hosts = [urlsplit(u).hostname or "" for u in member.peer_urls]
+        endpoint = next((by_host[h] for h in hosts if h in by_host), "")
         machine = control_planes.get(endpoint, "")
         if not endpoint:
+            down = next((known_by_host[h] for h in hosts if h in known_by_host), "")
+            if down:
+                return MemberReport(member.id, down, None, "its machine does not run")
             return MemberReport(member.id, "", None, "belongs to no running control plane of the cluster")
         try:
             async with MachineClient(

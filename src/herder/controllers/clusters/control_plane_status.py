@@ -105,8 +105,8 @@ class ControlPlaneStatusController(Controller):
                 ctx, cluster, None, None, None, "NotBootstrapped", "etcd is not bootstrapped yet"
             )
             return None
-        running = await self._running_control_planes(ctx, cluster)
-        etcd = await probe_etcd(running, view.talos)
+        known, running = await self._control_planes(ctx, cluster)
+        etcd = await probe_etcd(running, view.talos, known)
         await self._mark_members(ctx, cluster, running, etcd)
         endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get(
             "endpoint", ""
@@ -117,17 +117,22 @@ class ControlPlaneStatusController(Controller):
         healthy = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
         return Result(requeue_after=self._healthy_every if healthy else UNHEALTHY_EVERY)
 
-    async def _running_control_planes(self, ctx: Context, cluster: Resource) -> dict[str, str]:
-        """Talos endpoint → machine UUID of the cluster's control planes that run."""
-        out: dict[str, str] = {}
+    async def _control_planes(self, ctx: Context, cluster: Resource) -> tuple[dict[str, str], dict[str, str]]:
+        """Talos endpoint → machine UUID of the cluster's control planes: all of them, and those that run."""
+        known: dict[str, str] = {}
+        running: dict[str, str] = {}
         for member in await cluster_machines(ctx, cluster):
             if (member.spec or {}).get("role") != "controlplane" or member.metadata.deletion_timestamp:
                 continue
             machine = await machine_of(ctx, member)
-            mstatus = (machine.status or {}) if machine is not None else {}
-            if machine is not None and mstatus.get("connected") and mstatus.get("stage") == "Running":
-                out[MACHINE.spec_of(machine, MachineSpec).endpoint] = machine.name
-        return out
+            if machine is None:
+                continue
+            endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
+            known[endpoint] = machine.name
+            mstatus = machine.status or {}
+            if mstatus.get("connected") and mstatus.get("stage") == "Running":
+                running[endpoint] = machine.name
+        return known, running
 
     async def _mark_members(
         self, ctx: Context, cluster: Resource, running: dict[str, str], etcd: EtcdReport
