@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 
 import pytest
@@ -41,6 +42,29 @@ async def test_partition_stops_answers_until_healed(emulator: Emulator) -> None:
         assert machine.faults == set()
     async with MachineClient.insecure(machine.record.endpoint) as client:
         await client.version()
+
+
+async def test_a_connection_caught_mid_handshake_does_not_outlive_apid(emulator: Emulator) -> None:
+    """A caller whose TLS handshake began before apid went away must not keep a channel to the machine
+    across its restart (a client would go on reading the old boot's state over it)."""
+    machine = next(iter(emulator.machines.values()))
+    await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
+    host, port = machine.record.endpoint.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))  # accepted; no TLS yet
+    machine.host.network.stop(machine.uuid, grace=0)
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    try:
+        await writer.start_tls(context)
+        writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(100), 10)
+    except (ConnectionError, ssl.SSLError):
+        answer = b""
+    finally:
+        writer.close()
+    assert answer == b"", "the gRPC server answered over a connection apid no longer has"
 
 
 async def test_slow_boot(emulator: Emulator, cluster_a: ClusterConfigs) -> None:
