@@ -1,6 +1,6 @@
 """Machines made on demand, end to end on the emulator, driven with kubectl and herder's CLI: a cluster
-whose control plane and workers use an auto-provisioning class gets its requests, machines and a Ready
-cluster; workers shrink (their machines destroyed); a machine that vanishes in the cloud, and one deleted
+whose Omni-format template takes its control plane and workers from an auto-provisioning class gets its
+requests, machines and a Ready cluster; the template's workers shrink (their machines destroyed); a machine that vanishes in the cloud, and one deleted
 in herder, are replaced; power round-trips through status; deleting the cluster leaves nothing behind.
 
 The tests of this module run in order on one site, each starting from where the previous one left off.
@@ -18,7 +18,7 @@ import yaml
 
 from herder.resources.schematic import Customization, Schematic, SystemExtensions
 from tests.api.conftest import make_account
-from tests.clusters.site import Site, cluster, machine_set
+from tests.clusters.site import Site
 from tests.provisioning.provider_site import (
     condition,
     emu,
@@ -38,8 +38,23 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         yield s
 
 
-def _workers_patch(size: int) -> str:
-    return json.dumps({"spec": {"machineClass": {"name": "emulated", "size": size}}})
+def _sync_template(site: Site, workers: int) -> None:
+    """``herder cluster template sync`` of an Omni-format template whose machines all come from the
+    auto-provisioning class ``emulated``, as a user keeps it in Git."""
+    documents = [
+        {
+            "kind": "Cluster",
+            "name": "auto",
+            "kubernetes": {"version": "v1.33.0"},
+            "talos": {"version": "v1.13.9"},
+            "systemExtensions": EXTENSIONS,
+        },
+        {"kind": "ControlPlane", "machineClass": {"name": "emulated", "size": 1}},
+        {"kind": "Workers", "machineClass": {"name": "emulated", "size": workers}},
+    ]
+    path = site.workdir / "auto-template.yaml"
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    site.run("herder", "cluster", "template", "sync", "-f", str(path), timeout=240)
 
 
 def _machines_of(site: Site, set_name: str) -> list[dict[str, Any]]:
@@ -63,16 +78,8 @@ def _provisioned(site: Site, set_name: str, count: int) -> list[dict[str, Any]]:
 
 
 def test_a_cluster_on_an_auto_provisioning_class_gets_its_machines_and_is_ready(site: Site) -> None:
-    site.apply(
-        [
-            cluster("auto", systemExtensions=EXTENSIONS),
-            machine_class("emulated", "emu", cpus=2, memoryMiB=2048, diskGiB=10),
-            machine_set(
-                "auto", "auto-control-planes", "controlplane", machineClass={"name": "emulated", "size": 1}
-            ),
-            machine_set("auto", WORKERS, "worker", machineClass={"name": "emulated", "size": 3}),
-        ]
-    )
+    site.apply([machine_class("emulated", "emu", cpus=2, memoryMiB=2048, diskGiB=10)])
+    _sync_template(site, workers=3)
     site.wait("cluster", "auto", timeout=150)
 
     requests = _provisioned(site, WORKERS, 3)
@@ -127,7 +134,7 @@ def test_the_install_image_is_the_schematic_the_provider_booted(site: Site) -> N
 
 def test_shrinking_the_workers_destroys_their_machines_and_requests(site: Site) -> None:
     before = {m["metadata"]["name"] for m in _machines_of(site, WORKERS)}
-    site.run("kubectl", "patch", "machineset", WORKERS, "--type", "merge", "-p", _workers_patch(1))
+    _sync_template(site, workers=1)
     requests = _provisioned(site, WORKERS, 1)
     kept = requests[0]["status"]["machine"]["uuid"]
     site.until(lambda: set(emulated(site)) & before == {kept}, timeout=60, what="two workers destroyed")
