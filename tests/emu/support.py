@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from typer.testing import CliRunner
 
-from herder.cli.main import app
+from herder.cli.main import build
 from herder.emu.control import formation
 from herder.emu.control.emulator import Emulator
 from herder.emu.control.formation import ClusterConfigs, bring_up
@@ -132,5 +132,5 @@ async def raw_channel(configs: ClusterConfigs, machine: Machine) -> AsyncIterato
 
 async def herder_cli(*args: str) -> tuple[int, str, str]:
     """``herder ARGS`` in a worker thread (its own event loop, as from a shell): exit code, stdout, stderr."""
-    result = await asyncio.to_thread(CliRunner().invoke, app, list(args))
+    result = await asyncio.to_thread(CliRunner().invoke, build(), list(args))
     return result.exit_code, result.stdout, result.stderr
