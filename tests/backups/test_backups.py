@@ -264,6 +264,8 @@ def test_backups_into_s3_survive_the_server_stopping(site: Site, moto: Moto) -> 
 
 def test_a_tampered_backup_is_refused(site: Site, moto: Moto) -> None:
     machines = [m["uuid"] for m in site.machines]
+    # Retention must not prune the backup before the restore reads it, however slow this machine is.
+    _patch(site, "cluster", "alpha", '{"spec": {"backups": {"retention": 100}}}')
     taken = site.run("herder", "cluster", "backup", "alpha").stdout.strip()
     backup = site.get("etcdbackup", taken)
     spec = backup["spec"]
