@@ -63,6 +63,8 @@ class Web:
         )
         self.templates.globals.update(views.GLOBALS)
         self.templates.filters.update(views.FILTERS)
+        # The macros are a global, not an import in each page: a page's live block renders alone.
+        self.templates.globals["ui"] = self.templates.get_template("_macros.html").make_module()
 
     def render(
         self,
@@ -71,11 +73,11 @@ class Web:
         context: dict[str, Any],
         *,
         caller: Caller | None = None,
-        session: Session | None = None,
         status: int = 200,
     ) -> Response:
         """The page, or only its live region when the live-update script asks for it."""
         page = self.templates.get_template(template)
+        session: Session | None = getattr(request.state, "session", None)
         values = {
             "base": request.scope.get("root_path", ""),
             "path": request.url.path,

@@ -53,6 +53,6 @@ def routes(web: Web) -> list[BaseRoute]:
             "watch": ["auditevents"],
             "rv": revision(listed),
         }
-        return web.render(request, "audit.html", context, caller=caller, session=request.state.session)
+        return web.render(request, "audit.html", context, caller=caller)
 
     return [Route("/audit", web.page(audit), methods=["GET"])]

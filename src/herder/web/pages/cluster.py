@@ -120,7 +120,7 @@ def routes(web: Web) -> list[BaseRoute]:
             upgrades=upgrades,
             watch=["clusters", "machinesets", "clustermachines", "events", "controlplanestatuses"],
         )
-        return web.render(request, "cluster.html", context, caller=caller, session=request.state.session)
+        return web.render(request, "cluster.html", context, caller=caller)
 
     async def upgrade(request: Request, caller: Caller, form: Form) -> Response:
         name = request.path_params["name"]
@@ -182,9 +182,7 @@ def routes(web: Web) -> list[BaseRoute]:
     async def confirm_delete(request: Request, caller: Caller) -> Response:
         context = await _gather(caller, request.path_params["name"])
         context["machine_count"] = sum(len(m) for m in context["members"].values())
-        return web.render(
-            request, "cluster_delete.html", context, caller=caller, session=request.state.session
-        )
+        return web.render(request, "cluster_delete.html", context, caller=caller)
 
     async def delete(request: Request, caller: Caller, form: Form) -> Response:
         name = request.path_params["name"]

@@ -47,7 +47,7 @@ def routes(web: Web) -> list[BaseRoute]:
             "watch": ["clusters", "controlplanestatuses", "machines"],
             "rv": revision(listed, health, machines),
         }
-        return web.render(request, "clusters.html", context, caller=caller, session=request.state.session)
+        return web.render(request, "clusters.html", context, caller=caller)
 
     async def new(request: Request, caller: Caller) -> Response:
         classes = await caller.client.list("machineclasses", NAMESPACE)
@@ -56,7 +56,7 @@ def routes(web: Web) -> list[BaseRoute]:
             "talos": DEFAULT_TALOS,
             "kubernetes": DEFAULT_KUBERNETES,
         }
-        return web.render(request, "cluster_new.html", context, caller=caller, session=request.state.session)
+        return web.render(request, "cluster_new.html", context, caller=caller)
 
     async def create(request: Request, caller: Caller, form: Form) -> Response:
         name = one(form, "name")

@@ -34,8 +34,6 @@ def routes(web: Web) -> list[BaseRoute]:
             "watch": ["controlplanestatuses", "clusters"],
             "rv": revision(listed, clusters),
         }
-        return web.render(
-            request, "control_planes.html", context, caller=caller, session=request.state.session
-        )
+        return web.render(request, "control_planes.html", context, caller=caller)
 
     return [Route("/controlplanes", web.page(control_planes), methods=["GET"])]

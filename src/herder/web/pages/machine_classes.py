@@ -36,9 +36,7 @@ def routes(web: Web) -> list[BaseRoute]:
             "watch": ["machineclasses"],
             "rv": revision(listed),
         }
-        return web.render(
-            request, "machine_classes.html", context, caller=caller, session=request.state.session
-        )
+        return web.render(request, "machine_classes.html", context, caller=caller)
 
     async def new(request: Request, caller: Caller) -> Response:
         providers = await caller.client.list("infraproviders")
@@ -51,9 +49,7 @@ def routes(web: Web) -> list[BaseRoute]:
             "provider": chosen,
             "fields": schema_form.fields((provider.status or {}).get("schema")) if provider else [],
         }
-        return web.render(
-            request, "machine_class_new.html", context, caller=caller, session=request.state.session
-        )
+        return web.render(request, "machine_class_new.html", context, caller=caller)
 
     async def create(request: Request, caller: Caller, form: Form) -> Response:
         name = one(form, "name")

@@ -44,7 +44,7 @@ def routes(web: Web) -> list[BaseRoute]:
             "watch": ["machines"],
             "rv": revision(listed),
         }
-        return web.render(request, "machines.html", context, caller=caller, session=request.state.session)
+        return web.render(request, "machines.html", context, caller=caller)
 
     async def power(request: Request, caller: Caller, form: Form) -> Response:
         name = request.path_params["name"]

@@ -32,6 +32,6 @@ def routes(web: Web) -> list[BaseRoute]:
             "watch": ["infraproviders", "machinerequests"],
             "rv": revision(listed, requests),
         }
-        return web.render(request, "providers.html", context, caller=caller, session=request.state.session)
+        return web.render(request, "providers.html", context, caller=caller)
 
     return [Route("/providers", web.page(providers), methods=["GET"])]

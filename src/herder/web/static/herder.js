@@ -33,6 +33,9 @@
     fetch(window.location.href, { headers: { "X-Herder-Live": "1" }, credentials: "same-origin" })
       .then(function (response) {
         if (response.redirected || response.status === 401) { window.location.reload(); return null; }
+        // A refusal (the object is gone, access was taken away) is shown; a server failure is not,
+        // and is not retried at once either: the next change tries again.
+        if (response.status >= 500) return null;
         return response.text();
       })
       .then(function (html) {
@@ -40,7 +43,7 @@
         live.innerHTML = html;
         main.dataset.refreshed = String(Date.now());
       })
-      .catch(function () { pending = true; })
+      .catch(function () { /* unreachable now: the stream's reconnection refreshes */ })
       .then(function () {
         busy = false;
         if (pending) schedule();
