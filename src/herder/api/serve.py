@@ -103,6 +103,11 @@ class ServeOptions:
         return self.state or f"sqlite://{(self.data_dir / 'herder.db').resolve()}"
 
 
+def with_ui(api: ASGIApp, policy: HerderPolicy, ui: UiFactory) -> ASGIApp:
+    """The API app with the UI ``ui`` makes of it served beside it, under ``UI_PATH``."""
+    return Starlette(routes=[Mount(UI_PATH, app=ui(api, policy)), Mount("", app=api)])
+
+
 def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as a host and a port; errors name ``option``."""
     host, sep, port = listen.rpartition(":")
@@ -235,7 +240,7 @@ async def serve(
             max_body_bytes=options.max_body_bytes or MAX_BODY_BYTES,
         )
         if ui is not None:
-            app = Starlette(routes=[Mount(UI_PATH, app=ui(app, policy)), Mount("", app=app)])
+            app = with_ui(app, policy, ui)
         config = uvicorn.Config(
             app,
             host=host,
