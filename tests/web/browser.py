@@ -30,6 +30,7 @@ ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = os.environ.get("HERDER_UI_SCREENSHOTS", "")
+MAX_SHOT_HEIGHT = 1700
 
 if not CHROMIUM.exists():
     pytest.skip(
@@ -72,4 +73,7 @@ def sign_out(page: Page) -> None:
 def screenshot(page: Page, name: str) -> None:
     if SCREENSHOTS:
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+        # The whole page, but no taller than a long laptop screen (the audit log goes on and on).
+        height = min(int(page.evaluate("document.documentElement.scrollHeight")), MAX_SHOT_HEIGHT)
+        clip = {"x": 0, "y": 0, "width": 1280, "height": height}
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True, clip=clip)
