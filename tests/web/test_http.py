@@ -106,6 +106,14 @@ async def test_a_reader_sees_no_action_and_a_direct_post_is_refused(
         for button in ("Upgrade", "Scale", "Delete cluster", "Download kubeconfig", "Take a backup"):
             assert button not in detail, button
         assert "Create machine class" not in (await ui.page("/machineclasses")).text
+        # Nor the forms, asked for by their address.
+        for form in ("/clusters/new", "/machineclasses/new", "/clusters/open/delete"):
+            shown = await ui.page(form)
+            assert (
+                shown.status_code == 403
+                and "cannot" in shown.text
+                and '<form method="post" action="/ui/clusters"' not in shown.text
+            )
         assert "Audit log" not in listing  # not in the navigation: Admin and Support only
         assert (await ui.page("/audit")).status_code == 403
         for path, fields in (

@@ -114,6 +114,14 @@ class Web:
             status=code,
         )
 
+    def refusal(
+        self, request: Request, caller: Caller, verb: str, kind: str, obj: Any = None
+    ) -> Response | None:
+        """The page refusing a form for something the API would refuse ``caller`` (its 403 and reason),
+        or None when it is allowed: a form that can only fail is not shown."""
+        why = caller.why_not(verb, kind, obj)
+        return self.failure(request, 403, why, caller=caller) if why else None
+
     def to_login(self, request: Request) -> Response:
         base = request.scope.get("root_path", "")
         return RedirectResponse(f"{base}/login", 303, headers=SECURITY_HEADERS)

@@ -176,6 +176,8 @@ def routes(web: Web) -> list[BaseRoute]:
 
     async def confirm_delete(request: Request, caller: Caller) -> Response:
         context = await _gather(caller, request.path_params["name"])
+        if refused := web.refusal(request, caller, "delete", "Cluster", context["cluster"]):
+            return refused
         context["machine_count"] = sum(len(m) for m in context["members"].values())
         return web.render(request, "cluster_delete.html", context, caller=caller)
 

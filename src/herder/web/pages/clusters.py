@@ -50,6 +50,8 @@ def routes(web: Web) -> list[BaseRoute]:
         return web.render(request, "clusters.html", context, caller=caller)
 
     async def new(request: Request, caller: Caller) -> Response:
+        if refused := web.refusal(request, caller, "create", "Cluster"):
+            return refused
         classes = await caller.client.list("machineclasses", NAMESPACE)
         context = {
             "classes": sorted(c.name for c in classes.items),

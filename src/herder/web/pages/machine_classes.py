@@ -39,6 +39,8 @@ def routes(web: Web) -> list[BaseRoute]:
         return web.render(request, "machine_classes.html", context, caller=caller)
 
     async def new(request: Request, caller: Caller) -> Response:
+        if refused := web.refusal(request, caller, "create", "MachineClass"):
+            return refused
         providers = await caller.client.list("infraproviders")
         chosen = request.query_params.get("provider", "")
         provider = next((p for p in providers.items if p.name == chosen), None)
