@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -87,33 +89,36 @@ async def _fleet(store: Store, clusters: int, machines: int) -> None:
         await store.create(_object("Machine", uuid, spec=spec, status=status, **labels), actor=SYSTEM)
 
 
-async def _run(args: argparse.Namespace, data: Path) -> None:
+@contextlib.asynccontextmanager
+async def signed_in(data: Path) -> AsyncIterator[tuple[Store, httpx.AsyncClient]]:
+    """herder's API and UI in this process on an SQLite store in ``data``, wired as ``herder serve``
+    wires them, and an HTTP client of the UI signed in as an Admin (the tests use it too)."""
     store = await open_store(f"sqlite://{data / 'herder.db'}", herder_registry(), key=b"\0" * 32)
     audit = AuditLog(store, data / "audit.log")
     try:
         policy = HerderPolicy(store, audit)
         ui = with_ui(build_app(store, policy), policy, build)
-        await store.create(
-            Resource.model_validate(
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}
-            ),
-            actor=SYSTEM,
-        )
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}
+        await store.create(Resource.model_validate(namespace), actor=SYSTEM)
         await store.create(_object("ServiceAccount", "bench", spec={"role": "Admin"}), actor=SYSTEM)
         token = (await tokens.issue(store, SERVICE_ACCOUNT, "bench")).token
-        await _fleet(store, args.clusters, args.machines)
         # A session as sign-in makes one (the login form's path is measured by the tests, not here).
-        session_id = await _sign_in(ui, token)
-        cookies = {SESSION_COOKIE: session_id}
+        cookies = {SESSION_COOKIE: await _sign_in(ui, token)}
         transport = StreamingASGITransport(ui, ("127.0.0.1", 1), "bench")
         async with httpx.AsyncClient(
             transport=transport, base_url="https://bench/ui", cookies=cookies, timeout=60
         ) as http:
-            await _render(http, args)
-            await _live(http, store, args)
+            yield store, http
     finally:
         audit.close()
         await store.close()
+
+
+async def _run(args: argparse.Namespace, data: Path) -> None:
+    async with signed_in(data) as (store, http):
+        await _fleet(store, args.clusters, args.machines)
+        await _render(http, args)
+        await _live(http, store, args)
 
 
 async def _sign_in(ui: Any, token: str) -> str:

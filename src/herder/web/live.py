@@ -44,8 +44,13 @@ async def follow(caller: Caller, plural: str, rv: str, out: asyncio.Queue[dict[s
                 rv = event.object.metadata.resource_version or rv
                 if event.type != "BOOKMARK":
                     await out.put({"kind": plural, "type": event.type, "name": event.object.name, "rv": rv})
+            # The API ended the watch (its timeout): go on from the last revision seen.
         except Gone:
-            rv = (await caller.client.list(plural, limit=1)).resource_version
+            try:
+                rv = (await caller.client.list(plural, limit=1)).resource_version
+            except TransportError:
+                await asyncio.sleep(RETRY)
+                continue
             await out.put({"kind": plural, "type": "RELIST", "name": "", "rv": rv})
         except ApiError as exc:
             # Refused (signed out, token revoked): the page is told, and stops listening.
