@@ -94,7 +94,7 @@ def test_a_cluster_from_a_machine_class_becomes_ready_without_a_reload(
     page.get_by_label("Name", exact=True).fill("emulated")
     screenshot(page, "machine-class-new")
     page.get_by_role("button", name="Create machine class").click()
-    expect(page.get_by_role("status")).to_contain_text("machine class emulated created")
+    expect(page.locator(".flash")).to_contain_text("machine class emulated created")
 
     page.goto(f"{base}/ui/clusters/new")
     page.get_by_label("Name", exact=True).fill("web")
@@ -123,7 +123,7 @@ def test_a_talos_upgrade_from_the_cluster_page_shows_its_rollout(
     choice.select_option("v1.13.10")
     page.evaluate("window.__notReloaded = true")
     page.get_by_role("button", name="Upgrade Talos").click()
-    expect(page.get_by_role("status")).to_contain_text("Talos upgrade of web to v1.13.10 started")
+    expect(page.locator(".flash")).to_contain_text("Talos upgrade of web to v1.13.10 started")
     page.evaluate("window.__notReloaded = true")
     rollout = page.locator(".rollout", has_text="Talos → v1.13.10")
     expect(rollout.locator("progress")).to_have_count(1, timeout=30_000)

@@ -43,6 +43,7 @@ def routes(web: Web) -> list[BaseRoute]:
             return login_form(request, 401, "token: this token is not valid (unknown, revoked or expired)")
         except ApiError as exc:  # too many failed attempts from this address
             return login_form(request, exc.code, exc.message)
+        web.sessions.close(request)  # a session the browser had before ends: a new id for the new sign-in
         session_id, _ = web.sessions.open(token)
         base = request.scope.get("root_path", "")
         response = RedirectResponse(f"{base}/clusters", 303, headers=SECURITY_HEADERS)

@@ -9,7 +9,6 @@ body over as the app sends it, and tells the app the client left when the respon
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
@@ -37,8 +36,9 @@ class _Body(httpx.AsyncByteStream):
             # would not notice the disconnect soon: it is stopped outright.
             await asyncio.sleep(0)
             self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
+        # The app's own end (cancelled, or failed after answering) is no error of the reader's; a
+        # cancellation of the reader still propagates.
+        await asyncio.gather(self._task, return_exceptions=True)
 
 
 class StreamingASGITransport(httpx.AsyncBaseTransport):
