@@ -25,6 +25,12 @@ def routes(web: Web) -> list[BaseRoute]:
     async def machines(request: Request, caller: Caller) -> Response:
         show = request.query_params.get("show", "all")
         listed = await caller.client.list("machines", NAMESPACE)
+        # Power is carried out by a machine's provider: only those that say they can are offered it.
+        powered = {
+            p.name
+            for p in (await caller.client.list("infraproviders")).items
+            if ((p.status or {}).get("capabilities") or {}).get("power")
+        }
         providers = sorted(
             {m.metadata.labels[PROVIDER_LABEL] for m in listed.items if PROVIDER_LABEL in m.metadata.labels}
         )
@@ -34,7 +40,11 @@ def routes(web: Web) -> list[BaseRoute]:
         elif show.startswith("provider:"):
             items = [m for m in items if m.metadata.labels.get(PROVIDER_LABEL) == show.partition(":")[2]]
         rows = [
-            {"machine": m, "refusal": caller.why_not("update", "Machine", m)}
+            {
+                "machine": m,
+                "refusal": caller.why_not("update", "Machine", m),
+                "power": m.metadata.labels.get(PROVIDER_LABEL) in powered,
+            }
             for m in sorted(items, key=lambda m: m.name)
         ]
         context = {
