@@ -75,5 +75,10 @@ def screenshot(page: Page, name: str) -> None:
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
         # The whole page, but no taller than a long laptop screen (the audit log goes on and on).
         height = min(int(page.evaluate("document.documentElement.scrollHeight")), MAX_SHOT_HEIGHT)
-        clip = {"x": 0, "y": 0, "width": 1280, "height": height}
+        clip = {
+            "x": 0,
+            "y": 0,
+            "width": page.viewport_size["width"] if page.viewport_size else 1280,
+            "height": height,
+        }
         page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True, clip=clip)

@@ -174,6 +174,12 @@ def test_a_reader_sees_no_action_buttons_and_a_direct_post_is_refused(
         == 403
     )
     assert site.get("cluster", "web")["metadata"].get("deletionTimestamp") is None
+    # On a phone the page fits the screen's width: wide tables scroll inside their own box.
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in ("/ui/clusters", "/ui/machines", "/ui/clusters/web"):
+        page.goto(f"{base}{path}")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
+    screenshot(page, "cluster-phone")
 
 
 def test_a_read_only_machine_says_why_nothing_can_be_done(
