@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup etcd protos
+.PHONY: run test lint setup etcd chromium protos
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,12 @@ etcd:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server) >/dev/null \
 	  || echo "warning: could not install etcd-server; etcd tests will be skipped" >&2; }
 
+# The web UI's browser tests drive Debian's Chromium; install it when it is missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+	  || echo "warning: could not install chromium; browser tests will be skipped" >&2; }
+
 run: setup
 	$(VENV)/bin/herder demo
 
@@ -27,7 +33,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
 
-test: setup etcd lint
+test: setup etcd chromium lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile
 
 # Regenerate the committed Talos machine API stubs from src/herder/talos/api/**/*.proto.

@@ -21,6 +21,9 @@ from typing import Any, Protocol
 
 import uvicorn
 import yaml
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.types import ASGIApp
 
 from herder.api import tokens
 from herder.api.actions import ObjectAction
@@ -70,6 +73,11 @@ ActionsFactory = Callable[[Store], Sequence[ObjectAction]]
 # Makes another server beside the API, which records in its audit trail (the Talos API gateway); it may
 # listen already once made, so that a port in use ends the start.
 ServiceFactory = Callable[[Store, AuditLog], Background]
+# Makes an app served beside the API under ``UI_PATH`` (the web UI), from the API's own app and policy,
+# so that it reaches objects through exactly the API's authorization, admission and audit.
+UiFactory = Callable[[ASGIApp, HerderPolicy], ASGIApp]
+
+UI_PATH = "/ui"
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,11 @@ class ServeOptions:
     @property
     def state_url(self) -> str:
         return self.state or f"sqlite://{(self.data_dir / 'herder.db').resolve()}"
+
+
+def with_ui(api: ASGIApp, policy: HerderPolicy, ui: UiFactory) -> ASGIApp:
+    """The API app with the UI ``ui`` makes of it served beside it, under ``UI_PATH``."""
+    return Starlette(routes=[Mount(UI_PATH, app=ui(api, policy)), Mount("", app=api)])
 
 
 def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
@@ -196,6 +209,7 @@ async def serve(
     prepare: Sequence[Prepare] = (),
     actions: ActionsFactory | None = None,
     services: Sequence[ServiceFactory] = (),
+    ui: UiFactory | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop the server, the services beside it and the background
     work, and close the store."""
@@ -218,13 +232,17 @@ async def serve(
         workers.extend(make(store, audit) for make in services)
         url = server_url(host, port)
         kubeconfig = await bootstrap(store, options.data_dir, url, tls.ca.read_bytes() if tls.ca else None)
+        policy = HerderPolicy(store, audit, support=Support(store, support_token))
+        app: ASGIApp = build_app(
+            store,
+            policy,
+            actions(store) if actions else (),
+            max_body_bytes=options.max_body_bytes or MAX_BODY_BYTES,
+        )
+        if ui is not None:
+            app = with_ui(app, policy, ui)
         config = uvicorn.Config(
-            build_app(
-                store,
-                HerderPolicy(store, audit, support=Support(store, support_token)),
-                actions(store) if actions else (),
-                max_body_bytes=options.max_body_bytes or MAX_BODY_BYTES,
-            ),
+            app,
             host=host,
             port=port,
             ssl_certfile=str(tls.cert),

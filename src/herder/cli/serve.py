@@ -131,8 +131,11 @@ def _run(
     from herder.api.serve import serve
     from herder.controllers.catalog import register_admission
     from herder.talos_gateway.gateway import TalosGateway
+    from herder.web.app import build as web_ui
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A line per request drowns what matters: the web UI makes one per API call it serves a page with.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     work = [controller_manager(controller_options), *background]
     try:
         gateway = TalosGateway(
@@ -148,6 +151,7 @@ def _run(
                 prepare=[register_admission],
                 actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
                 services=[gateway.service],
+                ui=web_ui,
             )
         )
     except (OSError, ValueError, StateError) as exc:
@@ -370,13 +374,18 @@ async def _seed_demo(data_dir: Path, store: Store) -> None:
     for obj in [*_demo_objects(), _viewer()]:
         with contextlib.suppress(AlreadyExists):
             await store.create(obj, actor=SYSTEM)
+    from herder.api.serve import UI_PATH
+
     admin = data_dir / KUBECONFIG
     viewer = data_dir / "viewer.kubeconfig"
     credentials = load(admin)
     issued = await tokens.issue(store, SERVICE_ACCOUNT, "viewer", description="herder demo")
     write_kubeconfig(viewer, credentials.server, credentials.ca_pem, issued.token, user="viewer")
     print(
-        "\nherder demo is running. Try:\n"
+        "\nherder demo is running.\n"
+        f"Web UI: {credentials.server}{UI_PATH}  (sign in with the token in {admin}, or {viewer}'s as a\n"
+        "Reader; the browser must trust the CA in the kubeconfig, or be told to accept the certificate)\n"
+        "Try:\n"
         f"  kubectl --kubeconfig {admin} get configpatches\n"
         f"  kubectl --kubeconfig {admin} api-resources\n"
         f"  kubectl --kubeconfig {admin} get auditevents\n"

@@ -59,8 +59,15 @@ class Client:
     """One connection to a herder API server; use it as an async context manager, or ``close`` it."""
 
     def __init__(
-        self, credentials: Credentials, *, registry: KindRegistry | None = None, timeout: float = 30.0
+        self,
+        credentials: Credentials,
+        *,
+        registry: KindRegistry | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``transport``: how requests reach the server instead of the network (the web UI calls the
+        API it is served beside in-process)."""
         self.server = credentials.server
         self.registry = registry or herder_registry()
         verify: ssl.SSLContext | bool = True
@@ -75,7 +82,12 @@ class Client:
         # once) keeps in flight: one closed and opened again costs both sides a TLS handshake.
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
         self._http = httpx.AsyncClient(
-            base_url=credentials.server, headers=headers, verify=verify, timeout=timeout, limits=limits
+            base_url=credentials.server,
+            headers=headers,
+            verify=verify,
+            timeout=timeout,
+            limits=limits,
+            transport=transport,
         )
 
     @classmethod

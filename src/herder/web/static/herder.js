@@ -1,0 +1,78 @@
+// herder's live updates: the page's live region follows the changes the server streams (server-sent
+// events fed by the API's watches). Changes are coalesced into at most one refresh in flight; a refresh
+// asks for the live region only (X-Herder-Live), never the whole page, and waits while a form in it is
+// being filled in, so that nothing typed is lost.
+(function () {
+  "use strict";
+  var main = document.getElementById("main");
+  var live = document.getElementById("live");
+  var state = document.getElementById("live-state");
+  if (!main || !live || !main.dataset.watch || !window.EventSource) return;
+  var rv = main.dataset.rv;
+  var timer = null, busy = false, pending = false, source = null;
+
+  function say(text) {
+    state.hidden = !text;
+    state.textContent = text;
+  }
+
+  function editing() {
+    var el = document.activeElement;
+    return !!(el && live.contains(el) && /^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName));
+  }
+
+  function schedule() {
+    if (!timer) timer = setTimeout(refresh, 150);
+  }
+
+  function refresh() {
+    timer = null;
+    if (busy || editing()) { pending = true; return; }
+    busy = true;
+    pending = false;
+    fetch(window.location.href, { headers: { "X-Herder-Live": "1" }, credentials: "same-origin" })
+      .then(function (response) {
+        if (response.redirected || response.status === 401) { window.location.reload(); return null; }
+        // A refusal (the object is gone, access was taken away) is shown; a server failure is not,
+        // and is not retried at once either: the next change tries again.
+        if (response.status >= 500) return null;
+        return response.text();
+      })
+      .then(function (html) {
+        if (html === null) return;
+        live.innerHTML = html;
+        main.dataset.refreshed = String(Date.now());
+      })
+      .catch(function () { /* unreachable now: the stream's reconnection refreshes */ })
+      .then(function () {
+        busy = false;
+        if (pending) schedule();
+      });
+  }
+
+  function listen() {
+    var url = main.dataset.events + "?watch=" + encodeURIComponent(main.dataset.watch) + "&rv=" + encodeURIComponent(rv);
+    source = new EventSource(url);
+    function changed(event) {
+      try { rv = JSON.parse(event.data).rv || rv; } catch (e) { /* keep the last revision */ }
+      say("");
+      schedule();
+    }
+    source.addEventListener("change", changed);
+    source.addEventListener("relist", changed);
+    source.addEventListener("ended", function () {
+      source.close();
+      say("Live updates ended: reload the page.");
+    });
+    source.onerror = function () {
+      // Reconnect from the last revision seen (EventSource would start over from the page's), and
+      // refresh once: changes may have come while the stream was down.
+      source.close();
+      say("Reconnecting…");
+      setTimeout(function () { listen(); schedule(); }, 2000);
+    };
+  }
+
+  live.addEventListener("focusout", function () { if (pending) schedule(); });
+  listen();
+})();
