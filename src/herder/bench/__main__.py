@@ -10,6 +10,7 @@ BENCHMARKS = {
     "api": "herder.bench.api",
     "emu": "herder.bench.emu",
     "clusters": "herder.bench.clusters",
+    "upgrades": "herder.bench.upgrades",
     "provision": "herder.bench.provision",
     "web": "herder.bench.web",
 }

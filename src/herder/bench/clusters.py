@@ -20,6 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +155,34 @@ async def _create_all(client: Client, objects: list[Resource], width: int = 50) 
         await asyncio.gather(*(client.create(obj) for obj in objects[i : i + width]))
 
 
-async def run(clusters: int, timeout: float) -> None:
+@dataclass
+class Fleet:
+    """A running server and emulator whose machines are registered with the server and connected."""
+
+    client: Client
+    server: Server
+    emulator: EmulatorProcess
+    uuids: list[str]
+    """The machines' UUIDs, sorted: cluster ``i`` takes ``uuids[5 * i : 5 * i + 5]``."""
+
+    def machines_of(self, i: int) -> list[str]:
+        per = CONTROL_PLANES + WORKERS
+        return self.uuids[i * per : i * per + per]
+
+    async def counters(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Store writes by kind and reconciles by controller, so far."""
+        return (
+            await _counters(self.client, "herder_store_writes_total", "kind"),
+            await _counters(self.client, "herder_reconcile_total", "controller"),
+        )
+
+
+@asynccontextmanager
+async def fleet(prefix: str, clusters: int, timeout: float) -> AsyncIterator[Fleet]:
+    """A server and an emulator with machines for ``clusters`` clusters, registered (as ``herder machine
+    add`` registers them) and connected; both processes are ended on the way out."""
     machines = clusters * (CONTROL_PLANES + WORKERS)
-    with tempfile.TemporaryDirectory(prefix="herder-bench-clusters-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = Path(tmp)
         (root / "emulator").mkdir()
         emulator = EmulatorProcess(
@@ -176,88 +204,97 @@ async def run(clusters: int, timeout: float) -> None:
                     for m in published
                 ],
             )
-            deadline = time.monotonic() + timeout
-            while True:
-                listed = await client.list(MACHINE)
-                connected = [m for m in listed.items if (m.status or {}).get("connected")]
-                if len(connected) >= machines:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"only {len(connected)}/{machines} machines registered and connected")
-                await asyncio.sleep(0.5)
-            writes_before = await _counters(client, "herder_store_writes_total", "kind")
-            reconciles_before = await _counters(client, "herder_reconcile_total", "controller")
-            uuids = sorted(m["uuid"] for m in published)
-            started = time.monotonic()
-            created: list[Resource] = []
-            sets: list[Resource] = []
-            for i in range(clusters):
-                name = f"bench-{i:03d}"
-                own = uuids[i * 5 : i * 5 + 5]
-                labels = {CLUSTER_LABEL: name}
-                created.append(_obj(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}))
-                sets.append(
-                    _obj(
-                        MACHINE_SET,
-                        control_plane_set_name(name),
-                        {"role": "controlplane", "machines": own[:CONTROL_PLANES]},
-                        labels,
-                    )
-                )
-                sets.append(
-                    _obj(
-                        MACHINE_SET,
-                        f"{name}-workers",
-                        {"role": "worker", "machines": own[CONTROL_PLANES:]},
-                        labels,
-                    )
-                )
-            await _create_all(client, created)
-            await _create_all(client, sets)
-            ready = 0
-            while True:
-                listed = await client.list(CLUSTER)
-                ready = sum(1 for c in listed.items if condition_true(c.status, "Ready"))
-                if ready >= clusters:
-                    break
-                if time.monotonic() > deadline + timeout:
-                    raise TimeoutError(f"only {ready}/{clusters} clusters Ready")
-                await asyncio.sleep(0.5)
-            elapsed = time.monotonic() - started
-            writes = _per_machine(
-                await _counters(client, "herder_store_writes_total", "kind"), writes_before, machines
+            await until(
+                f"{machines} machines registered and connected",
+                timeout,
+                lambda: _connected(client, machines),
             )
-            reconciles = _per_machine(
-                await _counters(client, "herder_reconcile_total", "controller"), reconciles_before, machines
-            )
-            emit(
-                "clusters_until_all_ready",
-                elapsed,
-                "s",
-                clusters=clusters,
-                machines=machines,
-                goal_max=120,
-                cores=os.cpu_count(),
-            )
-            emit("clusters_server_rss", server.rss_mib(), "MiB", clusters=clusters)
-            emit("clusters_emulator_rss", emulator.rss_mib(), "MiB", machines=machines)
-            emit(
-                "clusters_store_writes_per_machine",
-                sum(writes.values()),
-                "writes",
-                goal_max=40,
-                by_kind=writes,
-            )
-            emit(
-                "clusters_reconciles_per_machine",
-                sum(reconciles.values()),
-                "reconciles",
-                by_controller=reconciles,
-            )
-            await client.close()
+            try:
+                yield Fleet(client, server, emulator, sorted(m["uuid"] for m in published))
+            finally:
+                await client.close()
         finally:
             server.stop()
             emulator.stop()
+
+
+async def _connected(client: Client, machines: int) -> bool:
+    listed = await client.list(MACHINE)
+    return sum(1 for m in listed.items if (m.status or {}).get("connected")) >= machines
+
+
+async def until(what: str, timeout: float, check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait for ``check()``, every half second, failing after ``timeout`` seconds naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:.0f}s: {what}")
+        await asyncio.sleep(0.5)
+
+
+async def all_ready(client: Client, clusters: int) -> bool:
+    listed = await client.list(CLUSTER)
+    return sum(1 for c in listed.items if condition_true(c.status, "Ready")) >= clusters
+
+
+def emit_costs(
+    name: str,
+    fleet: Fleet,
+    before: tuple[dict[str, float], dict[str, float]],
+    after: tuple[dict[str, float], dict[str, float]],
+    **extra: Any,
+) -> None:
+    """The store writes and reconciles per machine between two readings of the counters."""
+    machines = len(fleet.uuids)
+    writes = _per_machine(after[0], before[0], machines)
+    reconciles = _per_machine(after[1], before[1], machines)
+    emit(f"{name}_store_writes_per_machine", sum(writes.values()), "writes", **extra, by_kind=writes)
+    emit(f"{name}_reconciles_per_machine", sum(reconciles.values()), "reconciles", by_controller=reconciles)
+
+
+async def run(clusters: int, timeout: float) -> None:
+    async with fleet("herder-bench-clusters-", clusters, timeout) as site:
+        before = await site.counters()
+        started = time.monotonic()
+        created: list[Resource] = []
+        sets: list[Resource] = []
+        for i in range(clusters):
+            name = f"bench-{i:03d}"
+            own = site.machines_of(i)
+            labels = {CLUSTER_LABEL: name}
+            created.append(_obj(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}))
+            sets.append(
+                _obj(
+                    MACHINE_SET,
+                    control_plane_set_name(name),
+                    {"role": "controlplane", "machines": own[:CONTROL_PLANES]},
+                    labels,
+                )
+            )
+            sets.append(
+                _obj(
+                    MACHINE_SET,
+                    f"{name}-workers",
+                    {"role": "worker", "machines": own[CONTROL_PLANES:]},
+                    labels,
+                )
+            )
+        await _create_all(site.client, created)
+        await _create_all(site.client, sets)
+        await until(f"{clusters} clusters Ready", timeout, lambda: all_ready(site.client, clusters))
+        elapsed = time.monotonic() - started
+        emit(
+            "clusters_until_all_ready",
+            elapsed,
+            "s",
+            clusters=clusters,
+            machines=len(site.uuids),
+            goal_max=120,
+            cores=os.cpu_count(),
+        )
+        emit("clusters_server_rss", site.server.rss_mib(), "MiB", clusters=clusters)
+        emit("clusters_emulator_rss", site.emulator.rss_mib(), "MiB", machines=len(site.uuids))
+        emit_costs("clusters", site, before, await site.counters(), goal_max=40)
 
 
 def main(argv: list[str]) -> int:
