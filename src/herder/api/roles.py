@@ -173,8 +173,10 @@ POLICY: dict[str, Rule] = {
         update="Admin",
         delete="Admin",
         infra=InfraScope(READ_VERBS, status=True, status_fields=PROVIDER_STATUS_FIELDS),
-        confidential=("spec.config",),
+        # The managed offer is the platform's: users read its projection (ManagedControlPlaneOffering).
+        confidential=("spec.config", "spec.managedControlPlanes"),
     ),
+    "ManagedControlPlaneOffering": HERDER_KIND,
     "JoinConfig": Rule(read="Admin", create=None, update=None, delete=None, infra=InfraScope(READ_VERBS)),
     "MachineRequestSet": _uniform("Reader", "Operator", infra=InfraScope(READ_VERBS)),
     # A request's status is its provider's alone, Admins included; the provider may change nothing

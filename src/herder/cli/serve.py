@@ -145,7 +145,7 @@ def _run(
                 options,
                 background=work,
                 ready=ready,
-                prepare=[register_admission],
+                prepare=[lambda store: register_admission(store, controller_options)],
                 actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
                 services=[gateway.service],
             )
@@ -212,6 +212,14 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    managed_control_planes: Annotated[
+        bool,
+        typer.Option(
+            "--managed-control-planes",
+            help="Offer managed control planes: clusters whose control planes the platform runs on the "
+            "machines of a provider whose spec.managedControlPlanes Support wrote.",
+        ),
+    ] = False,
     provider: Annotated[
         list[str] | None,
         typer.Option(
@@ -240,7 +248,10 @@ def serve_command(
     )
     _run(
         options,
-        _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
+        replace(
+            _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
+            managed_control_planes=managed_control_planes,
+        ),
         background=providers(options.data_dir, provider or []),
         talos_listen=talos_listen,
     )

@@ -23,11 +23,11 @@ from herder.controllers.clusters.cluster_probes import (
     probe_etcd,
     probe_kubernetes,
 )
-from herder.controllers.clusters.members import cluster_machines, machine_of
+from herder.controllers.clusters.members import running_control_planes
 from herder.resources import Resource, now_rfc3339
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
 from herder.resources.control_planes import CONTROL_PLANE_STATUS
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
+from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 
@@ -105,7 +105,7 @@ class ControlPlaneStatusController(Controller):
                 ctx, cluster, None, None, None, "NotBootstrapped", "etcd is not bootstrapped yet"
             )
             return None
-        running = await self._running_control_planes(ctx, cluster)
+        running = await running_control_planes(ctx, cluster)
         etcd = await probe_etcd(running, view.talos)
         await self._mark_members(ctx, cluster, running, etcd)
         endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get(
@@ -116,18 +116,6 @@ class ControlPlaneStatusController(Controller):
         self._measure(where, etcd, kubernetes)
         healthy = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
         return Result(requeue_after=self._healthy_every if healthy else UNHEALTHY_EVERY)
-
-    async def _running_control_planes(self, ctx: Context, cluster: Resource) -> dict[str, str]:
-        """Talos endpoint → machine UUID of the cluster's control planes that run."""
-        out: dict[str, str] = {}
-        for member in await cluster_machines(ctx, cluster):
-            if (member.spec or {}).get("role") != "controlplane" or member.metadata.deletion_timestamp:
-                continue
-            machine = await machine_of(ctx, member)
-            mstatus = (machine.status or {}) if machine is not None else {}
-            if machine is not None and mstatus.get("connected") and mstatus.get("stage") == "Running":
-                out[MACHINE.spec_of(machine, MachineSpec).endpoint] = machine.name
-        return out
 
     async def _mark_members(
         self, ctx: Context, cluster: Resource, running: dict[str, str], etcd: EtcdReport
