@@ -30,6 +30,8 @@ TALOS_ROLES: dict[str, str] = {
 
 # The label that scopes objects to one infra provider, and an InfraProvider identity to its objects.
 INFRA_PROVIDER_LABEL = "herder.dev/infra-provider-id"
+# herder's own names, as Kubernetes keeps "kube-": hidden objects bear them, and no user creates one.
+RESERVED_PREFIX = "herder-"
 # Objects carrying this label do not exist for roles below Support.
 HIDDEN_LABEL = "herder.dev/hidden"
 # Objects carrying this annotation are visible, but nobody below Support may change or act on them.

@@ -14,17 +14,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from herder.resources.access import RESERVED_PREFIX
 from herder.resources.configuration import GROUP, VERSION
 from herder.resources.registry import KindInfo, PrinterColumn
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=True)
-_RESERVED_PREFIX = "herder-"
 
 
 def offering_name(provider_id: str) -> str:
     """The offering of a provider: its id, less herder's reserved prefix (a hidden provider's names
     are reserved; the offering is the name users may know)."""
-    return provider_id.removeprefix(_RESERVED_PREFIX)
+    return provider_id.removeprefix(RESERVED_PREFIX)
 
 
 class OfferedSize(BaseModel):
@@ -69,9 +69,9 @@ MANAGED_CONTROL_PLANE_OFFERING = KindInfo(
 
 def control_plane_request_set_name(cluster: str) -> str:
     """The hidden MachineRequestSet of a managed cluster's control planes (a reserved name)."""
-    return f"{_RESERVED_PREFIX}{cluster}-control-planes"
+    return f"{RESERVED_PREFIX}{cluster}-control-planes"
 
 
 def system_patch_name(cluster: str, what: str) -> str:
     """A hidden system ConfigPatch of a managed cluster (a reserved name)."""
-    return f"{_RESERVED_PREFIX}{cluster}-{what}"
+    return f"{RESERVED_PREFIX}{cluster}-{what}"

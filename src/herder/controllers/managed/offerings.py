@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from herder.resources import Resource
+from herder.resources.access import RESERVED_PREFIX
 from herder.resources.managed import MANAGED_CONTROL_PLANE_OFFERING, offering_name
 from herder.resources.provisioning import INFRA_PROVIDER, InfraProviderSpec, ManagedControlPlanes
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
@@ -20,7 +21,7 @@ from herder.state.store import CONTROLLER_ANNOTATION, Store, WatchEvent
 async def offered(store: Store, name: str) -> tuple[Resource, ManagedControlPlanes] | None:
     """The provider offering managed control planes as ``name``, and its offer (None when none does, or
     it is being deleted)."""
-    for provider_id in dict.fromkeys((f"herder-{name}", name)):
+    for provider_id in dict.fromkeys((RESERVED_PREFIX + name, name)):
         try:
             provider = await store.get(INFRA_PROVIDER.kind, provider_id)
         except NotFound:

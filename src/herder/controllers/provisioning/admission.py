@@ -17,7 +17,7 @@ from typing import Any
 from herder.controllers.provisioning import provider_schema
 from herder.controllers.writers import writer_sees_hidden
 from herder.resources import FieldError, InvalidObject, Resource
-from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL
+from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX
 from herder.resources.clusters import MACHINE_SET, MachineSetSpec
 from herder.resources.machines import MACHINE, MACHINE_CLASS, MachineClassSpec
 from herder.resources.provisioning import (
@@ -33,8 +33,6 @@ from herder.state.admission import Admission, Write
 from herder.state.errors import NotFound
 from herder.state.store import Store
 from herder.talos.contracts import UnknownTalosVersion, VersionContract
-
-RESERVED_PREFIX = "herder-"
 
 
 def _invalid(obj: Resource, *causes: FieldError) -> InvalidObject:
