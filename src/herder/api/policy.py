@@ -17,7 +17,7 @@ from herder.api.support import Support
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
 from herder.krm.status import ApiError, invalid
 from herder.resources import FieldError, KindInfo, Resource
-from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION, RESERVED_PREFIX
+from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, READ_ONLY_ANNOTATION, RESERVED_PREFIX
 from herder.state.store import Store
 
 # Hidden objects Support reached in the current request (a request runs in one task, so one context):
@@ -102,7 +102,7 @@ class HerderPolicy:
             _check_hidden_name(access, current, new)
             return
         # A provider hides what it makes for hidden requests (their config patches) under reserved names.
-        provider_hides = who.role == "InfraProvider" and HIDDEN_LABEL in new.metadata.labels
+        provider_hides = _hidden_provider(who) and HIDDEN_LABEL in new.metadata.labels
         if provider_hides:
             _check_hidden_name(access, current, new)
         if current is None and not provider_hides:
@@ -149,9 +149,10 @@ class HerderPolicy:
         if scope is None:
             # Kinds outside the provider's scope are refused whole (403) by ``authorize``, not hidden.
             return not hidden
-        # A provider sees its own objects, hidden ones included: a hidden provider (a managed control
-        # plane's) must read itself and serve its hidden requests.
-        return labels.get(scope.label) == who.scope.get(scope.label)
+        # A hidden provider (a managed control plane's) sees its own hidden objects: it must read itself
+        # and serve its hidden requests. Other providers see nothing hidden.
+        mine = labels.get(scope.label) == who.scope.get(scope.label)
+        return mine and (not hidden or _hidden_provider(who))
 
     def redaction(self, who: Identity, kind: KindInfo) -> Callable[[Resource], Resource] | None:
         """Objects of ``kind`` without its confidential fields, unless ``who`` may read them."""
@@ -199,6 +200,11 @@ def _concealed(who: Identity | None, access: Access | None) -> frozenset[str]:
     return frozenset(
         name for name in (access.name, access.namespace) if name and (roles.reserved(name) or name in reached)
     )
+
+
+def _hidden_provider(who: Identity) -> bool:
+    """Whether ``who`` is a hidden infra provider: only those have reserved ids (``herder-…``)."""
+    return who.role == "InfraProvider" and roles.reserved(who.scope.get(INFRA_PROVIDER_LABEL))
 
 
 def _drop(data: dict[str, Any], path: str) -> None:

@@ -11,6 +11,7 @@ BENCHMARKS = {
     "emu": "herder.bench.emu",
     "clusters": "herder.bench.clusters",
     "provision": "herder.bench.provision",
+    "managed": "herder.bench.managed",
 }
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def _free_port() -> int:
 class Server:
     """``herder serve`` as a child process, ended by its PID."""
 
-    def __init__(self, data_dir: Path, clusters: int) -> None:
+    def __init__(self, data_dir: Path, clusters: int, extra: Sequence[str] = ()) -> None:
         self.data_dir = data_dir
         self.port = _free_port()
         first = random.randrange(20000, 40000, 1000)
@@ -67,6 +68,7 @@ class Server:
             # herder makes them while idle (see controllers.clusters.key_pool).
             "--spare-keys",
             str(clusters),
+            *extra,
         ]
         self.process: subprocess.Popen[bytes] | None = None
 
