@@ -4,7 +4,7 @@ registration; an Omni-format template with a managed xs control plane and auto-p
 to Ready; an Operator sees the control plane machine read-only and is refused every forbidden action;
 the talosconfig reaches workers and not the control plane; Support sees everything; Talos versions off
 the list and downgrades are refused; xs grows to s (3 healthy etcd members), never back; a control plane
-machine made to vanish is replaced and etcd is healthy again.
+machine made to vanish, and one that stays unreachable, is replaced and etcd is healthy again.
 
 The tests of this module run in order on one site, each starting from where the previous one left off.
 """
@@ -62,7 +62,13 @@ def sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Site, Path
     the visible provider ``emu``."""
     workdir = tmp_path_factory.mktemp("managed")
     token_file, token = support_token_file(workdir)
-    serve = ("--managed-control-planes", "--support-token-file", str(token_file))
+    serve = (
+        "--managed-control-planes",
+        "--managed-replace-after",
+        "3",
+        "--support-token-file",
+        str(token_file),
+    )
     with running_site(workdir, 0, *serve, register=False) as s:
         support = s.server.kubeconfig_for(token, "support")
         providers = [start_provider(s, "herder-emu", "--hidden", by=support)]
@@ -319,10 +325,17 @@ def test_the_control_plane_grows_from_xs_to_s_and_never_shrinks(site: Site, oper
     assert shrink.returncode != 0 and "grows and never shrinks" in shrink.stderr, shrink.stderr
 
 
-def test_a_vanished_control_plane_is_replaced_and_etcd_is_healthy_again(site: Site) -> None:
+@pytest.mark.parametrize(
+    ("fault", "told"),
+    [("vanish", "EtcdMemberRemoved"), ("partition", "ReplacingControlPlane")],
+    ids=["vanished", "unreachable"],
+)
+def test_a_failed_control_plane_is_replaced_and_etcd_is_healthy_again(
+    site: Site, fault: str, told: str
+) -> None:
     before = {m["metadata"]["name"] for m in _control_plane_machines(site)}
     gone = sorted(before)[0]
-    emu(site, "fault", gone, "vanish")
+    emu(site, "fault", gone, fault)
     site.until(
         lambda: (
             (now := {m["metadata"]["name"] for m in _control_plane_machines(site)})
@@ -335,4 +348,4 @@ def test_a_vanished_control_plane_is_replaced_and_etcd_is_healthy_again(site: Si
     site.until(lambda: _etcd_healthy(site, 3), timeout=90, what="3 healthy etcd members again")
     site.wait("cluster", CLUSTER, timeout=90)
     events = site.run("kubectl", "get", "events", "--field-selector", f"involvedObject.name={CLUSTER}").stdout
-    assert "EtcdMemberRemoved" in events, events
+    assert told in events and gone in events, events

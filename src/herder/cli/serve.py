@@ -220,6 +220,14 @@ def serve_command(
             "machines of a provider whose spec.managedControlPlanes Support wrote.",
         ),
     ] = False,
+    managed_replace_after: Annotated[
+        float,
+        typer.Option(
+            "--managed-replace-after",
+            min=1,
+            help="Seconds a managed control plane machine stays unreachable before it is replaced.",
+        ),
+    ] = 300.0,
     provider: Annotated[
         list[str] | None,
         typer.Option(
@@ -251,6 +259,7 @@ def serve_command(
         replace(
             _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
             managed_control_planes=managed_control_planes,
+            managed_replace_after=managed_replace_after,
         ),
         background=providers(options.data_dir, provider or []),
         talos_listen=talos_listen,

@@ -37,6 +37,7 @@ from herder.controllers.clusters.version_rollout import VersionRolloutController
 from herder.controllers.managed.admission import ManagedAdmission
 from herder.controllers.managed.control_planes import ManagedControlPlaneController
 from herder.controllers.managed.offerings import OfferingController
+from herder.controllers.managed.replacement import ManagedReplacementController
 from herder.controllers.provisioning.admission import ProvisioningAdmission
 from herder.controllers.provisioning.infra_provider import InfraProviderController
 from herder.controllers.provisioning.machine_request_set import MachineRequestSetController
@@ -64,6 +65,8 @@ class ControllerOptions:
     """herder's API as machines and providers reach it (in each provider's JoinConfig)."""
     managed_control_planes: bool = False
     """Whether clusters may have managed control planes (``herder serve --managed-control-planes``)."""
+    managed_replace_after: float = 300.0
+    """How long a managed control plane stays unreachable before it is replaced."""
 
 
 def register_admission(store: Store, options: ControllerOptions | None = None) -> None:
@@ -127,4 +130,5 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         # Managed control planes: the offerings users see, and each managed cluster's control planes.
         OfferingController(),
         ManagedControlPlaneController(),
+        ManagedReplacementController(options.managed_replace_after),
     ]
