@@ -173,6 +173,12 @@ def test_a_template_with_a_managed_control_plane_syncs_to_ready(site: Site, oper
     assert site.get("clustermachine", machine["metadata"]["name"])["metadata"]["annotations"][
         "herder.dev/read-only"
     ]
+    # The template's objects are in sync; the platform's control plane set is none of its business.
+    again = _as(site, operator, "herder", "cluster", "template", "sync", "-f", str(template))
+    assert again.returncode == 0 and CONTROL_PLANES not in again.stdout, again.stdout + again.stderr
+    exported = _as(site, operator, "herder", "cluster", "template", "export", CLUSTER)
+    assert exported.returncode == 0, exported.stderr
+    assert "managed:\n  enabled: true\n  provider: emu\n  size: xs" in exported.stdout, exported.stdout
     cluster = site.get("cluster", CLUSTER)
     managed = next(c for c in cluster["status"]["conditions"] if c["type"] == "ManagedControlPlane")
     assert managed["status"] == "True" and "herder-emu" not in json.dumps(cluster)

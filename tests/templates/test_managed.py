@@ -5,6 +5,7 @@ platform's (machines, their patches) and an incomplete ``managed`` are errors na
 from __future__ import annotations
 
 from herder.templates import check_file
+from herder.templates.export import export_template
 from tests.data.templates import TEMPLATES
 
 
@@ -26,3 +27,10 @@ def test_what_the_platform_owns_is_refused_with_the_field() -> None:
     assert "the platform's" in found["ControlPlane", "machines"]
     assert "the platform's" in found["ControlPlane", "patches"]
     assert any("size" in e.message and e.document.startswith("Cluster") for e in errors), errors
+
+
+def test_a_managed_cluster_exports_its_managed_control_plane() -> None:
+    objects = check_file(TEMPLATES / "valid" / "managed.yaml").objects()
+    cluster = next(o for o in objects if o.kind == "Cluster")
+    text = export_template(cluster, objects)
+    assert "kind: ControlPlane\nmanaged:\n  enabled: true\n  provider: emu\n  size: xs\n" in text, text

@@ -5,7 +5,9 @@ leadership and leaves etcd; then the machine is reset (its system disk wiped, re
 and herder waits until it reports maintenance again before letting the member go. A machine herder
 cannot reach keeps the member (and so its cluster's teardown) waiting, saying so on ``status.teardown``
 and in a Warning event, until it comes back or an Admin lets it go with ``herder machine release UUID
---force`` (annotation ``herder.dev/force-release`` on the Machine).
+--force`` (annotation ``herder.dev/force-release`` on the Machine). A control plane let go so (gone,
+unreachable) first has its etcd member removed through a control plane that runs, so that no stray
+member is left in a cluster that stays.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ from urllib.parse import urlsplit
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_machines import TEARDOWN_FINALIZER
-from herder.controllers.clusters.members import cluster_of, machine_of, running_control_planes
+from herder.controllers.clusters.members import (
+    cluster_machines,
+    cluster_of,
+    machine_of,
+    running_control_planes,
+)
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, MachineSpec
@@ -128,6 +135,13 @@ class ClusterMachineTeardownController(Controller):
         view = await self._keys.of(cluster)
         gone_host = split_endpoint(MACHINE.spec_of(machine, MachineSpec).endpoint)[0]
         running = {e: u for e, u in (await running_control_planes(ctx, cluster)).items() if u != member.name}
+        others = [
+            m
+            for m in await cluster_machines(ctx, cluster)
+            if m.name != member.name and (m.spec or {}).get("role") == "controlplane"
+        ]
+        if not others:
+            return True  # it was the only member: etcd went with it, nobody is left to remove it from
         if view is None or not running:
             await self._waiting(
                 ctx, member, "waiting for a running control plane to remove its etcd member", warn=True
