@@ -337,7 +337,7 @@ def test_the_control_plane_grows_from_xs_to_s_and_never_shrinks(site: Site, oper
     ids=["vanished", "unreachable"],
 )
 def test_a_failed_control_plane_is_replaced_and_etcd_is_healthy_again(
-    site: Site, fault: str, told: str
+    site: Site, operator: Path, fault: str, told: str
 ) -> None:
     before = {m["metadata"]["name"] for m in _control_plane_machines(site)}
     gone = sorted(before)[0]
@@ -355,3 +355,7 @@ def test_a_failed_control_plane_is_replaced_and_etcd_is_healthy_again(
     site.wait("cluster", CLUSTER, timeout=90)
     events = site.run("kubectl", "get", "events", "--field-selector", f"involvedObject.name={CLUSTER}").stdout
     assert told in events and gone in events, events
+    # Nothing the cluster told on the way names a hidden object.
+    seen = _as(site, operator, "kubectl", "get", "events", "-o", "json").stdout
+    shown = _as(site, operator, "kubectl", "get", "cluster,machinesets", "-o", "json").stdout
+    assert "herder-emu" not in seen + shown and f"{REQUEST_SET}-" not in seen + shown

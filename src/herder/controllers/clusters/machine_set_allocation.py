@@ -20,7 +20,7 @@ from herder.controllers.clusters.members import (
     set_nodes,
 )
 from herder.resources import Resource
-from herder.resources.access import READ_ONLY_ANNOTATION, read_only_of
+from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION, read_only_of
 from herder.resources.clusters import CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE, MachineSetSpec
 from herder.resources.machines import (
     CLUSTER_LABEL,
@@ -314,8 +314,11 @@ async def _requests_progress(
     ctx: Context, machine_set: Resource, request_set: str, short: int, source: str
 ) -> str:
     """Why ``short`` machines are missing, as the MachineRequestSet they come from says (its provider's
-    progress, errors, refusals)."""
+    progress, errors, refusals) — unless it is hidden (a managed control plane's), which users may not
+    know of: then only that the platform is at it."""
     made = await ctx.get(ObjectKey(MACHINE_REQUEST_SET.kind, machine_set.namespace, request_set))
+    if made is not None and HIDDEN_LABEL in made.metadata.labels:
+        return f"{short} more machine(s) wanted: the platform is provisioning them"
     ready = find_condition((made.status or {}).get("conditions"), "Ready") if made else None
     return f"{short} more machine(s) wanted from {source}: " + (
         str(ready.get("message") or "") if ready else "its machine requests are not made yet"

@@ -188,7 +188,8 @@ class ManagedControlPlaneController(Controller):
 
         await ctx.mutate_status(ObjectKey.of(cluster), record)
         if found.get("reason") != reason:
-            await ctx.event(cluster, "Normal" if ok else "Warning", f"ManagedControlPlane{reason}", message)
+            warn = not ok and reason != "Provisioning"  # getting its machines is no fault
+            await ctx.event(cluster, "Warning" if warn else "Normal", f"ManagedControlPlane{reason}", message)
 
 
 async def _apply(ctx: Context, cluster: Resource, desired: Resource) -> None:
