@@ -4,7 +4,8 @@ registration; an Omni-format template with a managed xs control plane and auto-p
 to Ready; an Operator sees the control plane machine read-only and is refused every forbidden action;
 the talosconfig reaches workers and not the control plane; Support sees everything; Talos versions off
 the list and downgrades are refused; xs grows to s (3 healthy etcd members), never back; a control plane
-machine made to vanish, and one that stays unreachable, is replaced and etcd is healthy again.
+machine made to vanish, and one that stays unreachable, is replaced and etcd is healthy again; deleting
+the cluster leaves nothing behind.
 
 The tests of this module run in order on one site, each starting from where the previous one left off.
 """
@@ -359,3 +360,23 @@ def test_a_failed_control_plane_is_replaced_and_etcd_is_healthy_again(
     seen = _as(site, operator, "kubectl", "get", "events", "-o", "json").stdout
     shown = _as(site, operator, "kubectl", "get", "cluster,machinesets", "-o", "json").stdout
     assert "herder-emu" not in seen + shown and f"{REQUEST_SET}-" not in seen + shown
+
+
+def test_deleting_the_cluster_leaves_nothing_behind(site: Site, support: Path) -> None:
+    """Its control planes are reset and destroyed like its workers, and Support sees nothing left."""
+    site.run("kubectl", "delete", "cluster", CLUSTER, "--wait=false")
+
+    def left() -> list[str]:
+        shown = _as(
+            site,
+            support,
+            "kubectl",
+            "get",
+            "machines,machinerequests,machinerequestsets,machinesets",
+            "-o",
+            "name",
+        )
+        return shown.stdout.split()
+
+    site.until(lambda: left() == [], timeout=90, what="no machine, request or set left")
+    assert "NotFound" in site.run("kubectl", "get", "cluster", CLUSTER, check=False).stderr

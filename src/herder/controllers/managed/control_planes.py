@@ -38,6 +38,10 @@ from herder.talos.contracts import VersionContract
 from herder.talos.system_patches import kube_span, managed_control_plane
 
 CONDITION = "ManagedControlPlane"
+# The system patches, by what they are about (``herder-<cluster>-<what>``).
+KUBESPAN = "kubespan"
+CONTROL_PLANES = "control-planes"
+_PATCHES = (KUBESPAN, CONTROL_PLANES)
 _RETRY = 10.0
 
 
@@ -71,8 +75,11 @@ class ManagedControlPlaneController(Controller):
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         cluster = await ctx.get(key)
-        if cluster is None or cluster.metadata.deletion_timestamp:
-            return None  # what it owns is garbage-collected after it
+        if cluster is None:
+            return None  # what it owned is garbage-collected after it
+        if cluster.metadata.deletion_timestamp:
+            await self._tear_down(ctx, cluster)
+            return None
         spec = CLUSTER.spec_of(cluster, ClusterSpec)
         managed = spec.managed
         if managed is None:
@@ -122,6 +129,19 @@ class ManagedControlPlaneController(Controller):
             await self._condition(ctx, cluster, False, "Provisioning", f"size {managed.size}: {why}")
         return None
 
+    async def _tear_down(self, ctx: Context, cluster: Resource) -> None:
+        """A cluster being deleted loses its control plane set (its machines leave, reset, as every
+        cluster's do) and its system patches; the request set stays until the cluster is gone (then it is
+        garbage-collected, and its machines destroyed), so that its machines can be reset first."""
+        names = [
+            (MACHINE_SET.kind, control_plane_set_name(cluster.name)),
+            *((CONFIG_PATCH.kind, system_patch_name(cluster.name, what)) for what in _PATCHES),
+        ]
+        for kind, name in names:
+            current = await ctx.get(ObjectKey(kind, cluster.namespace, name))
+            if current is not None and not current.metadata.deletion_timestamp:
+                await ctx.delete(ObjectKey.of(current))
+
     def _patches(self, cluster: Resource, spec: ClusterSpec, offer: ManagedControlPlanes) -> list[Resource]:
         # Configs keep the format of the version the cluster was created with (see cluster_machine_config).
         contract = VersionContract.parse(
@@ -130,9 +150,9 @@ class ManagedControlPlaneController(Controller):
         hidden = {CLUSTER_LABEL: cluster.name, HIDDEN_LABEL: "true"}
         control_planes = {**hidden, MACHINE_SET_LABEL: control_plane_set_name(cluster.name)}
         patches = (
-            ("kubespan", hidden, kube_span(contract), "KubeSpan on every machine (managed control planes)"),
+            (KUBESPAN, hidden, kube_span(contract), "KubeSpan on every machine (managed control planes)"),
             (
-                "control-planes",
+                CONTROL_PLANES,
                 control_planes,
                 managed_control_plane(contract, register_nodes=offer.register_nodes),
                 "managed control planes: metrics endpoints for scraping"
