@@ -62,6 +62,10 @@ class Server:
             str(data_dir),
             "--listen",
             f"127.0.0.1:{self.port}",
+            # A free port of its own for the Talos API gateway (by default the API's + 1, which another
+            # process may hold).
+            "--talos-listen",
+            f"127.0.0.1:{_free_port()}",
             "--cluster-endpoints",
             f"127.0.0.1:{first}-{first + clusters + 10}",
             # Every cluster's secrets need an RSA key: made while the machines register, as a running
