@@ -146,6 +146,17 @@ async def test_only_support_writes_a_providers_managed_offer(server: Server, tok
     async with server.http(tokens["Admin"]) as admin, server.http(tokens["Support"]) as support:
         refused = await admin.post(f"{API}/infraproviders", json=provider)
         assert refused.status_code == 403 and "only Support may set" in refused.json()["message"]
+        even = json.loads(json.dumps(provider))
+        even["metadata"]["name"] = "even-mx"
+        even["spec"]["managedControlPlanes"] = {
+            **OFFER,
+            "sizes": {"xs": {"machines": 2}},
+            "talosVersions": ["v0.1.0"],
+        }
+        invalid = await support.post(f"{API}/infraproviders", json=even)
+        assert invalid.status_code == 422, invalid.text
+        fields = {c["field"]: c["message"] for c in invalid.json()["details"]["causes"]}
+        assert "etcd quorum" in fields["spec.managedControlPlanes.sizes.xs.machines"], fields
         assert (await support.post(f"{API}/infraproviders", json=provider)).status_code == 201
         change = {"spec": {"managedControlPlanes": {**OFFER, "registerNodes": False}}}
         patched = await admin.patch(f"{API}/infraproviders/open-mx", json=change, headers=MERGE)
