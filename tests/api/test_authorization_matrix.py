@@ -70,6 +70,9 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "JoinConfig": {"spec": {"endpoint": "https://127.0.0.1:9", "token": "t"}},
     "MachineRequestSet": {"spec": {"providerID": PROVIDER, "talosVersion": "v1.13.0", "machineCount": 0}},
     "MachineRequest": {"spec": {"providerID": PROVIDER, "talosVersion": "v1.13.0"}},
+    "ManagedControlPlaneOffering": {
+        "spec": {"sizes": [{"name": "xs", "machines": 1}], "talosVersions": ["v1.13.0"]}
+    },
 }
 
 
@@ -84,8 +87,9 @@ MADE_BY_HERDER = {
     "JoinConfig": PROVIDER,
 }
 # Objects herder makes only from a running cluster (an etcd backup and its key), which the matrix has no
-# machines for: they are tried on a name that does not exist, so an access allowed answers 404.
-NO_TARGET = frozenset({"EtcdBackup", "EtcdBackupKey"})
+# machines for, and an offering, which needs a provider offering managed control planes: they are tried
+# on a name that does not exist, so an access allowed answers 404.
+NO_TARGET = frozenset({"EtcdBackup", "EtcdBackupKey", "ManagedControlPlaneOffering"})
 # Objects whose name is given: an InfraProvider is named by the id of the provider under test.
 TARGET_NAMES = {"InfraProvider": PROVIDER}
 # Names a create must use to be valid (a machine set node is named by a free machine's UUID).

@@ -100,7 +100,7 @@ def test_bad_fields_name_the_field(server: Server) -> None:
     error = _refused(
         server, machine_set("bravo", "bravo-x", "worker", machines=["m1"], machineClass={"name": "pool"})
     )
-    assert "not both" in error
+    assert "from one source" in error
     error = _refused(server, machine_set("bravo", "bravo-y", "boss"))
     assert "spec.role" in error
     status = json.loads(server.run("kubectl", "get", "cluster", "bravo", "-o", "json").stdout)

@@ -4,6 +4,7 @@ and run as separate processes (``herder emu provider``), each ended by its PID, 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -57,11 +58,13 @@ class ProviderProcess:
             process.wait()
 
 
-def register(site: Site, provider_id: str, *args: str) -> Path:
-    """``herder infraprovider create ID -o FILE`` as an Admin: the provider's kubeconfig."""
+def register(site: Site, provider_id: str, *args: str, by: Path | None = None) -> Path:
+    """``herder infraprovider create ID -o FILE`` as an Admin (or with the kubeconfig ``by``: a hidden
+    provider is Support's to create): the provider's kubeconfig."""
     kubeconfig = site.workdir / f"{provider_id}.kubeconfig"
-    created = site.run("herder", "infraprovider", "create", provider_id, "-o", str(kubeconfig), *args)
-    assert created.stdout.strip().startswith("hdr_"), created.stdout  # the token, shown once
+    command = ("herder", "infraprovider", "create", provider_id, "-o", str(kubeconfig), *args)
+    created = site.run(*command) if by is None else site.server.run(*command, kubeconfig=by)
+    assert created.stdout.strip().startswith("hdr_"), created.stdout + created.stderr  # the token, shown once
     return kubeconfig
 
 
@@ -87,20 +90,43 @@ def emulator_provider(site: Site, provider_id: str, kubeconfig: Path) -> Provide
 
 @contextmanager
 def provisioning_site(
-    workdir: Path, *serve_args: str, emulator_args: tuple[str, ...] = (), provider_id: str = "emu"
+    workdir: Path,
+    *serve_args: str,
+    emulator_args: tuple[str, ...] = (),
+    provider_id: str = "emu",
 ) -> Iterator[tuple[Site, ProviderProcess]]:
     """A site with the emulator's provider registered as ``provider_id`` and running (and connected)."""
     with running_site(workdir, 0, *serve_args, register=False, emulator_args=emulator_args) as site:
-        provider = emulator_provider(site, provider_id, register(site, provider_id)).start()
+        provider = start_provider(site, provider_id)
         try:
-            site.until(
-                lambda: condition(site.get("infraprovider", provider_id), "Ready").get("status") == "True",
-                timeout=60,
-                what=f"provider {provider_id} Ready",
-            )
             yield site, provider
         finally:
             provider.stop()
+
+
+def start_provider(
+    site: Site, provider_id: str, *register_args: str, by: Path | None = None
+) -> ProviderProcess:
+    """Register the emulator's provider as ``provider_id`` (``herder infraprovider create`` with
+    ``register_args``, by ``by``) and run it until it is Ready (the caller stops it)."""
+    provider = emulator_provider(
+        site, provider_id, register(site, provider_id, *register_args, by=by)
+    ).start()
+
+    def ready() -> bool:
+        if by is None:
+            shown = site.get("infraprovider", provider_id)
+        else:
+            got = site.server.run("kubectl", "get", "infraprovider", provider_id, "-o", "json", kubeconfig=by)
+            shown = json.loads(got.stdout or "{}")
+        return condition(shown, "Ready").get("status") == "True"
+
+    try:
+        site.until(ready, timeout=60, what=f"provider {provider_id} Ready")
+    except BaseException:
+        provider.stop()
+        raise
+    return provider
 
 
 def emu(site: Site, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

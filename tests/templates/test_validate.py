@@ -130,7 +130,6 @@ def test_fields_herder_refuses_say_why() -> None:
     control_plane = "ControlPlane (document 2)"
     _has(errors, control_plane, "name", "custom name is not allowed in the controlplane")
     _has(errors, control_plane, "updateStrategy", "control planes are updated one at a time")
-    _has(errors, control_plane, "managed.enabled", "managed control planes are not yet supported")
     _has(errors, 'Workers "workers" (document 3)', "bootstrapSpec", "bootstrapSpec is not allowed in workers")
     _has(
         errors,
@@ -183,5 +182,5 @@ def test_the_field_catalogue_names_what_is_mapped_ignored_and_refused() -> None:
     assert "Cluster.kubernetes.manifests" in catalogue["ignored"]
     assert "Cluster.features.backupConfiguration.interval" in catalogue["mapped"]
     assert "ControlPlane.bootstrapSpec.clusterUUID" in catalogue["mapped"]
-    assert "ControlPlane.managed.enabled" in catalogue["refused"]
+    assert "ControlPlane.managed.enabled" in catalogue["mapped"]
     assert "Machine.install.diskSelector" in catalogue["refused"]

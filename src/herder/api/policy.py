@@ -17,7 +17,7 @@ from herder.api.support import Support
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
 from herder.krm.status import ApiError, invalid
 from herder.resources import FieldError, KindInfo, Resource
-from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
+from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, READ_ONLY_ANNOTATION, RESERVED_PREFIX
 from herder.state.store import Store
 
 # Hidden objects Support reached in the current request (a request runs in one task, so one context):
@@ -101,7 +101,11 @@ class HerderPolicy:
         if roles.sees_hidden(who.role):
             _check_hidden_name(access, current, new)
             return
-        if current is None:
+        # A provider hides what it makes for hidden requests (their config patches) under reserved names.
+        provider_hides = _hidden_provider(who) and HIDDEN_LABEL in new.metadata.labels
+        if provider_hides:
+            _check_hidden_name(access, current, new)
+        if current is None and not provider_hides:
             _refuse_reserved(who, access, new)
         rule = roles.rule_for(access.kind)
         annotations = roles.USER_SETTABLE_ANNOTATIONS | {
@@ -138,13 +142,17 @@ class HerderPolicy:
 
     def visible(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> bool:
         _note_hidden(who, name, labels)
-        if not roles.sees_hidden(who.role) and HIDDEN_LABEL in labels:
-            return False
+        hidden = HIDDEN_LABEL in labels and not roles.sees_hidden(who.role)
         if who.role != "InfraProvider":
-            return True
+            return not hidden
         scope = roles.rule_for(kind).infra
-        # Kinds outside the provider's scope are refused whole (403) by ``authorize``, not hidden.
-        return scope is None or labels.get(scope.label) == who.scope.get(scope.label)
+        if scope is None:
+            # Kinds outside the provider's scope are refused whole (403) by ``authorize``, not hidden.
+            return not hidden
+        # A hidden provider (a managed control plane's) sees its own hidden objects: it must read itself
+        # and serve its hidden requests. Other providers see nothing hidden.
+        mine = labels.get(scope.label) == who.scope.get(scope.label)
+        return mine and (not hidden or _hidden_provider(who))
 
     def redaction(self, who: Identity, kind: KindInfo) -> Callable[[Resource], Resource] | None:
         """Objects of ``kind`` without its confidential fields, unless ``who`` may read them."""
@@ -192,6 +200,11 @@ def _concealed(who: Identity | None, access: Access | None) -> frozenset[str]:
     return frozenset(
         name for name in (access.name, access.namespace) if name and (roles.reserved(name) or name in reached)
     )
+
+
+def _hidden_provider(who: Identity) -> bool:
+    """Whether ``who`` is a hidden infra provider: only those have reserved ids (``herder-…``)."""
+    return who.role == "InfraProvider" and roles.reserved(who.scope.get(INFRA_PROVIDER_LABEL))
 
 
 def _drop(data: dict[str, Any], path: str) -> None:
@@ -251,7 +264,7 @@ def _refuse_reserved(who: Identity, access: Access, new: Resource) -> None:
             raise Denied(
                 f'{access.kind.plural} "{meta.name or meta.generate_name}" is forbidden: {who.name} '
                 f"(role {who.role}) cannot create an object whose {what} begins with "
-                f'"{roles.RESERVED_PREFIX}": those are reserved to herder'
+                f'"{RESERVED_PREFIX}": those are reserved to herder'
             )
 
 
@@ -267,7 +280,7 @@ def _check_hidden_name(access: Access, current: Resource | None, new: Resource) 
     if access.kind.kind in tokens.SUBJECT_KINDS:
         why = f"a {access.kind.kind} may not be hidden: audit events name it as the one who asked"
     elif not roles.reserved(name):
-        why = f'only an object whose name begins with "{roles.RESERVED_PREFIX}" may be hidden'
+        why = f'only an object whose name begins with "{RESERVED_PREFIX}" may be hidden'
     if why:
         raise invalid(access.kind, name or "", [FieldError("metadata.labels", f"{HIDDEN_LABEL}: {why}")])
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from herder.krm.policy import Access
 from herder.resources import KindInfo
-from herder.resources.access import INFRA_PROVIDER_LABEL, Role
+from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX, Role
 from herder.resources.clusters import MANAGED_BY_ANNOTATION
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 from herder.resources.provisioning import MACHINE_REQUEST_LABEL, MACHINE_REQUEST_SET_LABEL
@@ -33,7 +33,6 @@ TOKEN_SUBRESOURCE = "token"
 # Names herder keeps for itself, as Kubernetes keeps "kube-": below Support no object is created with
 # such a name or in a namespace so named, and only objects so named may be hidden. A create below
 # Support therefore never meets a hidden object, and cannot tell that one exists by failing.
-RESERVED_PREFIX = "herder-"
 HERDER_PREFIX = "herder.dev/"
 # The herder.dev/ labels users may set themselves: the ones that target or scope an object.
 USER_SETTABLE_LABELS = frozenset(
@@ -122,11 +121,14 @@ SEALED_KIND = _uniform("Support", None)
 POLICY: dict[str, Rule] = {
     "Namespace": _uniform("Reader", "Admin"),
     "Event": HERDER_KIND,
-    # A provider's patches target the machines of its own requests, and nothing else.
+    # A provider's patches target the machines of its own requests, and nothing else; those of hidden
+    # requests are hidden (and named herder-…).
     "ConfigPatch": _uniform(
         "Reader",
         "Operator",
-        infra=InfraScope(ALL_VERBS, labels=frozenset({INFRA_PROVIDER_LABEL, MACHINE_REQUEST_LABEL})),
+        infra=InfraScope(
+            ALL_VERBS, labels=frozenset({INFRA_PROVIDER_LABEL, MACHINE_REQUEST_LABEL, HIDDEN_LABEL})
+        ),
     ),
     "ClusterSecrets": SEALED_KIND,
     "ClusterMachineConfig": SEALED_KIND,
@@ -173,8 +175,10 @@ POLICY: dict[str, Rule] = {
         update="Admin",
         delete="Admin",
         infra=InfraScope(READ_VERBS, status=True, status_fields=PROVIDER_STATUS_FIELDS),
-        confidential=("spec.config",),
+        # The managed offer is the platform's: users read its projection (ManagedControlPlaneOffering).
+        confidential=("spec.config", "spec.managedControlPlanes"),
     ),
+    "ManagedControlPlaneOffering": HERDER_KIND,
     "JoinConfig": Rule(read="Admin", create=None, update=None, delete=None, infra=InfraScope(READ_VERBS)),
     "MachineRequestSet": _uniform("Reader", "Operator", infra=InfraScope(READ_VERBS)),
     # A request's status is its provider's alone, Admins included; the provider may change nothing

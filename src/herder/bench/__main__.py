@@ -13,6 +13,7 @@ BENCHMARKS = {
     "upgrades": "herder.bench.upgrades",
     "provision": "herder.bench.provision",
     "web": "herder.bench.web",
+    "managed": "herder.bench.managed",
 }
 
 

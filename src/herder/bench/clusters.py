@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +51,7 @@ def _free_port() -> int:
 class Server:
     """``herder serve`` as a child process, ended by its PID."""
 
-    def __init__(self, data_dir: Path, clusters: int) -> None:
+    def __init__(self, data_dir: Path, clusters: int, extra: Sequence[str] = ()) -> None:
         self.data_dir = data_dir
         self.port = _free_port()
         first = random.randrange(20000, 40000, 1000)
@@ -64,6 +64,8 @@ class Server:
             str(data_dir),
             "--listen",
             f"127.0.0.1:{self.port}",
+            # A free port of its own for the Talos API gateway (by default the API's + 1, which another
+            # process may hold).
             "--talos-listen",
             f"127.0.0.1:{_free_port()}",
             "--cluster-endpoints",
@@ -72,6 +74,7 @@ class Server:
             # herder makes them while idle (see controllers.clusters.key_pool).
             "--spare-keys",
             str(clusters),
+            *extra,
         ]
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -206,7 +209,7 @@ async def fleet(prefix: str, clusters: int, timeout: float) -> AsyncIterator[Fle
             )
             await until(
                 f"{machines} machines registered and connected",
-                timeout,
+                time.monotonic() + timeout,
                 lambda: _connected(client, machines),
             )
             try:
@@ -223,12 +226,12 @@ async def _connected(client: Client, machines: int) -> bool:
     return sum(1 for m in listed.items if (m.status or {}).get("connected")) >= machines
 
 
-async def until(what: str, timeout: float, check: Callable[[], Awaitable[bool]]) -> None:
-    """Wait for ``check()``, every half second, failing after ``timeout`` seconds naming ``what``."""
-    deadline = time.monotonic() + timeout
+async def until(what: str, deadline: float, check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait for ``check()``, every half second, failing at ``deadline`` (``time.monotonic()``) naming
+    ``what``."""
     while not await check():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"not within {timeout:.0f}s: {what}")
+            raise TimeoutError(f"timed out waiting for {what}")
         await asyncio.sleep(0.5)
 
 
@@ -281,7 +284,9 @@ async def run(clusters: int, timeout: float) -> None:
             )
         await _create_all(site.client, created)
         await _create_all(site.client, sets)
-        await until(f"{clusters} clusters Ready", timeout, lambda: all_ready(site.client, clusters))
+        await until(
+            f"{clusters} clusters Ready", time.monotonic() + timeout, lambda: all_ready(site.client, clusters)
+        )
         elapsed = time.monotonic() - started
         emit(
             "clusters_until_all_ready",

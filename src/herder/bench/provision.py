@@ -20,11 +20,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from herder.api.datadir import write_kubeconfig
-from herder.bench.clusters import Server, _counters, _per_machine
+from herder.bench.clusters import Server, _counters, _per_machine, until
 from herder.bench.report import emit
 from herder.client import Client
 from herder.client.kubeconfig import load
@@ -46,14 +45,18 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def _register(client: Client, kubeconfig: Path, admin: Path) -> None:
-    """The provider, as ``herder infraprovider create`` makes it: its kubeconfig at ``kubeconfig``."""
+async def register(
+    client: Client, kubeconfig: Path, admin: Path, provider_id: str = PROVIDER, *, hidden: bool = False
+) -> None:
+    """The provider, as ``herder infraprovider create [--hidden]`` makes it (by ``client``, Support's for
+    a hidden one): its kubeconfig at ``kubeconfig``."""
     await client.create(
         Resource.model_validate(
             {
                 "apiVersion": INFRA_PROVIDER.api_version,
                 "kind": INFRA_PROVIDER.kind,
-                "metadata": {"name": PROVIDER},
+                "metadata": {"name": provider_id},
+                "spec": {"hidden": hidden},
             }
         )
     )
@@ -62,20 +65,22 @@ async def _register(client: Client, kubeconfig: Path, admin: Path) -> None:
             {
                 "apiVersion": SERVICE_ACCOUNT.api_version,
                 "kind": SERVICE_ACCOUNT.kind,
-                "metadata": {"name": f"infraprovider-{PROVIDER}"},
-                "spec": {"role": "InfraProvider", "providerId": PROVIDER},
+                "metadata": {"name": f"infraprovider-{provider_id}"},
+                "spec": {"role": "InfraProvider", "providerId": provider_id},
             }
         )
     )
-    token = (await client.issue_token(SERVICE_ACCOUNT, f"infraprovider-{PROVIDER}")).token
+    token = (await client.issue_token(SERVICE_ACCOUNT, f"infraprovider-{provider_id}")).token
     credentials = load(admin)
     write_kubeconfig(kubeconfig, credentials.server, credentials.ca_pem, token)
 
 
-def _start_provider(root: Path, kubeconfig: Path, emulator: str, concurrency: int) -> subprocess.Popen[bytes]:
-    """``herder emu provider`` as a child process, its output in ``provider.log``."""
-    args = ["emu", "provider", "--id", PROVIDER, "--kubeconfig", str(kubeconfig), "--emulator", emulator]
-    with (root / "provider.log").open("wb") as log:
+def start_provider(
+    root: Path, kubeconfig: Path, emulator: str, concurrency: int, provider_id: str = PROVIDER
+) -> subprocess.Popen[bytes]:
+    """``herder emu provider`` as a child process, its output in ``<id>-provider.log``."""
+    args = ["emu", "provider", "--id", provider_id, "--kubeconfig", str(kubeconfig), "--emulator", emulator]
+    with (root / f"{provider_id}-provider.log").open("wb") as log:
         return subprocess.Popen(
             [
                 sys.executable,
@@ -91,11 +96,14 @@ def _start_provider(root: Path, kubeconfig: Path, emulator: str, concurrency: in
         )
 
 
-async def _until(what: str, deadline: float, check: Callable[[], Awaitable[bool]]) -> None:
-    while not await check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(1.0)
+def stop_provider(provider: subprocess.Popen[bytes] | None) -> None:
+    if provider is not None and provider.poll() is None:
+        provider.terminate()
+        try:
+            provider.wait(20)
+        except subprocess.TimeoutExpired:
+            provider.kill()
+            provider.wait()
 
 
 async def run(requests: int, concurrency: int, timeout: float) -> None:
@@ -113,14 +121,14 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
             url = await emulator.wait_ready(120)
             client = await server.client()
             kubeconfig = root / "provider.kubeconfig"
-            await _register(client, kubeconfig, server.data_dir / "admin.kubeconfig")
-            provider = _start_provider(root, kubeconfig, url, concurrency)
+            await register(client, kubeconfig, server.data_dir / "admin.kubeconfig")
+            provider = start_provider(root, kubeconfig, url, concurrency)
             deadline = time.monotonic() + 120
 
             async def ready() -> bool:
                 return condition_true((await client.get(INFRA_PROVIDER, PROVIDER)).status, "Ready")
 
-            await _until("the provider to be Ready", deadline, ready)
+            await until("the provider to be Ready", deadline, ready)
             before = await _counters(client, "herder_store_writes_total", "kind")
             started = time.monotonic()
             await client.create(
@@ -148,8 +156,8 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
                 return sum(1 for m in listed.items if (m.status or {}).get("connected")) >= requests
 
             deadline = started + timeout
-            await _until(f"{requests} provisioned requests", deadline, provisioned)
-            await _until(f"{requests} connected machines", deadline, connected)
+            await until(f"{requests} provisioned requests", deadline, provisioned)
+            await until(f"{requests} connected machines", deadline, connected)
             elapsed = time.monotonic() - started
             after = await _counters(client, "herder_store_writes_total", "kind")
             writes = sum(after.values()) - sum(before.values())
@@ -180,13 +188,7 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
             emit("provision_provider_rss", _rss_mib(provider.pid), "MiB", requests=requests)
             await client.close()
         finally:
-            if provider is not None and provider.poll() is None:
-                provider.terminate()
-                try:
-                    provider.wait(20)
-                except subprocess.TimeoutExpired:
-                    provider.kill()
-                    provider.wait()
+            stop_provider(provider)
             server.stop()
             emulator.stop()
 

@@ -97,14 +97,20 @@ async def run(clusters: int, timeout: float) -> None:
         with tempfile.TemporaryDirectory(prefix="herder-bench-templates-") as folder:
             started = time.monotonic()
             await _sync_all(site, Path(folder), clusters, TALOS)
-            await until(f"{clusters} clusters Ready", timeout, lambda: all_ready(site.client, clusters))
+            await until(
+                f"{clusters} clusters Ready",
+                time.monotonic() + timeout,
+                lambda: all_ready(site.client, clusters),
+            )
             emit("upgrades_sync_until_all_ready", time.monotonic() - started, "s", clusters=clusters)
 
             before = await site.counters()
             started = time.monotonic()
             await _sync_all(site, Path(folder), clusters, TARGET)
             await until(
-                f"{clusters} clusters upgraded to {TARGET}", timeout, lambda: _all_upgraded(site, clusters)
+                f"{clusters} clusters upgraded to {TARGET}",
+                time.monotonic() + timeout,
+                lambda: _all_upgraded(site, clusters),
             )
             emit(
                 "upgrades_until_all_upgraded",

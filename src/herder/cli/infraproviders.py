@@ -20,7 +20,7 @@ from herder.cli.errors import fail
 from herder.client import Client, Credentials
 from herder.client.kubeconfig import load
 from herder.resources import Resource
-from herder.resources.access import SERVICE_ACCOUNT, TOKEN, TOKEN_SUBJECT_LABEL
+from herder.resources.access import RESERVED_PREFIX, SERVICE_ACCOUNT, TOKEN, TOKEN_SUBJECT_LABEL
 from herder.resources.provisioning import INFRA_PROVIDER, MACHINE_REQUEST
 from herder.state.errors import AlreadyExists
 from herder.state.errors import NotFound as StateNotFound
@@ -30,8 +30,6 @@ app = typer.Typer(help="Infra providers: register them, run them.", no_args_is_h
 requests_app = typer.Typer(help="Machine requests: let go of stuck ones.", no_args_is_help=True)
 
 log = logging.getLogger("herder.infra")
-
-RESERVED_PREFIX = "herder-"
 
 
 def account_name(provider_id: str) -> str:

@@ -148,7 +148,7 @@ def _run(
                 options,
                 background=work,
                 ready=ready,
-                prepare=[register_admission],
+                prepare=[lambda store: register_admission(store, controller_options)],
                 actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
                 services=[gateway.service],
                 ui=web_ui,
@@ -216,6 +216,22 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    managed_control_planes: Annotated[
+        bool,
+        typer.Option(
+            "--managed-control-planes",
+            help="Offer managed control planes: clusters whose control planes the platform runs on the "
+            "machines of a provider whose spec.managedControlPlanes Support wrote.",
+        ),
+    ] = False,
+    managed_replace_after: Annotated[
+        float,
+        typer.Option(
+            "--managed-replace-after",
+            min=1,
+            help="Seconds a managed control plane machine stays unreachable before it is replaced.",
+        ),
+    ] = 300.0,
     provider: Annotated[
         list[str] | None,
         typer.Option(
@@ -244,7 +260,11 @@ def serve_command(
     )
     _run(
         options,
-        _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
+        replace(
+            _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
+            managed_control_planes=managed_control_planes,
+            managed_replace_after=managed_replace_after,
+        ),
         background=providers(options.data_dir, provider or []),
         talos_listen=talos_listen,
     )

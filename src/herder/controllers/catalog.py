@@ -34,6 +34,10 @@ from herder.controllers.clusters.machine_set_allocation import MachineSetAllocat
 from herder.controllers.clusters.machine_set_status import MachineSetStatusController
 from herder.controllers.clusters.talos_upgrade import TalosUpgradeController
 from herder.controllers.clusters.version_rollout import VersionRolloutController
+from herder.controllers.managed.admission import ManagedAdmission
+from herder.controllers.managed.control_planes import ManagedControlPlaneController
+from herder.controllers.managed.offerings import OfferingController
+from herder.controllers.managed.replacement import ManagedReplacementController
 from herder.controllers.provisioning.admission import ProvisioningAdmission
 from herder.controllers.provisioning.infra_provider import InfraProviderController
 from herder.controllers.provisioning.machine_request_set import MachineRequestSetController
@@ -59,13 +63,19 @@ class ControllerOptions:
     backup_policy: BackupPolicy = field(default_factory=BackupPolicy)
     api_url: str = ""
     """herder's API as machines and providers reach it (in each provider's JoinConfig)."""
+    managed_control_planes: bool = False
+    """Whether clusters may have managed control planes (``herder serve --managed-control-planes``)."""
+    managed_replace_after: float = 300.0
+    """How long a managed control plane stays unreachable before it is replaced."""
 
 
-def register_admission(store: Store) -> None:
+def register_admission(store: Store, options: ControllerOptions | None = None) -> None:
     """Give the store the checks of herder's kinds (before it serves anything)."""
     ClusterAdmission(store).register(store.admission)
     RestoreAdmission(store).register(store.admission)
     ProvisioningAdmission(store).register(store.admission)
+    enabled = options is not None and options.managed_control_planes
+    ManagedAdmission(store, enabled=enabled).register(store.admission)
 
 
 def cluster_credentials(store: Store, talos: TalosGateway | None = None) -> ClusterCredentials:
@@ -117,4 +127,8 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         MachineRequestController(),
         MachineSetProvisioningController(),
         ProviderConfigPatchController(),
+        # Managed control planes: the offerings users see, and each managed cluster's control planes.
+        OfferingController(),
+        ManagedControlPlaneController(),
+        ManagedReplacementController(options.managed_replace_after),
     ]

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from herder.client import AlreadyExists, Client
 from herder.resources import Resource
-from herder.resources.access import INFRA_PROVIDER_LABEL
+from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.provisioning import MACHINE_REQUEST, MACHINE_REQUEST_LABEL, MachineRequestSpec
 from herder.resources.schematic import Schematic, boot_image_url, installer_image
@@ -115,7 +115,12 @@ class RequestContext(Generic[DataT, ConfigT]):
         self.machine_uuid, self.machine_address = uuid.lower(), address
 
     async def create_config_patch(self, name: str, data: str, description: str = "") -> Resource:
-        """Create (or replace) a Talos config patch for this request's machine; it goes with the request."""
+        """Create (or replace) a Talos config patch for this request's machine; it goes with the request.
+        The patch of a hidden request (a managed control plane's) is hidden too, under a reserved name."""
+        labels = {INFRA_PROVIDER_LABEL: self.provider_id, MACHINE_REQUEST_LABEL: self.name}
+        if HIDDEN_LABEL in self.request.metadata.labels:
+            labels[HIDDEN_LABEL] = "true"
+            name = name if name.startswith(RESERVED_PREFIX) else RESERVED_PREFIX + name
         patch = Resource.model_validate(
             {
                 "apiVersion": CONFIG_PATCH.api_version,
@@ -123,7 +128,7 @@ class RequestContext(Generic[DataT, ConfigT]):
                 "metadata": {
                     "name": name,
                     "namespace": self.namespace,
-                    "labels": {INFRA_PROVIDER_LABEL: self.provider_id, MACHINE_REQUEST_LABEL: self.name},
+                    "labels": labels,
                     # It goes with the request (herder would make it so, with one more write).
                     "ownerReferences": [
                         {

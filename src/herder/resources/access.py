@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from herder.resources.configuration import GROUP, VERSION
+from herder.resources.object import Resource
 from herder.resources.registry import KindInfo, PrinterColumn
 
 # The roles of DESIGN §7, weakest first; InfraProvider and Support stand outside the ladder.
@@ -29,10 +30,21 @@ TALOS_ROLES: dict[str, str] = {
 
 # The label that scopes objects to one infra provider, and an InfraProvider identity to its objects.
 INFRA_PROVIDER_LABEL = "herder.dev/infra-provider-id"
+# herder's own names, as Kubernetes keeps "kube-": hidden objects bear them, and no user creates one.
+RESERVED_PREFIX = "herder-"
 # Objects carrying this label do not exist for roles below Support.
 HIDDEN_LABEL = "herder.dev/hidden"
 # Objects carrying this annotation are visible, but nobody below Support may change or act on them.
 READ_ONLY_ANNOTATION = "herder.dev/read-only"
+
+
+def read_only_of(obj: Resource) -> dict[str, str]:
+    """The read-only annotation of ``obj``, to carry onto what is made of it: a managed
+    control plane's machine set makes read-only nodes, a read-only node a read-only cluster machine."""
+    value = obj.metadata.annotations.get(READ_ONLY_ANNOTATION)
+    return {READ_ONLY_ANNOTATION: value} if value is not None else {}
+
+
 # The label Token objects carry naming their subject, so that one account's tokens list cheaply.
 TOKEN_SUBJECT_LABEL = "herder.dev/token-subject"
 

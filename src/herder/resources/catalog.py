@@ -11,6 +11,7 @@ from herder.resources.control_planes import CONTROL_PLANE_STATUS
 from herder.resources.core import NAMESPACE
 from herder.resources.kubernetes import EVENT
 from herder.resources.machines import MACHINE_KINDS
+from herder.resources.managed import MANAGED_CONTROL_PLANE_OFFERING
 from herder.resources.provisioning import PROVISIONING_KINDS
 from herder.resources.registry import KindRegistry
 
@@ -28,6 +29,7 @@ def herder_registry() -> KindRegistry:
             CONTROL_PLANE_STATUS,
             *BACKUP_KINDS,
             *PROVISIONING_KINDS,
+            MANAGED_CONTROL_PLANE_OFFERING,
             *ACCESS_KINDS,
         ]
     )

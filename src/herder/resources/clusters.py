@@ -48,6 +48,30 @@ class ClusterFeatures(BaseModel):
     kube_span: bool = Field(default=False, alias="kubeSpan")
 
 
+class ManagedControlPlane(BaseModel):
+    """A control plane the platform runs: ``size`` machines of a managed control plane offering."""
+
+    model_config = _STRICT
+
+    enabled: bool = False
+    provider: str = Field(default="", description="the offering (ManagedControlPlaneOffering) to use")
+    size: str = Field(default="", description="one of the offering's sizes, e.g. xs")
+
+    @model_validator(mode="after")
+    def _complete(self) -> ManagedControlPlane:
+        if self.enabled and not self.provider:
+            raise ValueError("provider: a managed control plane names its offering")
+        if self.enabled and not self.size:
+            raise ValueError("size: a managed control plane names one of its offering's sizes")
+        return self
+
+
+class ClusterControlPlane(BaseModel):
+    model_config = _STRICT
+
+    managed: ManagedControlPlane | None = None
+
+
 class ClusterSpec(BaseModel):
     model_config = _STRICT
 
@@ -61,6 +85,13 @@ class ClusterSpec(BaseModel):
     system_extensions: list[str] = Field(
         default_factory=list, alias="systemExtensions", description="official extensions of every machine"
     )
+    control_plane: ClusterControlPlane | None = Field(default=None, alias="controlPlane")
+
+    @property
+    def managed(self) -> ManagedControlPlane | None:
+        """The managed control plane asked for, if any."""
+        managed = self.control_plane.managed if self.control_plane is not None else None
+        return managed if managed is not None and managed.enabled else None
 
     @field_validator("talos_version")
     @classmethod
@@ -179,6 +210,11 @@ class MachineSetSpec(BaseModel):
     role: Role
     machines: list[str] | None = Field(default=None, description="a static list of machine UUIDs")
     machine_class: MachineClassAllocation | None = Field(default=None, alias="machineClass")
+    machine_request_set: str | None = Field(
+        default=None,
+        alias="machineRequestSet",
+        description="allocate the machines of this MachineRequestSet, as many as it requests",
+    )
     update_strategy: Strategy = Field(default_factory=Strategy, alias="updateStrategy")
     delete_strategy: Strategy = Field(default_factory=_unset, alias="deleteStrategy")
     upgrade_strategy: Strategy = Field(default_factory=Strategy, alias="upgradeStrategy")
@@ -193,8 +229,12 @@ class MachineSetSpec(BaseModel):
     def _one_source(self) -> MachineSetSpec:
         if self.bootstrap_spec is not None and self.role != "controlplane":
             raise ValueError("spec.bootstrapSpec is for control plane sets only")
-        if self.machines is not None and self.machine_class is not None:
-            raise ValueError("a machine set lists spec.machines or uses spec.machineClass, not both")
+        sources = [self.machines, self.machine_class, self.machine_request_set]
+        if sum(source is not None for source in sources) > 1:
+            raise ValueError(
+                "a machine set takes its machines from one source: spec.machines, spec.machineClass or "
+                "spec.machineRequestSet"
+            )
         if self.machines is not None and len(set(self.machines)) != len(self.machines):
             raise ValueError("spec.machines lists a machine twice")
         return self

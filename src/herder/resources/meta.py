@@ -30,6 +30,17 @@ def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def age_seconds(stamp: str) -> float | None:
+    """How long ago an RFC 3339 timestamp was (None when it is not one)."""
+    try:
+        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    return (datetime.now(UTC) - then).total_seconds()
+
+
 def now_micro() -> str:
     """The current time as Kubernetes' MicroTime: RFC 3339, UTC, microseconds (for ordering events that
     follow each other within a second); such stamps compare in time order as strings."""

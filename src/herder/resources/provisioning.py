@@ -38,12 +38,72 @@ _VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+def talos_version(value: str) -> str:
+    """A Talos version as herder keeps it (``v1.13.2``); refuses what is not one."""
+    value = value.strip()
+    if not _VERSION.match(value):
+        raise ValueError(f"invalid Talos version {value!r}: expected X.Y.Z, e.g. v1.13.2")
+    return value if value.startswith("v") else "v" + value
+
+
 def valid_provider_id(value: str) -> bool:
     """A provider id is a DNS label: it is a label value, a name part and a finalizer owner."""
     return bool(_DNS_LABEL.match(value))
 
 
 # --- InfraProvider ---
+
+
+class ManagedSize(BaseModel):
+    """One size of managed control plane: how many machines, and what the provider makes them of."""
+
+    model_config = _STRICT
+
+    machines: int = Field(ge=1, le=7, description="control plane machines: 1, 3, 5 or 7 (an etcd quorum)")
+    provider_data: dict[str, Any] = Field(
+        default_factory=dict, alias="providerData", description="the provider data of each machine"
+    )
+
+    @field_validator("machines")
+    @classmethod
+    def _odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError(
+                f"{value} control planes cannot keep an etcd quorum through a failure: use 1, 3, 5 or 7"
+            )
+        return value
+
+    @field_validator("provider_data", mode="before")
+    @classmethod
+    def _data(cls, value: Any) -> Any:
+        return provider_data_object(value)
+
+
+class ManagedControlPlanes(BaseModel):
+    """What a provider offers as managed control planes (the platform's, written by Support only)."""
+
+    model_config = _STRICT
+
+    sizes: dict[str, ManagedSize] = Field(min_length=1, description="by name, e.g. xs, s, m")
+    talos_versions: list[str] = Field(
+        alias="talosVersions", min_length=1, description="the only Talos versions managed clusters may run"
+    )
+    register_nodes: bool = Field(
+        default=True, alias="registerNodes", description="control planes register as Kubernetes nodes"
+    )
+
+    @field_validator("sizes")
+    @classmethod
+    def _names(cls, value: dict[str, ManagedSize]) -> dict[str, ManagedSize]:
+        for name in value:
+            if not _DNS_LABEL.match(name):
+                raise ValueError(f"invalid size name {name!r}: a DNS label (lowercase letters, digits, -)")
+        return value
+
+    @field_validator("talos_versions")
+    @classmethod
+    def _versions(cls, value: list[str]) -> list[str]:
+        return [talos_version(v) for v in value]
 
 
 class InfraProviderSpec(BaseModel):
@@ -56,6 +116,11 @@ class InfraProviderSpec(BaseModel):
         default=None,
         description="the provider's own settings (credentials, region…): sealed at rest, readable by "
         "Admins, Support and the provider only; checked against status.configSchema",
+    )
+    managed_control_planes: ManagedControlPlanes | None = Field(
+        default=None,
+        alias="managedControlPlanes",
+        description="the managed control planes offered on this provider's machines (Support only)",
     )
 
 
@@ -195,10 +260,7 @@ class MachineRequestSpec(BaseModel):
     @field_validator("talos_version")
     @classmethod
     def _talos(cls, value: str) -> str:
-        value = value.strip()
-        if not _VERSION.match(value):
-            raise ValueError(f"invalid Talos version {value!r}: expected X.Y.Z, e.g. v1.13.2")
-        return value if value.startswith("v") else "v" + value
+        return talos_version(value)
 
     @field_validator("provider_data", mode="before")
     @classmethod

@@ -38,3 +38,39 @@ def disk_encryption(contract: VersionContract) -> str:
             for partition in _PARTITIONS
         ]
     )
+
+
+def kube_span(contract: VersionContract) -> str:
+    """KubeSpan on: ``machine.network.kubespan`` before 1.13, the ``KubeSpanConfig`` document since."""
+    if not contract.at_least(1, 13):
+        return dump_documents([{"machine": {"network": {"kubespan": {"enabled": True}}}}])
+    return dump_documents([{"apiVersion": "v1alpha1", "kind": "KubeSpanConfig", "enabled": True}])
+
+
+# Where the control plane components serve their metrics: on every address, for the platform to scrape
+# (Talos binds them to localhost by default).
+_BIND_ALL = {"bind-address": "0.0.0.0"}
+_ETCD_METRICS = {"listen-metrics-urls": "http://0.0.0.0:2381"}
+_NO_REGISTRATION = {"register-node": "false"}
+
+
+def managed_control_plane(contract: VersionContract, *, register_nodes: bool) -> str:
+    """A managed control plane's settings: its components' metrics endpoints bound for scraping and,
+    unless ``register_nodes``, no kubelet node registration (the control planes then do not show in
+    ``kubectl get nodes``). Kubernetes settings moved to their own documents at 1.14; etcd's stayed."""
+    if not contract.at_least(1, 14):
+        machine: dict[str, object] = {} if register_nodes else {"kubelet": {"extraArgs": _NO_REGISTRATION}}
+        cluster = {
+            "controllerManager": {"extraArgs": _BIND_ALL},
+            "scheduler": {"extraArgs": _BIND_ALL},
+            "etcd": {"extraArgs": _ETCD_METRICS},
+        }
+        return dump_documents([{"machine": machine, "cluster": cluster} if machine else {"cluster": cluster}])
+    docs: list[dict[str, object]] = [
+        {"cluster": {"etcd": {"extraArgs": _ETCD_METRICS}}},
+        {"apiVersion": "v1alpha1", "kind": "KubeControllerManagerConfig", "extraArgs": _BIND_ALL},
+        {"apiVersion": "v1alpha1", "kind": "KubeSchedulerConfig", "extraArgs": _BIND_ALL},
+    ]
+    if not register_nodes:
+        docs.append({"apiVersion": "v1alpha1", "kind": "KubeletConfig", "extraArgs": _NO_REGISTRATION})
+    return dump_documents(docs)

@@ -117,12 +117,12 @@ class BootstrapSpecDoc(_Document):
 
 
 class ManagedDoc(_Document):
-    """A control plane the platform runs (the managed control planes issue maps it onto
-    ``Cluster.spec.controlPlane.managed``)."""
+    """A control plane the platform runs: ``size`` of the managed control plane offering ``provider``
+    (``kubectl get managedcontrolplaneofferings``); maps onto ``Cluster.spec.controlPlane.managed``."""
 
-    enabled: bool | None = refused("managed control planes are not yet supported by herder")
-    provider: str | None = ignored("managed control planes are not yet supported by herder; ignored")
-    size: str | None = ignored("managed control planes are not yet supported by herder; ignored")
+    enabled: bool = False
+    provider: str = ""
+    size: str = ""
 
 
 class _Extensions(_Descriptors):

@@ -61,6 +61,10 @@ def export_template(cluster: Resource, objects: list[Resource]) -> str:
         if target is not None:
             patches.setdefault(target, []).append(_patch(patch, problems))
     documents = [_cluster(cluster, patches.get("", []), problems)]
+    managed = CLUSTER.spec_of(cluster, ClusterSpec).managed
+    if managed is not None:
+        # The platform's control plane set is a controller's, so not among ``owned``: the Cluster says it.
+        documents.append({"kind": "ControlPlane", "managed": managed.model_dump(mode="json")})
     control_planes = control_plane_set_name(cluster.name)
     order = sorted(sets, key=lambda n: (n != control_planes, n))
     for name in order:

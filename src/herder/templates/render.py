@@ -3,7 +3,8 @@
 - ``Cluster`` → a Cluster (``talos.version`` → ``spec.talosVersion``, ``kubernetes.version`` →
   ``spec.kubernetesVersion``, ``kubernetes.endpoint`` → ``spec.endpoint``, ``features.diskEncryption``
   and ``features.kubeSpan`` → ``spec.features``);
-- ``ControlPlane`` → the MachineSet ``<cluster>-control-planes`` (role ``controlplane``), ``Workers`` →
+- ``ControlPlane`` → the MachineSet ``<cluster>-control-planes`` (role ``controlplane``) — or, with
+  ``managed.enabled``, the Cluster's ``spec.controlPlane.managed`` (the platform makes the set) —, ``Workers`` →
   a MachineSet ``<cluster>-<name>`` (role ``worker``): ``machines`` → ``spec.machines``, ``machineClass``
   → ``spec.machineClass``, the strategies → the same spec fields (a strategy without a type keeps
   Omni's default type: Rolling, except Unset for deletes);
@@ -90,8 +91,10 @@ def render_sources(template: Template, cluster: str, namespace: str = DEFAULT_NA
         document = source.document
         if isinstance(document, ClusterDoc):
             if document is template.cluster:
-                out.append(Rendered(_cluster(document, namespace), source, ""))
+                out.append(Rendered(_cluster(document, template.control_plane, namespace), source, ""))
                 out += _patches(template, source, namespace, cluster, CLUSTER_PATCH_WEIGHT, cluster, {})
+        elif isinstance(document, ControlPlaneDoc) and document.managed and document.managed.enabled:
+            continue  # the platform makes the control plane set (see Cluster.spec.controlPlane.managed)
         elif isinstance(document, ControlPlaneDoc | WorkersDoc):
             machine_set = _machine_set(cluster, document, namespace)
             out.append(Rendered(machine_set, source, ""))
@@ -120,7 +123,7 @@ def _object(kind: Any, name: str, namespace: str, labels: dict[str, str], annota
     }
 
 
-def _cluster(document: ClusterDoc, namespace: str) -> Resource:
+def _cluster(document: ClusterDoc, control_plane: ControlPlaneDoc | None, namespace: str) -> Resource:
     spec: dict[str, Any] = {
         "talosVersion": document.talos.version,
         "kubernetesVersion": document.kubernetes.version,
@@ -132,6 +135,11 @@ def _cluster(document: ClusterDoc, namespace: str) -> Resource:
     }
     if document.kubernetes.endpoint:
         spec["endpoint"] = document.kubernetes.endpoint
+    managed = control_plane.managed if control_plane is not None else None
+    if managed is not None and managed.enabled:
+        spec["controlPlane"] = {
+            "managed": {"enabled": True, "provider": managed.provider, "size": managed.size}
+        }
     backups = document.features.backup_configuration
     if backups is not None and backups.interval and duration_seconds(backups.interval) > 0:
         spec["backups"] = {

@@ -70,7 +70,9 @@ def _structure(template: Template, problems: Problems) -> None:
     for source, document in [*template.of(ControlPlaneDoc), *template.of(WorkersDoc)]:
         if document.machines and document.machine_class is not None:
             problems.error(source.label, "machineClass", "machines and machineClass are mutually exclusive")
-        if isinstance(document, ControlPlaneDoc):
+        if isinstance(document, ControlPlaneDoc) and _managed(document):
+            _managed_control_plane(source.label, document, problems)
+        elif isinstance(document, ControlPlaneDoc):
             control_planes.update(document.machines)
             if not document.machines and document.machine_class is None:
                 problems.error(
@@ -92,6 +94,23 @@ def _structure(template: Template, problems: Problems) -> None:
             )
         if machine.locked and machine.name in control_planes:
             problems.error(source.label, "locked", "a control plane machine cannot be locked")
+
+
+def _managed(document: ControlPlaneDoc) -> bool:
+    return document.managed is not None and document.managed.enabled
+
+
+def _managed_control_plane(label: str, document: ControlPlaneDoc, problems: Problems) -> None:
+    """A managed control plane is the platform's: its machines, their patches and their restore too."""
+    why = "a managed control plane's machines are the platform's"
+    for field, given in (
+        ("machines", bool(document.machines)),
+        ("machineClass", document.machine_class is not None),
+        ("patches", bool(document.patches)),
+        ("bootstrapSpec", document.bootstrap_spec is not None),
+    ):
+        if given:
+            problems.error(label, field, f"not allowed with managed.enabled: {why}")
 
 
 def _versions(template: Template, problems: Problems) -> None:

@@ -186,7 +186,11 @@ class ClusterAdmission:
             )
         spec = MACHINE_SET.spec_of(machine_set, MachineSetSpec)
         by_hand = write.actor != MachineSetAllocationController.name
-        if by_hand and (spec.machines is not None or spec.machine_class is not None):
+        if by_hand and (
+            spec.machines is not None
+            or spec.machine_class is not None
+            or spec.machine_request_set is not None
+        ):
             raise _invalid(
                 new,
                 FieldError(

@@ -18,6 +18,7 @@ from herder.controllers.clusters.cluster_keys import ClusterKeys, ClusterSecrets
 from herder.controllers.clusters.members import cluster_of, labelled, machine_of
 from herder.controllers.provisioning.installer import member_installer
 from herder.resources import Resource
+from herder.resources.access import READ_ONLY_ANNOTATION
 from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_MACHINE,
@@ -36,6 +37,7 @@ from herder.resources.machines import (
     MACHINE_LABEL,
     MACHINE_SET_LABEL,
 )
+from herder.resources.provisioning import MACHINE_REQUEST_LABEL
 from herder.resources.status import set_condition
 from herder.runtime.controller import (
     Context,
@@ -245,15 +247,27 @@ class ClusterMachineConfigController(Controller):
         of_cluster = await labelled(ctx, CONFIG_PATCH.kind, namespace, CLUSTER_LABEL, cluster.name)
         of_machine = await labelled(ctx, CONFIG_PATCH.kind, namespace, MACHINE_LABEL, member.name)
         machine_set = member.metadata.labels.get(MACHINE_SET_LABEL)
+        # A read-only machine is the platform's: users' patches (cluster-wide ones included) stay off it;
+        # herder's own and its provider's apply.
+        platform_only = READ_ONLY_ANNOTATION in member.metadata.annotations
         out: dict[str, LayeredPatch] = {}
         for patch in (*of_cluster, *of_machine):
             if patch.metadata.deletion_timestamp:
+                continue
+            if platform_only and not _platform_patch(patch):
                 continue
             layer = _layer(patch, machine_set, member.name)
             if layer is not None:
                 text = CONFIG_PATCH.spec_of(patch, ConfigPatchSpec).data
                 out[patch.name] = LayeredPatch(layer, patch.name, text)
         return list(out.values())
+
+
+def _platform_patch(patch: Resource) -> bool:
+    """A patch of herder's (a controller's output) or of an infra provider for its request's machine."""
+    return (
+        CONTROLLER_ANNOTATION in patch.metadata.annotations or MACHINE_REQUEST_LABEL in patch.metadata.labels
+    )
 
 
 def _layer(patch: Resource, machine_set: str | None, uuid: str) -> PatchLayer | None:

@@ -5,16 +5,24 @@ leadership and leaves etcd; then the machine is reset (its system disk wiped, re
 and herder waits until it reports maintenance again before letting the member go. A machine herder
 cannot reach keeps the member (and so its cluster's teardown) waiting, saying so on ``status.teardown``
 and in a Warning event, until it comes back or an Admin lets it go with ``herder machine release UUID
---force`` (annotation ``herder.dev/force-release`` on the Machine).
+--force`` (annotation ``herder.dev/force-release`` on the Machine). A control plane let go so (gone,
+unreachable) first has its etcd member removed through a control plane that runs, so that no stray
+member is left in a cluster that stays.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_machines import TEARDOWN_FINALIZER
-from herder.controllers.clusters.members import cluster_of, machine_of
+from herder.controllers.clusters.members import (
+    cluster_machines,
+    cluster_of,
+    machine_of,
+    running_control_planes,
+)
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, MachineSpec
@@ -30,6 +38,7 @@ from herder.runtime.controller import (
     same_name,
 )
 from herder.talos.machine import FailedPrecondition, MachineAPIError, MachineClient, WipeMode
+from herder.talos.machine.client import split_endpoint
 
 _RETRY = 5.0
 
@@ -65,6 +74,8 @@ class ClusterMachineTeardownController(Controller):
         machine = await machine_of(ctx, member)
         status = member.status or {}
         if machine is None or FORCE_RELEASE_ANNOTATION in machine.metadata.annotations:
+            if machine is not None and not await self._removed_from_etcd(ctx, member, machine):
+                return Result(requeue_after=_RETRY)
             return await self._release(ctx, member, machine, forced=machine is not None)
         mstatus = machine.status or {}
         if not status.get("configHash") or (
@@ -108,6 +119,54 @@ class ClusterMachineTeardownController(Controller):
             return Result(requeue_after=_RETRY)
         await ctx.event(member, "Normal", "Resetting", f"machine {member.name} is being reset")
         return None
+
+    async def _removed_from_etcd(self, ctx: Context, member: Resource, machine: Resource) -> bool:
+        """A control plane let go without a reset (gone, unreachable) leaves no stray etcd member behind:
+        the member of its address is removed through a control plane that runs (EtcdRemoveMemberByID),
+        while etcd keeps a quorum without it. Whether nothing (more) is to be done."""
+        cluster = await cluster_of(ctx, member)
+        if (
+            (member.spec or {}).get("role") != "controlplane"
+            or not (member.status or {}).get("etcdMember")
+            or cluster is None
+            or cluster.metadata.deletion_timestamp
+        ):
+            return True
+        view = await self._keys.of(cluster)
+        gone_host = split_endpoint(MACHINE.spec_of(machine, MachineSpec).endpoint)[0]
+        running = {e: u for e, u in (await running_control_planes(ctx, cluster)).items() if u != member.name}
+        others = [
+            m
+            for m in await cluster_machines(ctx, cluster)
+            if m.name != member.name and (m.spec or {}).get("role") == "controlplane"
+        ]
+        if not others:
+            return True  # it was the only member: etcd went with it, nobody is left to remove it from
+        if view is None or not running:
+            await self._waiting(
+                ctx, member, "waiting for a running control plane to remove its etcd member", warn=True
+            )
+            return False
+        try:
+            async with MachineClient(sorted(running)[0], credentials=view.talos, timeout=30) as client:
+                stray = [
+                    m
+                    for m in await client.etcd_member_list()
+                    if any(urlsplit(u).hostname == gone_host for u in m.peer_urls)
+                ]
+                for found in stray:
+                    await client.etcd_remove_member_by_id(found.id)
+        except MachineAPIError as exc:
+            await self._waiting(ctx, member, f"cannot remove its etcd member: {exc}", warn=True)
+            return False
+        for found in stray:
+            await ctx.event(
+                cluster,
+                "Normal",
+                "EtcdMemberRemoved",
+                f"etcd member {found.id:x} of machine {member.name} removed",
+            )
+        return True
 
     async def _waiting(self, ctx: Context, member: Resource, why: str, *, warn: bool = False) -> None:
         if (member.status or {}).get("teardown") == why:

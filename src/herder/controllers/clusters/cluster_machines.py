@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from herder.controllers.clusters.members import cluster_of
 from herder.resources import Resource
+from herder.resources.access import read_only_of
 from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_MACHINE,
@@ -74,6 +75,7 @@ class ClusterMachineController(Controller):
                             "name": node.name,
                             "namespace": node.namespace,
                             "labels": labels,
+                            "annotations": read_only_of(node),
                             "finalizers": [TEARDOWN_FINALIZER],
                             "ownerReferences": [
                                 ctx.reference_to(node).model_dump(by_alias=True, exclude_none=True)

@@ -162,6 +162,9 @@ def _wanted(machine_set: Resource) -> int:
     size = (spec.get("machineClass") or {}).get("size")
     if isinstance(size, int):
         return size
+    counted = ((machine_set.status or {}).get("machines") or {}).get("wanted")
+    if spec.get("machineRequestSet") and counted is not None:
+        return int(counted)  # its request set's machine count, as its status says
     return int(((machine_set.status or {}).get("machines") or {}).get("total") or 0)
 
 

@@ -19,6 +19,7 @@ from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+from herder.state.store import CONTROLLER_ANNOTATION
 
 CLUSTER_FINALIZER = "herder.dev/cluster"
 
@@ -51,7 +52,9 @@ class ClusterTeardownController(Controller):
             await labelled(ctx, CONFIG_PATCH.kind, key.namespace, CLUSTER_LABEL, key.name),
         ):
             for obj in kind_objects:
-                if not obj.metadata.deletion_timestamp:
+                # Another controller's outputs (a managed control plane's set and patches) are its to take down.
+                theirs = obj.metadata.annotations.get(CONTROLLER_ANNOTATION, self.name) != self.name
+                if not obj.metadata.deletion_timestamp and not theirs:
                     await ctx.delete(ObjectKey.of(obj))
         members = await cluster_machines(ctx, cluster)
         if first:

@@ -23,11 +23,11 @@ from herder.controllers.clusters.cluster_probes import (
     probe_etcd,
     probe_kubernetes,
 )
-from herder.controllers.clusters.members import cluster_machines, machine_of
+from herder.controllers.clusters.members import control_planes
 from herder.resources import Resource, now_rfc3339
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
 from herder.resources.control_planes import CONTROL_PLANE_STATUS
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
+from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 
@@ -105,7 +105,7 @@ class ControlPlaneStatusController(Controller):
                 ctx, cluster, None, None, None, "NotBootstrapped", "etcd is not bootstrapped yet"
             )
             return None
-        known, running = await self._control_planes(ctx, cluster)
+        known, running = await control_planes(ctx, cluster)
         etcd = await probe_etcd(running, view.talos, known)
         await self._mark_members(ctx, cluster, running, etcd)
         endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get(
@@ -116,23 +116,6 @@ class ControlPlaneStatusController(Controller):
         self._measure(where, etcd, kubernetes)
         healthy = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
         return Result(requeue_after=self._healthy_every if healthy else UNHEALTHY_EVERY)
-
-    async def _control_planes(self, ctx: Context, cluster: Resource) -> tuple[dict[str, str], dict[str, str]]:
-        """Talos endpoint → machine UUID of the cluster's control planes: all of them, and those that run."""
-        known: dict[str, str] = {}
-        running: dict[str, str] = {}
-        for member in await cluster_machines(ctx, cluster):
-            if (member.spec or {}).get("role") != "controlplane" or member.metadata.deletion_timestamp:
-                continue
-            machine = await machine_of(ctx, member)
-            if machine is None:
-                continue
-            endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
-            known[endpoint] = machine.name
-            mstatus = machine.status or {}
-            if mstatus.get("connected") and mstatus.get("stage") == "Running":
-                running[endpoint] = machine.name
-        return known, running
 
     async def _mark_members(
         self, ctx: Context, cluster: Resource, running: dict[str, str], etcd: EtcdReport

@@ -12,9 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from herder.controllers.clusters.members import cluster_of, labelled, set_nodes
+from herder.controllers.clusters.members import (
+    RequestSetSources,
+    cluster_of,
+    labelled,
+    request_set_count,
+    set_nodes,
+)
 from herder.resources import Resource
-from herder.resources.access import READ_ONLY_ANNOTATION
+from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION, read_only_of
 from herder.resources.clusters import CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE, MachineSetSpec
 from herder.resources.machines import (
     CLUSTER_LABEL,
@@ -38,15 +44,16 @@ from herder.state.store import WatchEvent
 _GATE_RETRY = 2.0
 
 
-def free_for_allocation(machine: Resource) -> bool:
-    """Whether a machine may be given to a set that picks from a class."""
+def free_for_allocation(machine: Resource, *, read_only: bool = False) -> bool:
+    """Whether a machine may be given to a set that picks from a class (or, with ``read_only``, from
+    the request set whose machines are read-only because they are the platform's)."""
     status = machine.status or {}
     meta = machine.metadata
     return (
         bool(status.get("connected"))
         and status.get("stage") == "Maintenance"
         and CLUSTER_LABEL not in meta.labels
-        and READ_ONLY_ANNOTATION not in meta.annotations
+        and (read_only or READ_ONLY_ANNOTATION not in meta.annotations)
         and RELEASING_ANNOTATION not in meta.annotations
         and not meta.deletion_timestamp
     )
@@ -59,13 +66,15 @@ class MachineSetAllocationController(Controller):
     def __init__(self) -> None:
         # Sets of a class that last found too few machines: a machine that becomes free wakes them.
         self._waiting: set[ObjectKey] = set()
+        self._sources = RequestSetSources()
         self.watches = (
-            Watch(MACHINE_SET.kind),
+            Watch(MACHINE_SET.kind, self._sources.track),
             Watch(MACHINE_SET_NODE.kind, self._node_changed),
             Watch(MACHINE.kind, self._machine_freed),
             Watch(MACHINE_CLASS.kind, self._class_changed),
             # A set waiting for a provider's machines says what its MachineRequestSet says.
             Watch(MACHINE_REQUEST_SET.kind, controller_owner(MACHINE_SET.kind)),
+            Watch(MACHINE_REQUEST_SET.kind, self._sources.users),
         )
 
     def _node_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
@@ -73,9 +82,11 @@ class MachineSetAllocationController(Controller):
         return (ObjectKey(MACHINE_SET.kind, event.object.namespace, name),) if name else ()
 
     def _machine_freed(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        if event.type == "DELETED" or not free_for_allocation(event.object):
+        # A request set's machines are free for the set allocating them, read-only or not.
+        from_requests = MACHINE_REQUEST_SET_LABEL in event.object.metadata.labels
+        if event.type == "DELETED" or not free_for_allocation(event.object, read_only=from_requests):
             return ()
-        if event.previous is not None and free_for_allocation(event.previous):
+        if event.previous is not None and free_for_allocation(event.previous, read_only=from_requests):
             return ()
         return [k for k in self._waiting if k.namespace == event.object.namespace]
 
@@ -106,10 +117,13 @@ class MachineSetAllocationController(Controller):
                     if why:
                         missing.append(uuid)
                         reason = reason or why
-        elif spec.machine_class is not None:
-            size = spec.machine_class.size
+        elif spec.machine_class is not None or spec.machine_request_set is not None:
+            size = await _size(ctx, machine_set, spec)
             extra = []
-            if size != "unlimited" and len(live) > size:
+            if size is None:
+                reason = f"machine request set {spec.machine_request_set} does not exist"
+                self._waiting.add(key)
+            elif isinstance(size, int) and len(live) > size:
                 extra = _shrink_order(live)[: len(live) - size]
             else:
                 reason = await self._fill(ctx, machine_set, spec, live, size)
@@ -133,6 +147,8 @@ class MachineSetAllocationController(Controller):
         machine = await ctx.get(ObjectKey(MACHINE.kind, machine_set.namespace, uuid))
         if machine is None:
             return f"machine {uuid} is not registered"
+        if READ_ONLY_ANNOTATION in machine.metadata.annotations:
+            return f"machine {uuid} is read-only, managed by the platform"
         taken = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, machine_set.namespace, uuid))
         if taken is not None:
             owner = taken.metadata.labels.get(MACHINE_SET_LABEL, "")
@@ -147,11 +163,16 @@ class MachineSetAllocationController(Controller):
     async def _fill(
         self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, live: list[Resource], size: int | str
     ) -> str:
-        """Bind free machines of the set's class until it has ``size``; why it could not, if it could not."""
-        assert spec.machine_class is not None
+        """Bind free machines of the set's class or request set until it has ``size``; why it could not,
+        if it could not."""
         wanted = None if size == "unlimited" else int(size) - len(live)
         if wanted is not None and wanted <= 0:
             return ""
+        if spec.machine_request_set is not None:
+            return await self._fill_from_requests(
+                ctx, machine_set, spec, spec.machine_request_set, wanted or 0
+            )
+        assert spec.machine_class is not None
         machine_class = await ctx.get(
             ObjectKey(MACHINE_CLASS.kind, machine_set.namespace, spec.machine_class.name)
         )
@@ -168,29 +189,56 @@ class MachineSetAllocationController(Controller):
         if class_spec.selector is not None and MACHINE_REQUEST_SET_LABEL not in selector:
             # A provider's machines are for their own request set: a selector takes them only by name.
             matching = [m for m in matching if MACHINE_REQUEST_SET_LABEL not in m.metadata.labels]
-        free = sorted((m for m in matching if free_for_allocation(m)), key=lambda m: m.name)
-        bound = 0
-        for machine in free:
-            if wanted is not None and bound >= wanted:
-                break
-            if await self._create_node(ctx, machine_set, spec, machine.name):
-                bound += 1
-        if wanted is None or bound >= wanted:
+        free = [m for m in matching if free_for_allocation(m)]
+        short = await self._bind_free(ctx, machine_set, spec, free, wanted)
+        if not short:
             return ""
-        short = wanted - bound
         if class_spec.auto_provision is not None:
-            # Say what its MachineRequestSet says (its provider's progress, errors, refusals).
-            made = await ctx.get(ObjectKey(MACHINE_REQUEST_SET.kind, machine_set.namespace, machine_set.name))
-            ready = find_condition((made.status or {}).get("conditions"), "Ready") if made else None
-            return (
-                f"{short} more machine(s) wanted from infra provider {class_spec.auto_provision.provider_id}: "
-                + (str(ready.get("message") or "") if ready else "its machine requests are not made yet")
+            return await _requests_progress(
+                ctx,
+                machine_set,
+                machine_set.name,
+                short,
+                f"infra provider {class_spec.auto_provision.provider_id}",
             )
         return (
             f"{short} more machine(s) wanted from class {spec.machine_class.name}: "
             f"{len(matching)} match its selector, {len(free)} of them free "
             "(connected, in maintenance, in no cluster)"
         )
+
+    async def _fill_from_requests(
+        self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, request_set: str, wanted: int
+    ) -> str:
+        """Bind the free machines of ``request_set``: the set's own, read-only ones included (a managed
+        control plane's machines are read-only to users, not to the set made for them)."""
+        listed = await ctx.store.list(
+            MACHINE.kind, machine_set.namespace, label_selector=f"{MACHINE_REQUEST_SET_LABEL}={request_set}"
+        )
+        free = [m for m in listed.items if free_for_allocation(m, read_only=True)]
+        short = await self._bind_free(ctx, machine_set, spec, free, wanted)
+        if not short:
+            return ""
+        return await _requests_progress(
+            ctx, machine_set, request_set, short, f"machine request set {request_set}"
+        )
+
+    async def _bind_free(
+        self,
+        ctx: Context,
+        machine_set: Resource,
+        spec: MachineSetSpec,
+        free: list[Resource],
+        wanted: int | None,
+    ) -> int:
+        """Bind ``free`` machines (by UUID order) until ``wanted`` are bound; how many are still wanted."""
+        bound = 0
+        for machine in sorted(free, key=lambda m: m.name):
+            if wanted is not None and bound >= wanted:
+                break
+            if await self._create_node(ctx, machine_set, spec, machine.name):
+                bound += 1
+        return 0 if wanted is None else max(wanted - bound, 0)
 
     async def _create_node(
         self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, uuid: str
@@ -207,6 +255,7 @@ class MachineSetAllocationController(Controller):
                         MACHINE_SET_LABEL: machine_set.name,
                         ROLE_LABEL: spec.role,
                     },
+                    "annotations": read_only_of(machine_set),
                     "ownerReferences": [
                         ctx.reference_to(machine_set).model_dump(by_alias=True, exclude_none=True)
                     ],
@@ -251,6 +300,29 @@ class MachineSetAllocationController(Controller):
             await ctx.delete(ObjectKey.of(node))
             await ctx.event(machine_set, "Normal", "Releasing", f"machine {node.name} leaves the set")
         return allowed > 0
+
+
+async def _size(ctx: Context, machine_set: Resource, spec: MachineSetSpec) -> int | str | None:
+    """How many machines a class or request set allocating set wants: its class's size, or the machine
+    count of its request set (None while that does not exist)."""
+    if spec.machine_class is not None:
+        return spec.machine_class.size
+    return await request_set_count(ctx, machine_set)
+
+
+async def _requests_progress(
+    ctx: Context, machine_set: Resource, request_set: str, short: int, source: str
+) -> str:
+    """Why ``short`` machines are missing, as the MachineRequestSet they come from says (its provider's
+    progress, errors, refusals) — unless it is hidden (a managed control plane's), which users may not
+    know of: then only that the platform is at it."""
+    made = await ctx.get(ObjectKey(MACHINE_REQUEST_SET.kind, machine_set.namespace, request_set))
+    if made is not None and HIDDEN_LABEL in made.metadata.labels:
+        return f"{short} more machine(s) wanted: the platform is provisioning them"
+    ready = find_condition((made.status or {}).get("conditions"), "Ready") if made else None
+    return f"{short} more machine(s) wanted from {source}: " + (
+        str(ready.get("message") or "") if ready else "its machine requests are not made yet"
+    )
 
 
 def _shrink_order(nodes: list[Resource]) -> list[Resource]:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.controllers.clusters.members import labelled, set_nodes
+from herder.controllers.clusters.members import RequestSetSources, labelled, request_set_count, set_nodes
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE
 from herder.resources.machines import MACHINE_SET_LABEL
+from herder.resources.provisioning import MACHINE_REQUEST_SET
 from herder.resources.status import find_condition, set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 
@@ -17,19 +18,24 @@ from herder.runtime.controller import Context, Controller, ObjectKey, Result, Wa
 class MachineSetStatusController(Controller):
     name = "MachineSetStatus"
     concurrency = 4
-    watches = (
-        Watch(MACHINE_SET.kind),
-        Watch(MACHINE_SET_NODE.kind, labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL)),
-        Watch(
-            CLUSTER_MACHINE.kind,
-            on_change(
-                labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL),
-                "status.ready",
-                "status.conditions",
-                "metadata.deletionTimestamp",
+
+    def __init__(self) -> None:
+        self._sources = RequestSetSources()
+        self.watches = (
+            Watch(MACHINE_SET.kind, self._sources.track),
+            # A request set's machine count is what a set allocating from it wants.
+            Watch(MACHINE_REQUEST_SET.kind, self._sources.users),
+            Watch(MACHINE_SET_NODE.kind, labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL)),
+            Watch(
+                CLUSTER_MACHINE.kind,
+                on_change(
+                    labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL),
+                    "status.ready",
+                    "status.conditions",
+                    "metadata.deletionTimestamp",
+                ),
             ),
-        ),
-    )
+        )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         machine_set = await ctx.get(key)
@@ -46,6 +52,8 @@ class MachineSetStatusController(Controller):
             wanted = len(spec["machines"])
         elif isinstance(size, int):
             wanted = size
+        elif spec.get("machineRequestSet"):
+            wanted = await request_set_count(ctx, machine_set) or 0
         else:
             wanted = len(live_nodes)
         allocation = (machine_set.status or {}).get("allocation") or {}

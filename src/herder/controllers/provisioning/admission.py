@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from herder.controllers.provisioning import provider_schema
+from herder.controllers.writers import writer_sees_hidden
 from herder.resources import FieldError, InvalidObject, Resource
-from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, SERVICE_ACCOUNT, USER
+from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX
 from herder.resources.clusters import MACHINE_SET, MachineSetSpec
 from herder.resources.machines import MACHINE, MACHINE_CLASS, MachineClassSpec
 from herder.resources.provisioning import (
@@ -32,9 +33,6 @@ from herder.state.admission import Admission, Write
 from herder.state.errors import NotFound
 from herder.state.store import Store
 from herder.talos.contracts import UnknownTalosVersion, VersionContract
-
-RESERVED_PREFIX = "herder-"
-_IDENTITY_KINDS = {"serviceaccount": SERVICE_ACCOUNT, "user": USER}
 
 
 def _invalid(obj: Resource, *causes: FieldError) -> InvalidObject:
@@ -88,22 +86,13 @@ class ProvisioningAdmission:
         obj = write.object
         provider = await self._get(INFRA_PROVIDER.kind, provider_id)
         hidden = provider is not None and HIDDEN_LABEL in provider.metadata.labels
-        if hidden and not await self._sees_hidden(write.actor):
+        if hidden and not await writer_sees_hidden(self._store, write.actor):
             provider = None
         if provider is None:
             raise _invalid(obj, FieldError(where, f"infra provider {provider_id!r} does not exist"))
         if provider.metadata.deletion_timestamp:
             raise _invalid(obj, FieldError(where, f"infra provider {provider_id!r} is being deleted"))
         return provider
-
-    async def _sees_hidden(self, actor: str | None) -> bool:
-        """Whether the writer is herder itself or an identity of role Support."""
-        kind, sep, name = (actor or "").partition(":")
-        info = _IDENTITY_KINDS.get(kind) if sep else None
-        if info is None:
-            return True  # a controller, or the server
-        identity = await self._get(info.kind, name)
-        return identity is not None and (identity.spec or {}).get("role") == "Support"
 
     async def _provider_data(
         self, write: Write, provider_id: str, data: Any, where: str, provider_field: str

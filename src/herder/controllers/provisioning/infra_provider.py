@@ -11,12 +11,12 @@ it, since a provider that is gone for good will never drop it, and must not hold
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime
 from typing import Any
 
 from herder.controllers.provisioning import provider_schema
 from herder.resources import Resource
 from herder.resources.access import INFRA_PROVIDER_LABEL
+from herder.resources.meta import age_seconds
 from herder.resources.provisioning import (
     INFRA_PROVIDER,
     JOIN_CONFIG,
@@ -32,16 +32,6 @@ from herder.state.store import SYSTEM
 CLEANUP_FINALIZER = "herder.dev/infra-provider-cleanup"
 MISSED_BEATS = 3
 DEFAULT_INTERVAL = 10.0
-
-
-def _age(stamp: str) -> float | None:
-    try:
-        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=UTC)
-    return (datetime.now(UTC) - then).total_seconds()
 
 
 class InfraProviderController(Controller):
@@ -65,7 +55,7 @@ class InfraProviderController(Controller):
         await self._join_config(ctx, provider)
         status = InfraProviderStatus.model_validate(provider.status or {})
         interval = status.heartbeat_interval_seconds or DEFAULT_INTERVAL
-        age = _age(status.last_heartbeat) if status.last_heartbeat else None
+        age = age_seconds(status.last_heartbeat) if status.last_heartbeat else None
         stale_in = interval * MISSED_BEATS - age if age is not None else None
         connected = stale_in is not None and stale_in > 0
         if status.last_heartbeat == "":

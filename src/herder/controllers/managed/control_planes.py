@@ -1,0 +1,227 @@
+"""Managed control planes: for a Cluster with ``spec.controlPlane.managed``, herder creates and owns
+
+- the hidden MachineRequestSet ``herder-<cluster>-control-planes``: the size's machine count from the
+  offering's provider, with the size's provider data and the cluster's Talos version and extensions
+  (its machines are read-only: ``machine_requests`` marks the machines of hidden requests);
+- the control plane MachineSet ``<cluster>-control-planes``, read-only, allocating only the machines of
+  that request set (``spec.machineRequestSet``); its nodes and cluster machines are read-only too;
+- the hidden system ConfigPatches of managed mode: KubeSpan on every machine of the cluster, and on the
+  control planes their components' metrics endpoints bound for scraping and, when the offering says so,
+  no kubelet node registration.
+
+The cluster's ``ManagedControlPlane`` condition says how far it got, in words that never name the hidden
+provider. Growing the size grows the request set; the control plane set follows it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from herder.controllers.managed.offerings import offered
+from herder.resources import KindInfo, Resource
+from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
+from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterSpec, control_plane_set_name
+from herder.resources.configuration import CONFIG_PATCH
+from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL
+from herder.resources.managed import (
+    control_plane_request_set_name,
+    offering_name,
+    system_patch_name,
+)
+from herder.resources.provisioning import INFRA_PROVIDER, MACHINE_REQUEST_SET, ManagedControlPlanes
+from herder.resources.status import find_condition, set_condition
+from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.state.store import WatchEvent
+from herder.talos.contracts import VersionContract
+from herder.talos.system_patches import kube_span, managed_control_plane
+
+CONDITION = "ManagedControlPlane"
+# The system patches, by what they are about (``herder-<cluster>-<what>``).
+KUBESPAN = "kubespan"
+CONTROL_PLANES = "control-planes"
+_PATCHES = (KUBESPAN, CONTROL_PLANES)
+_RETRY = 10.0
+
+
+class ManagedControlPlaneController(Controller):
+    name = "ManagedControlPlane"
+    concurrency = 4
+
+    def __init__(self) -> None:
+        # The managed clusters of each offering, so that a change of the offer reaches them.
+        self._users: defaultdict[str, set[ObjectKey]] = defaultdict(set)
+        owner = controller_owner(CLUSTER.kind)
+        self.watches = (
+            Watch(CLUSTER.kind, self._cluster_changed),
+            Watch(MACHINE_REQUEST_SET.kind, owner),
+            Watch(MACHINE_SET.kind, owner),
+            Watch(CONFIG_PATCH.kind, owner),
+            Watch(INFRA_PROVIDER.kind, self._offer_changed),
+        )
+
+    def _cluster_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        key = ObjectKey.of(event.object)
+        for users in self._users.values():
+            users.discard(key)
+        managed = ((event.object.spec or {}).get("controlPlane") or {}).get("managed") or {}
+        if event.type != "DELETED" and managed.get("enabled"):
+            self._users[str(managed.get("provider"))].add(key)
+        return (key,)
+
+    def _offer_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        return sorted(self._users.get(offering_name(event.object.name), ()))
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        cluster = await ctx.get(key)
+        if cluster is None:
+            return None  # what it owned is garbage-collected after it
+        if cluster.metadata.deletion_timestamp:
+            await self._tear_down(ctx, cluster)
+            return None
+        spec = CLUSTER.spec_of(cluster, ClusterSpec)
+        managed = spec.managed
+        if managed is None:
+            return None
+        found = await offered(ctx.store, managed.provider)
+        size = found[1].sizes.get(managed.size) if found is not None else None
+        if found is None or size is None:
+            what = "size " + managed.size if found is not None else "offering " + managed.provider
+            await self._condition(
+                ctx, cluster, False, "NotOffered", f"managed control planes: {what} is no longer offered"
+            )
+            return Result(requeue_after=_RETRY)
+        provider, offer = found
+        name = control_plane_request_set_name(cluster.name)
+        request_set = self._output(
+            MACHINE_REQUEST_SET,
+            name,
+            cluster,
+            {CLUSTER_LABEL: cluster.name, HIDDEN_LABEL: "true"},
+            {
+                "providerID": provider.name,
+                "machineCount": size.machines,
+                "talosVersion": spec.talos_version,
+                "providerData": size.provider_data,
+                "schematic": {"extensions": spec.system_extensions},
+            },
+        )
+        control_planes = control_plane_set_name(cluster.name)
+        machine_set = self._output(
+            MACHINE_SET,
+            control_planes,
+            cluster,
+            {CLUSTER_LABEL: cluster.name},
+            {"role": "controlplane", "machineRequestSet": name},
+            annotations={READ_ONLY_ANNOTATION: "true"},
+        )
+        for desired in (request_set, machine_set, *self._patches(cluster, spec, offer)):
+            await _apply(ctx, cluster, desired)
+        current = await ctx.get(ObjectKey(MACHINE_SET.kind, key.namespace, control_planes))
+        ready = find_condition((current.status or {}).get("conditions"), "Ready") if current else None
+        if ready is not None and ready.get("status") == "True":
+            await self._condition(
+                ctx, cluster, True, "Ready", f"{size.machines} managed control plane(s) ready"
+            )
+        else:
+            why = str((ready or {}).get("message") or "control plane machines are being provisioned")
+            await self._condition(ctx, cluster, False, "Provisioning", f"size {managed.size}: {why}")
+        return None
+
+    async def _tear_down(self, ctx: Context, cluster: Resource) -> None:
+        """A cluster being deleted loses its control plane set (its machines leave, reset, as every
+        cluster's do) and its system patches; the request set stays until the cluster is gone (then it is
+        garbage-collected, and its machines destroyed), so that its machines can be reset first."""
+        names = [
+            (MACHINE_SET.kind, control_plane_set_name(cluster.name)),
+            *((CONFIG_PATCH.kind, system_patch_name(cluster.name, what)) for what in _PATCHES),
+        ]
+        for kind, name in names:
+            current = await ctx.get(ObjectKey(kind, cluster.namespace, name))
+            if current is not None and not current.metadata.deletion_timestamp:
+                await ctx.delete(ObjectKey.of(current))
+
+    def _patches(self, cluster: Resource, spec: ClusterSpec, offer: ManagedControlPlanes) -> list[Resource]:
+        # Configs keep the format of the version the cluster was created with (see cluster_machine_config).
+        contract = VersionContract.parse(
+            (cluster.status or {}).get("initialTalosVersion") or spec.talos_version
+        )
+        hidden = {CLUSTER_LABEL: cluster.name, HIDDEN_LABEL: "true"}
+        control_planes = {**hidden, MACHINE_SET_LABEL: control_plane_set_name(cluster.name)}
+        patches = (
+            (KUBESPAN, hidden, kube_span(contract), "KubeSpan on every machine (managed control planes)"),
+            (
+                CONTROL_PLANES,
+                control_planes,
+                managed_control_plane(contract, register_nodes=offer.register_nodes),
+                "managed control planes: metrics endpoints for scraping"
+                + ("" if offer.register_nodes else "; no kubelet node registration"),
+            ),
+        )
+        return [
+            self._output(
+                CONFIG_PATCH,
+                system_patch_name(cluster.name, what),
+                cluster,
+                labels,
+                {"data": data, "description": description},
+            )
+            for what, labels, data, description in patches
+        ]
+
+    @staticmethod
+    def _output(
+        kind: KindInfo,
+        name: str,
+        cluster: Resource,
+        labels: dict[str, str],
+        spec: dict[str, Any],
+        annotations: dict[str, str] | None = None,
+    ) -> Resource:
+        """The output as the store will hold it (normalized, labelled by its kind), to compare with."""
+        return kind.validate(
+            Resource.model_validate(
+                {
+                    "apiVersion": kind.api_version,
+                    "kind": kind.kind,
+                    "metadata": {
+                        "name": name,
+                        "namespace": cluster.namespace,
+                        "labels": labels,
+                        "annotations": annotations or {},
+                    },
+                    "spec": spec,
+                }
+            )
+        )
+
+    async def _condition(self, ctx: Context, cluster: Resource, ok: bool, reason: str, message: str) -> None:
+        found = find_condition((cluster.status or {}).get("conditions"), CONDITION) or {}
+        if found.get("status") == ("True" if ok else "False") and found.get("message") == message:
+            return
+
+        def record(_: Resource, status: dict[str, Any]) -> None:
+            conditions = list(status.get("conditions") or [])
+            set_condition(conditions, CONDITION, ok, reason, message)
+            status["conditions"] = conditions
+
+        await ctx.mutate_status(ObjectKey.of(cluster), record)
+        if found.get("reason") != reason:
+            warn = not ok and reason != "Provisioning"  # getting its machines is no fault
+            await ctx.event(cluster, "Warning" if warn else "Normal", f"ManagedControlPlane{reason}", message)
+
+
+async def _apply(ctx: Context, cluster: Resource, desired: Resource) -> None:
+    """Create or update an output, unless it already is as desired (no write, no event)."""
+    current = await ctx.get(ObjectKey.of(desired))
+    if (
+        current is not None
+        and current.spec == desired.spec
+        and all(current.metadata.labels.get(k) == v for k, v in desired.metadata.labels.items())
+        and all(current.metadata.annotations.get(k) == v for k, v in desired.metadata.annotations.items())
+        and (ref := current.metadata.controller_ref()) is not None
+        and ref.uid == cluster.metadata.uid
+    ):
+        return
+    await ctx.apply_output(cluster, desired)
