@@ -67,6 +67,8 @@ def sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Site, Path
         "--managed-control-planes",
         "--managed-replace-after",
         "3",
+        "--managed-backups",
+        "5s:2",
         "--support-token-file",
         str(token_file),
     )
@@ -183,6 +185,46 @@ def test_a_template_with_a_managed_control_plane_syncs_to_ready(site: Site, oper
     cluster = site.get("cluster", CLUSTER)
     managed = next(c for c in cluster["status"]["conditions"] if c["type"] == "ManagedControlPlane")
     assert managed["status"] == "True" and "herder-emu" not in json.dumps(cluster)
+
+
+def test_a_managed_cluster_backs_up_on_the_platform_schedule(site: Site, operator: Path) -> None:
+    """The template asks for no backups: the platform's schedule (--managed-backups 5s:2) applies, and
+    what the user writes in spec.backups does not change it."""
+    patched = _as(
+        site,
+        operator,
+        "kubectl",
+        "patch",
+        "cluster",
+        CLUSTER,
+        "--type",
+        "merge",
+        "-p",
+        '{"spec": {"backups": {"interval": "24h", "retention": 1}}}',
+    )
+    assert patched.returncode == 0, patched.stderr
+
+    def backups() -> list[dict[str, Any]]:
+        listed = _as(
+            site,
+            operator,
+            "kubectl",
+            "get",
+            "etcdbackups",
+            "-l",
+            f"herder.dev/cluster={CLUSTER}",
+            "-o",
+            "json",
+        )
+        assert listed.returncode == 0, listed.stderr
+        items: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
+        return items
+
+    site.until(lambda: len(backups()) == 2, timeout=60, what="two backups on the platform's schedule")
+    first = {b["metadata"]["name"] for b in backups()}
+    site.until(lambda: {b["metadata"]["name"] for b in backups()} - first, timeout=30, what="a newer backup")
+    # The platform's retention (2), not the user's 1.
+    site.until(lambda: len(backups()) == 2, timeout=15, what="retention to keep the newest two")
 
 
 def test_without_node_registration_kubectl_shows_only_the_workers(site: Site) -> None:

@@ -26,6 +26,7 @@ from herder.state.store import SYSTEM, Store
 if TYPE_CHECKING:
     from herder.api.actions import ActionHandler, ObjectAction
     from herder.api.serve import Background, BackgroundFactory, Ready, ServeOptions
+    from herder.controllers.backups.policy import BackupPolicy
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.credentials import TalosGateway
 
@@ -232,6 +233,14 @@ def serve_command(
             help="Seconds a managed control plane machine stays unreachable before it is replaced.",
         ),
     ] = 300.0,
+    managed_backups: Annotated[
+        str,
+        typer.Option(
+            "--managed-backups",
+            help="INTERVAL:RETENTION (or STORE too: INTERVAL:RETENTION:STORE): the etcd backups of every "
+            "managed cluster, which its users cannot change or turn off.",
+        ),
+    ] = "1h:24",
     provider: Annotated[
         list[str] | None,
         typer.Option(
@@ -264,6 +273,7 @@ def serve_command(
             _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
             managed_control_planes=managed_control_planes,
             managed_replace_after=managed_replace_after,
+            backup_policy=_managed_backups(managed_backups),
         ),
         background=providers(options.data_dir, provider or []),
         talos_listen=talos_listen,
@@ -278,6 +288,29 @@ def providers(data_dir: Path, flags: list[str]) -> list[BackgroundFactory]:
         return lambda store: InServerProvider(store, data_dir / KUBECONFIG, provider_id, provider_type)
 
     return [factory(*parse_provider_flag(flag)) for flag in flags]
+
+
+def _managed_backups(flag: str) -> BackupPolicy:
+    from pydantic import ValidationError
+
+    from herder.controllers.backups.policy import managed_policy
+    from herder.resources.backups import ClusterBackups
+
+    interval, _, rest = flag.partition(":")
+    retention, _, store = rest.partition(":")
+    fields: dict[str, object] = {"interval": interval}
+    try:
+        if retention:
+            if not retention.isdigit():
+                raise ValueError(f"retention {retention!r} is not a whole number")
+            fields["retention"] = int(retention)
+        if store:
+            fields["store"] = store
+        schedule = ClusterBackups.model_validate(fields)
+    except (ValueError, ValidationError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise fail(f"--managed-backups {flag!r}: expected INTERVAL:RETENTION[:STORE] ({reason})") from None
+    return managed_policy(schedule)
 
 
 def _controller_options(

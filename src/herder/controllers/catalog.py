@@ -7,7 +7,7 @@ from pathlib import Path
 
 from herder.controllers.backups.admission import RestoreAdmission
 from herder.controllers.backups.key_cleanup import BackupKeyCleanupController
-from herder.controllers.backups.policy import BackupPolicy
+from herder.controllers.backups.policy import BackupPolicy, managed_policy
 from herder.controllers.backups.removal import EtcdBackupRemovalController
 from herder.controllers.backups.requests import BackupRequests
 from herder.controllers.backups.restore import EtcdRecovery
@@ -60,7 +60,8 @@ class ControllerOptions:
     spare_keys_now: bool = False
     # The folder of the backup store ``default`` (herder serve: DATA_DIR/backups).
     backups_dir: Path | None = None
-    backup_policy: BackupPolicy = field(default_factory=BackupPolicy)
+    backup_policy: BackupPolicy = field(default_factory=managed_policy)
+    """Managed clusters back up on the platform's schedule (``herder serve --managed-backups``)."""
     api_url: str = ""
     """herder's API as machines and providers reach it (in each provider's JoinConfig)."""
     managed_control_planes: bool = False

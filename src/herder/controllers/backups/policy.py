@@ -1,8 +1,8 @@
 """Which backup schedule a cluster follows: its own ``spec.backups``, unless the platform enforces one.
 
-This is the hook for managed clusters: their platform's default schedule and retention apply whatever
-their users write (and cannot be turned off). The managed control plane work gives ``enforced`` the test
-of a managed cluster and ``platform`` the schedule; until then no cluster is enforced.
+Managed clusters follow the platform's schedule and retention (``herder serve --managed-backups``)
+whatever their users write, and cannot turn it off: the platform runs their control planes, so keeping
+their etcd safe is the platform's job too.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ def _no_cluster(_: Resource) -> bool:
     return False
 
 
+def managed(cluster: Resource) -> bool:
+    """Whether the platform runs the cluster's control plane."""
+    return CLUSTER.spec_of(cluster, ClusterSpec).managed is not None
+
+
 @dataclass(frozen=True)
 class BackupPolicy:
     platform: ClusterBackups | None = None
@@ -29,3 +34,12 @@ class BackupPolicy:
         if self.platform is not None and self.enforced(cluster):
             return self.platform
         return CLUSTER.spec_of(cluster, ClusterSpec).backups
+
+
+MANAGED_BACKUPS = ClusterBackups(interval="1h", retention=24)
+"""The platform's schedule of managed clusters' backups unless ``herder serve --managed-backups`` says."""
+
+
+def managed_policy(schedule: ClusterBackups = MANAGED_BACKUPS) -> BackupPolicy:
+    """Managed clusters on ``schedule``; other clusters on their own."""
+    return BackupPolicy(schedule, managed)
