@@ -45,6 +45,11 @@ UNREACHABLE_AFTER = 15.0
 _BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 # How long a stage must stand before it is written.
 _SETTLE = 0.1
+# Stages a machine passes through in seconds. One that stands this long while the connection stays up
+# may be a stream that stopped telling (seen on the emulator under load): a new connection reads the
+# machine afresh. Cheap, and rare: a healthy machine is Running or in Maintenance.
+_PASSING = frozenset({"Booting", "Rebooting", "Installing", "Upgrading", "ShuttingDown", "Resetting"})
+RESYNC_AFTER = 30.0
 
 
 STAGES: dict[MachineStage, str] = {
@@ -69,15 +74,23 @@ class _Link:
     task: asyncio.Task[None] | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     reported: dict[str, Any] = field(default_factory=dict)
+    stage_since: float = 0.0
 
 
 class MachineLinkController(Controller):
     name = "MachineLink"
     concurrency = 8
 
-    def __init__(self, keys: ClusterKeys, *, unreachable_after: float = UNREACHABLE_AFTER) -> None:
+    def __init__(
+        self,
+        keys: ClusterKeys,
+        *,
+        unreachable_after: float = UNREACHABLE_AFTER,
+        resync_after: float = RESYNC_AFTER,
+    ) -> None:
         self._keys = keys
         self._unreachable_after = unreachable_after
+        self._resync_after = resync_after
         self._links: dict[ObjectKey, _Link] = {}
         self._ctx: Context | None = None
         self.watches = (
@@ -222,10 +235,31 @@ class MachineLinkController(Controller):
                     await staged.wait()
                     await asyncio.sleep(_SETTLE)
                     staged.clear()
+                    if latest[-1] != link.reported.get("stage"):
+                        link.stage_since = time.monotonic()
                     await self._report(link, stage=latest[-1])
                     del latest[:-1]
 
-            tasks = {asyncio.create_task(follow()), asyncio.create_task(write())}
+            async def stalled() -> None:
+                # Ends (and so does this connection, cleanly) when a passing stage stood too long.
+                link.stage_since = time.monotonic()
+                while True:
+                    await asyncio.sleep(self._resync_after / 4)
+                    standing = time.monotonic() - link.stage_since
+                    if link.reported.get("stage") in _PASSING and standing > self._resync_after:
+                        log.info(
+                            "machine %s: %s for %.0fs; reading it afresh",
+                            link.key.name,
+                            link.reported.get("stage"),
+                            standing,
+                        )
+                        return
+
+            tasks = {
+                asyncio.create_task(follow()),
+                asyncio.create_task(write()),
+                asyncio.create_task(stalled()),
+            }
             changed = asyncio.create_task(link.changed.wait())
             try:
                 done, _ = await asyncio.wait({*tasks, changed}, return_when=asyncio.FIRST_COMPLETED)
