@@ -50,6 +50,8 @@ async def test_sign_in_sets_a_strict_session_cookie_and_never_shows_the_token(
     server: Server, tokens: dict[str, str]
 ) -> None:
     async with Ui(server) as ui:
+        typed = await ui.http.get(server.url + "/ui", follow_redirects=True)  # as the demo prints it
+        assert typed.status_code == 200 and 'type="password"' in typed.text
         form = await ui.http.get("/login")
         assert form.status_code == 200 and 'type="password"' in form.text
         answer = await ui.login(tokens["Operator"])

@@ -22,7 +22,8 @@ from typing import Any, Protocol
 import uvicorn
 import yaml
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.responses import RedirectResponse
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
 from herder.api import tokens
@@ -105,7 +106,9 @@ class ServeOptions:
 
 def with_ui(api: ASGIApp, policy: HerderPolicy, ui: UiFactory) -> ASGIApp:
     """The API app with the UI ``ui`` makes of it served beside it, under ``UI_PATH``."""
-    return Starlette(routes=[Mount(UI_PATH, app=ui(api, policy)), Mount("", app=api)])
+    # The address users type (and the demo prints) has no trailing slash, which a Mount does not match.
+    to_ui = Route(UI_PATH, lambda _: RedirectResponse(UI_PATH + "/", status_code=307))
+    return Starlette(routes=[to_ui, Mount(UI_PATH, app=ui(api, policy)), Mount("", app=api)])
 
 
 def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
