@@ -180,11 +180,25 @@ class Fleet:
         )
 
 
+@dataclass
+class Processes:
+    """``herder serve`` and the emulator, running side by side under one folder."""
+
+    root: Path
+    server: Server
+    emulator: EmulatorProcess
+    control_url: str
+    """The emulator's control API."""
+    client: Client
+    """An Admin's client of the server."""
+
+
 @asynccontextmanager
-async def fleet(prefix: str, clusters: int, timeout: float) -> AsyncIterator[Fleet]:
-    """A server and an emulator with machines for ``clusters`` clusters, registered (as ``herder machine
-    add`` registers them) and connected; both processes are ended on the way out."""
-    machines = clusters * (CONTROL_PLANES + WORKERS)
+async def processes(
+    prefix: str, *, machines: int, clusters: int, serve: Sequence[str] = ()
+) -> AsyncIterator[Processes]:
+    """An emulator of ``machines`` and a server with load balancers for ``clusters`` (and the flags
+    ``serve``), in a temporary folder; both are ended by their PIDs on the way out."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = Path(tmp)
         (root / "emulator").mkdir()
@@ -193,32 +207,42 @@ async def fleet(prefix: str, clusters: int, timeout: float) -> AsyncIterator[Fle
             machines=machines,
             machine_cidr=f"127.{random.randint(120, 200)}.0.0/16",
         )
-        server = Server(root / "server", clusters)
+        server = Server(root / "server", clusters, serve)
         emulator.start()
         server.start()
         try:
-            await emulator.wait_ready(120)
+            url = await emulator.wait_ready(120)
             client = await server.client()
-            published = emulator.published()
-            await _create_all(
-                client,
-                [
-                    _obj(MACHINE_REGISTRATION, registration_name(m["endpoint"]), {"endpoint": m["endpoint"]})
-                    for m in published
-                ],
-            )
-            await until(
-                f"{machines} machines registered and connected",
-                time.monotonic() + timeout,
-                lambda: _connected(client, machines),
-            )
             try:
-                yield Fleet(client, server, emulator, sorted(m["uuid"] for m in published))
+                yield Processes(root, server, emulator, url, client)
             finally:
                 await client.close()
         finally:
             server.stop()
             emulator.stop()
+
+
+@asynccontextmanager
+async def fleet(prefix: str, clusters: int, timeout: float) -> AsyncIterator[Fleet]:
+    """A server and an emulator with machines for ``clusters`` clusters, registered (as ``herder machine
+    add`` registers them) and connected."""
+    machines = clusters * (CONTROL_PLANES + WORKERS)
+    async with processes(prefix, machines=machines, clusters=clusters) as running:
+        client = running.client
+        published = running.emulator.published()
+        await _create_all(
+            client,
+            [
+                _obj(MACHINE_REGISTRATION, registration_name(m["endpoint"]), {"endpoint": m["endpoint"]})
+                for m in published
+            ],
+        )
+        await until(
+            f"{machines} machines registered and connected",
+            time.monotonic() + timeout,
+            lambda: _connected(client, machines),
+        )
+        yield Fleet(client, running.server, running.emulator, sorted(m["uuid"] for m in published))
 
 
 async def _connected(client: Client, machines: int) -> bool:

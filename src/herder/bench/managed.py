@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import secrets
 import subprocess
 import tempfile
@@ -22,12 +21,11 @@ import time
 from pathlib import Path
 
 from herder.api.datadir import write_kubeconfig
-from herder.bench.clusters import Server, _counters, _create_all, _obj, _per_machine, until
+from herder.bench.clusters import Processes, _counters, _create_all, _obj, _per_machine, processes, until
 from herder.bench.provision import register, start_provider, stop_provider
 from herder.bench.report import emit
 from herder.client import Client, NotFound
 from herder.client.kubeconfig import load
-from herder.emu.control.process import EmulatorProcess
 from herder.resources.clusters import CLUSTER, MACHINE_SET
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_CLASS
 from herder.resources.managed import MANAGED_CONTROL_PLANE_OFFERING
@@ -43,118 +41,111 @@ KUBERNETES = "1.33.0"
 
 
 async def run(clusters: int, concurrency: int, timeout: float) -> None:
-    machines = clusters * (1 + WORKERS)
-    with tempfile.TemporaryDirectory(prefix="herder-bench-managed-") as tmp:
-        root = Path(tmp)
-        (root / "emulator").mkdir()
-        token_file = root / "support.token"
+    with tempfile.TemporaryDirectory(prefix="herder-bench-support-") as held:
+        # The Support token must be in its file before the server starts.
+        token_file = Path(held) / "support.token"
         token = secrets.token_urlsafe(32)
         token_file.write_text(token)
         token_file.chmod(0o600)
-        emulator = EmulatorProcess(
-            data_dir=root / "emulator", machines=0, machine_cidr=f"127.{random.randint(120, 200)}.0.0/16"
-        )
-        server = Server(
-            root / "server", clusters, ("--managed-control-planes", "--support-token-file", str(token_file))
-        )
-        emulator.start()
-        server.start()
-        providers: list[subprocess.Popen[bytes]] = []
-        try:
-            url = await emulator.wait_ready(120)
-            client = await server.client()
-            admin = server.data_dir / "admin.kubeconfig"
-            credentials = load(admin)
-            write_kubeconfig(root / "support.kubeconfig", credentials.server, credentials.ca_pem, token)
-            support = Client.from_kubeconfig(root / "support.kubeconfig")
-            for provider_id, by, hidden in (
-                (MANAGED_PROVIDER, support, True),
-                (WORKERS_PROVIDER, client, False),
-            ):
-                kubeconfig = root / f"{provider_id}.kubeconfig"
-                await register(by, kubeconfig, admin, provider_id, hidden=hidden)
-                providers.append(start_provider(root, kubeconfig, url, concurrency, provider_id))
-            deadline = time.monotonic() + 120
+        serve = ("--managed-control-planes", "--support-token-file", str(token_file))
+        async with processes("herder-bench-managed-", machines=0, clusters=clusters, serve=serve) as running:
+            await _run(running, token, clusters, concurrency, timeout)
 
-            async def providers_ready() -> bool:
-                return all(
-                    [
-                        condition_true((await support.get(INFRA_PROVIDER, p)).status, "Ready")
-                        for p in (MANAGED_PROVIDER, WORKERS_PROVIDER)
-                    ]
+
+async def _run(running: Processes, token: str, clusters: int, concurrency: int, timeout: float) -> None:
+    machines = clusters * (1 + WORKERS)
+    root, server, client, url = running.root, running.server, running.client, running.control_url
+    providers: list[subprocess.Popen[bytes]] = []
+    try:
+        admin = server.data_dir / "admin.kubeconfig"
+        credentials = load(admin)
+        write_kubeconfig(root / "support.kubeconfig", credentials.server, credentials.ca_pem, token)
+        support = Client.from_kubeconfig(root / "support.kubeconfig")
+        for provider_id, by, hidden in (
+            (MANAGED_PROVIDER, support, True),
+            (WORKERS_PROVIDER, client, False),
+        ):
+            kubeconfig = root / f"{provider_id}.kubeconfig"
+            await register(by, kubeconfig, admin, provider_id, hidden=hidden)
+            providers.append(start_provider(root, kubeconfig, url, concurrency, provider_id))
+        deadline = time.monotonic() + 120
+
+        async def providers_ready() -> bool:
+            return all(
+                [
+                    condition_true((await support.get(INFRA_PROVIDER, p)).status, "Ready")
+                    for p in (MANAGED_PROVIDER, WORKERS_PROVIDER)
+                ]
+            )
+
+        await until("the providers to be Ready", deadline, providers_ready)
+        offer = await support.get(INFRA_PROVIDER, MANAGED_PROVIDER)
+        offer.spec = {
+            **(offer.spec or {}),
+            "managedControlPlanes": {"sizes": {"xs": {"machines": 1}}, "talosVersions": [TALOS]},
+        }
+        await support.update(offer)
+
+        async def offered() -> bool:
+            try:
+                await client.get(MANAGED_CONTROL_PLANE_OFFERING, OFFERING)
+            except NotFound:
+                return False
+            return True
+
+        await until("the offering", deadline, offered)
+        await client.create(
+            _obj(MACHINE_CLASS, "workers", {"autoProvision": {"providerID": WORKERS_PROVIDER}})
+        )
+        before = await _counters(client, "herder_store_writes_total", "kind")
+        started = time.monotonic()
+        names = [f"bench-{i:03d}" for i in range(clusters)]
+        managed = {"managed": {"enabled": True, "provider": OFFERING, "size": "xs"}}
+        await _create_all(
+            client,
+            [
+                _obj(
+                    CLUSTER,
+                    name,
+                    {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES, "controlPlane": managed},
                 )
+                for name in names
+            ],
+        )
+        await _create_all(
+            client,
+            [
+                _obj(
+                    MACHINE_SET,
+                    f"{name}-workers",
+                    {"role": "worker", "machineClass": {"name": "workers", "size": WORKERS}},
+                    {CLUSTER_LABEL: name},
+                )
+                for name in names
+            ],
+        )
 
-            await until("the providers to be Ready", deadline, providers_ready)
-            offer = await support.get(INFRA_PROVIDER, MANAGED_PROVIDER)
-            offer.spec = {
-                **(offer.spec or {}),
-                "managedControlPlanes": {"sizes": {"xs": {"machines": 1}}, "talosVersions": [TALOS]},
-            }
-            await support.update(offer)
+        async def all_ready() -> bool:
+            listed = await client.list(CLUSTER)
+            return sum(1 for c in listed.items if condition_true(c.status, "Ready")) >= clusters
 
-            async def offered() -> bool:
-                try:
-                    await client.get(MANAGED_CONTROL_PLANE_OFFERING, OFFERING)
-                except NotFound:
-                    return False
-                return True
-
-            await until("the offering", deadline, offered)
-            await client.create(
-                _obj(MACHINE_CLASS, "workers", {"autoProvision": {"providerID": WORKERS_PROVIDER}})
-            )
-            before = await _counters(client, "herder_store_writes_total", "kind")
-            started = time.monotonic()
-            names = [f"bench-{i:03d}" for i in range(clusters)]
-            managed = {"managed": {"enabled": True, "provider": OFFERING, "size": "xs"}}
-            await _create_all(
-                client,
-                [
-                    _obj(
-                        CLUSTER,
-                        name,
-                        {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES, "controlPlane": managed},
-                    )
-                    for name in names
-                ],
-            )
-            await _create_all(
-                client,
-                [
-                    _obj(
-                        MACHINE_SET,
-                        f"{name}-workers",
-                        {"role": "worker", "machineClass": {"name": "workers", "size": WORKERS}},
-                        {CLUSTER_LABEL: name},
-                    )
-                    for name in names
-                ],
-            )
-
-            async def all_ready() -> bool:
-                listed = await client.list(CLUSTER)
-                return sum(1 for c in listed.items if condition_true(c.status, "Ready")) >= clusters
-
-            await until(f"{clusters} clusters Ready", started + timeout, all_ready)
-            elapsed = time.monotonic() - started
-            after = await _counters(client, "herder_store_writes_total", "kind")
-            writes = _per_machine(after, before, machines)
-            emit(
-                "managed_until_all_ready",
-                elapsed,
-                "s",
-                clusters=clusters,
-                machines=machines,
-                cores=os.cpu_count(),
-            )
-            emit("managed_store_writes_per_machine", sum(writes.values()), "writes", by_kind=writes)
-            await support.close()
-            await client.close()
-        finally:
-            for provider in providers:
-                stop_provider(provider)
-            server.stop()
-            emulator.stop()
+        await until(f"{clusters} clusters Ready", started + timeout, all_ready)
+        elapsed = time.monotonic() - started
+        after = await _counters(client, "herder_store_writes_total", "kind")
+        writes = _per_machine(after, before, machines)
+        emit(
+            "managed_until_all_ready",
+            elapsed,
+            "s",
+            clusters=clusters,
+            machines=machines,
+            cores=os.cpu_count(),
+        )
+        emit("managed_store_writes_per_machine", sum(writes.values()), "writes", by_kind=writes)
+        await support.close()
+    finally:
+        for provider in providers:
+            stop_provider(provider)
 
 
 def main(argv: list[str]) -> int:

@@ -15,19 +15,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from herder.api.datadir import write_kubeconfig
-from herder.bench.clusters import Server, _counters, _per_machine, until
+from herder.bench.clusters import _counters, _per_machine, processes, until
 from herder.bench.report import emit
 from herder.client import Client
 from herder.client.kubeconfig import load
-from herder.emu.control.process import EmulatorProcess
 from herder.resources import Resource
 from herder.resources.access import SERVICE_ACCOUNT
 from herder.resources.machines import MACHINE
@@ -107,22 +104,13 @@ def stop_provider(provider: subprocess.Popen[bytes] | None) -> None:
 
 
 async def run(requests: int, concurrency: int, timeout: float) -> None:
-    with tempfile.TemporaryDirectory(prefix="herder-bench-provision-") as tmp:
-        root = Path(tmp)
-        (root / "emulator").mkdir()
-        emulator = EmulatorProcess(
-            data_dir=root / "emulator", machines=0, machine_cidr=f"127.{random.randint(120, 200)}.0.0/16"
-        )
-        server = Server(root / "server", 1)
-        emulator.start()
-        server.start()
+    async with processes("herder-bench-provision-", machines=0, clusters=1) as running:
+        root, server, emulator, client = running.root, running.server, running.emulator, running.client
         provider: subprocess.Popen[bytes] | None = None
         try:
-            url = await emulator.wait_ready(120)
-            client = await server.client()
             kubeconfig = root / "provider.kubeconfig"
             await register(client, kubeconfig, server.data_dir / "admin.kubeconfig")
-            provider = start_provider(root, kubeconfig, url, concurrency)
+            provider = start_provider(root, kubeconfig, running.control_url, concurrency)
             deadline = time.monotonic() + 120
 
             async def ready() -> bool:
@@ -186,11 +174,8 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
             emit("provision_server_rss", server.rss_mib(), "MiB", requests=requests)
             emit("provision_emulator_rss", emulator.rss_mib(), "MiB", machines=requests)
             emit("provision_provider_rss", _rss_mib(provider.pid), "MiB", requests=requests)
-            await client.close()
         finally:
             stop_provider(provider)
-            server.stop()
-            emulator.stop()
 
 
 def main(argv: list[str]) -> int:
