@@ -89,7 +89,10 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"herder serve exited with {self.process.returncode}")
+                # Its last words say why (a port taken, a bad flag): the log goes with the temporary folder.
+                log = (self.data_dir.parent / "server.log").read_text(errors="replace").strip()
+                last = "\n".join(log.splitlines()[-5:])
+                raise RuntimeError(f"herder serve exited with {self.process.returncode}:\n{last}")
             if kubeconfig.exists():
                 client = Client.from_kubeconfig(kubeconfig)
                 try:
