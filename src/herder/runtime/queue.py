@@ -78,8 +78,10 @@ class WorkQueue(Generic[K]):
             if self._shutting_down:
                 raise ShutDown
             self._wake.clear()
+            # asyncio.timeout, not wait_for: it adds no task of its own to each wait.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
 
     def done(self, key: K) -> None:
         self._processing.discard(key)

@@ -4,7 +4,8 @@ Each Store opens a single backend watch and shares it: a change is decoded once,
 watchers see it. A watcher that starts from a revision still in the ring joins at once; an older one
 first catches up from the backend's history, then joins the live feed without a gap or a duplicate.
 A watcher that falls too far behind is ended with ``Gone`` (its client re-lists) instead of letting
-its backlog grow without bound.
+its backlog grow without bound. A watcher of one kind is handed that kind's changes only: a change
+wakes the few watchers that want it, not every controller's watch of every kind.
 """
 
 from __future__ import annotations
@@ -18,17 +19,28 @@ from typing import Generic, TypeVar
 
 from herder.state.backend import Backend, Compacted, RawEvent
 from herder.state.errors import Gone
+from herder.state.list_cache import kind_prefix_of
 
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
 
 
-class Subscription(Generic[C]):
-    """The changes one watcher has yet to read, in revision order."""
+_EVERY_KIND = ""
 
-    def __init__(self, hub: WatchHub[C], next_rev: int) -> None:
+
+def _route(prefix: str) -> str:
+    """The kind a subscription's prefix names (``/group/plural/``, perhaps narrowed to a namespace), or
+    every kind."""
+    return kind_prefix_of(prefix) if prefix.count("/") >= 3 else _EVERY_KIND
+
+
+class Subscription(Generic[C]):
+    """The changes under ``prefix`` one watcher has yet to read, in revision order."""
+
+    def __init__(self, hub: WatchHub[C], next_rev: int, prefix: str = "") -> None:
         self._hub = hub
+        self.prefix = prefix
         self.next_rev = next_rev
         self._pending: deque[tuple[int, C]] = deque()
         self._ready = asyncio.Event()
@@ -36,10 +48,12 @@ class Subscription(Generic[C]):
         self._catch_up: asyncio.Task[None] | None = None
         self.closed = False
 
-    def push(self, rev: int, change: C) -> None:
+    def push(self, rev: int, key: str, change: C) -> None:
         if rev < self.next_rev or self._error is not None:
             return
         self.next_rev = rev + 1
+        if not key.startswith(self.prefix):
+            return
         self._pending.append((rev, change))
         if len(self._pending) > self._hub.max_pending:
             self.fail(Gone(rev, rev))
@@ -53,8 +67,10 @@ class Subscription(Generic[C]):
     async def next_batch(self, timeout: float | None = None) -> list[tuple[int, C]]:
         """Every pending change; an empty list when ``timeout`` passes first. Raises the end error."""
         if not self._pending and self._error is None:
+            # asyncio.timeout, not wait_for: it adds no task of its own to each wait.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
         if self._error is not None:
             raise self._error
         batch = list(self._pending)
@@ -69,7 +85,7 @@ class Subscription(Generic[C]):
 
     def close(self) -> None:
         self.closed = True
-        self._hub._subs.discard(self)
+        self._hub._leave(self)
         if self._catch_up is not None:
             self._catch_up.cancel()
 
@@ -89,8 +105,10 @@ class WatchHub(Generic[C]):
         self._decode = decode
         # Called when the hub skips changes it can no longer read (it fell behind compaction).
         self._reset = reset
-        self._ring: deque[tuple[int, C]] = deque(maxlen=ring)
+        self._ring: deque[tuple[int, str, C]] = deque(maxlen=ring)
         self._subs: set[Subscription[C]] = set()
+        # The joined subscriptions by the kind they watch (its key prefix; "" for every kind).
+        self._routes: dict[str, set[Subscription[C]]] = {}
         self.max_pending = max_pending
         self._retry_delay = retry_delay
         self.last_rev = 0
@@ -126,6 +144,7 @@ class WatchHub(Generic[C]):
                 for sub in list(self._subs):
                     sub.fail(Gone(self.last_rev, self.last_rev))
                 self._subs.clear()
+                self._routes.clear()
                 self._ring.clear()
                 rev = await self._backend.revision()
                 self._reset()
@@ -142,10 +161,11 @@ class WatchHub(Generic[C]):
         change = self._decode(raw)
         if len(self._ring) == self._ring.maxlen:
             self.covered_from = self._ring[1][0] if len(self._ring) > 1 else raw.rev
-        self._ring.append((raw.rev, change))
+        self._ring.append((raw.rev, raw.key, change))
         self.last_rev = raw.rev
-        for sub in self._subs:
-            sub.push(raw.rev, change)
+        for route in (_EVERY_KIND, kind_prefix_of(raw.key)):
+            for sub in self._routes.get(route, ()):
+                sub.push(raw.rev, raw.key, change)
         self._wake()
 
     def _wake(self) -> None:
@@ -166,17 +186,19 @@ class WatchHub(Generic[C]):
             if self._advanced is None:
                 self._advanced = asyncio.Event()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._advanced.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._advanced.wait()
         return True
 
     def since(self, rev: int) -> list[tuple[int, C]] | None:
         """The published changes from revision ``rev`` on; None when the ring no longer holds them all."""
         if rev < self.covered_from:
             return None
-        return [(r, change) for r, change in self._ring if r >= rev]
+        return [(r, change) for r, _, change in self._ring if r >= rev]
 
-    def subscribe(self, from_rev: int) -> Subscription[C]:
-        sub: Subscription[C] = Subscription(self, from_rev)
+    def subscribe(self, from_rev: int, prefix: str = "") -> Subscription[C]:
+        """The changes from ``from_rev`` on of the keys under ``prefix``."""
+        sub: Subscription[C] = Subscription(self, from_rev, prefix)
         if from_rev >= self.covered_from:
             self._join(sub)
         else:
@@ -185,15 +207,24 @@ class WatchHub(Generic[C]):
 
     def _join(self, sub: Subscription[C]) -> None:
         # No await between copying the ring and registering: nothing can slip in between.
-        for rev, change in self._ring:
+        for rev, key, change in self._ring:
             if rev >= sub.next_rev:
-                sub.push(rev, change)
+                sub.push(rev, key, change)
         self._subs.add(sub)
+        self._routes.setdefault(_route(sub.prefix), set()).add(sub)
+
+    def _leave(self, sub: Subscription[C]) -> None:
+        self._subs.discard(sub)
+        route = self._routes.get(_route(sub.prefix))
+        if route is not None:
+            route.discard(sub)
+            if not route:
+                del self._routes[_route(sub.prefix)]
 
     async def _catch_up(self, sub: Subscription[C]) -> None:
         try:
             async for raw in self._backend.watch("", sub.next_rev):
-                sub.push(raw.rev, self._decode(raw))
+                sub.push(raw.rev, raw.key, self._decode(raw))
                 if sub.closed:
                     return
                 if sub.next_rev >= self.covered_from:
