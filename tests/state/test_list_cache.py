@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from herder.resources.catalog import herder_registry
+from herder.state.errors import NotFound
 from herder.state.list_cache import KindSnapshot, ListCache
 from herder.state.memory import MemoryBackend
 from herder.state.store import Store
@@ -75,3 +76,47 @@ def test_the_cache_drops_the_kinds_listed_least_recently_past_its_cap() -> None:
     big = KindSnapshot("/g/ds/", 1)
     big.put(_state("/g/ds/one", 251))
     assert not cache.install(big) and "/g/ds/" in cache.too_large
+
+
+async def test_a_label_selected_list_follows_labels_that_change(store: Store) -> None:
+    for name, pool in (("a", "x"), ("b", "y"), ("c", "x")):
+        await store.create(patch(name, labels={"pool": pool}))
+
+    async def pool(selector: str) -> list[str]:
+        await asyncio.sleep(0.05)  # the watch has published every write
+        return [o.name for o in (await store.list("cp", "default", label_selector=selector)).items]
+
+    assert await pool("pool=x") == ["a", "c"]  # the kind is cached and its pool label indexed
+    relabelled = await store.get("cp", "a", "default")
+    relabelled.metadata.labels = {"pool": "y"}
+    await store.update(relabelled)
+    await store.delete("cp", "c", "default")
+    await store.create(patch("d", labels={"pool": "x", "zone": "1"}))
+    await store.create(patch("e", namespace="default", labels={"pool": "x", "zone": "2"}))
+    assert await pool("pool=x") == ["d", "e"]
+    assert await pool("pool in (x,y)") == ["a", "b", "d", "e"]
+    assert await pool("pool=x,zone=2") == ["e"]
+    assert await pool("pool=z") == []
+
+
+async def test_a_get_answered_from_the_cache_is_the_stored_state(store: Store) -> None:
+    created = await store.create(patch("a", data="one"))
+    assert await names(store) == ["a"]  # the kind is now kept in memory
+    await asyncio.sleep(0.05)
+    assert (await store.get("cp", "a", "default")).spec["data"] == "one"
+    created.spec = {"data": "two"}
+    updated = await store.update(created)
+    # Asked at once, before the watch has published the update: the backend answers.
+    got = await store.get("cp", "a", "default")
+    assert got.spec["data"] == "two"
+    assert got.metadata.resource_version == updated.metadata.resource_version
+    await asyncio.sleep(0.05)
+    assert (
+        await store.get("cp", "a", "default")
+    ).metadata.resource_version == updated.metadata.resource_version
+    await store.delete("cp", "a", "default")
+    with pytest.raises(NotFound):
+        await store.get("cp", "a", "default")
+    await asyncio.sleep(0.05)
+    with pytest.raises(NotFound):
+        await store.get("cp", "a", "default")

@@ -117,20 +117,10 @@ class KindInfo:
             ("spec", self.spec_model, obj.spec),
             ("status", self.status_model, obj.status),
         ):
-            if model is None:
-                if value:
-                    causes.append(
-                        FieldError(path, f"kind {self.kind} has no {path}", "FieldValueNotSupported")
-                    )
-                continue
-            if value is None and path == "status":
-                continue
-            try:
-                updates[path] = model.model_validate(value or {}).model_dump(
-                    mode="json", by_alias=True, exclude_none=True
-                )
-            except ValidationError as err:
-                causes.extend(_field_errors(path, err))
+            if model is None or value is not None or path == "spec":
+                normalized = self._normalize(path, model, value, causes)
+                if normalized is not None:
+                    updates[path] = normalized
         extra = dict(obj.model_extra or {})
         for key, value in extra.items():
             adapter = self.extra_fields.get(key)
@@ -148,6 +138,35 @@ class KindInfo:
         data.update(extra)
         valid = Resource.from_dict(data)
         return self.prepare(valid) if self.prepare is not None else valid
+
+    def validate_status(self, obj: Resource, status: dict[str, Any] | None) -> Resource:
+        """``obj`` (valid already) with ``status`` checked against the kind and normalized: a status write
+        need not check and copy the rest of the object again. ``obj``'s other parts are shared."""
+        causes: list[FieldError] = []
+        normalized = status
+        if status is not None and (self.status_model is not None or status):
+            normalized = self._normalize("status", self.status_model, status, causes)
+        if causes:
+            raise InvalidObject(self.kind, obj.metadata.name or "", causes)
+        valid = obj.model_copy(update={"status": normalized})
+        return self.prepare(valid) if self.prepare is not None else valid
+
+    def _normalize(
+        self, path: str, model: type[BaseModel] | None, value: dict[str, Any] | None, causes: list[FieldError]
+    ) -> dict[str, Any] | None:
+        """``value`` (of ``spec`` or ``status``) as the kind's model normalizes it, or its faults in ``causes``."""
+        if model is None:
+            if value:
+                causes.append(FieldError(path, f"kind {self.kind} has no {path}", "FieldValueNotSupported"))
+            return None
+        try:
+            dumped: dict[str, Any] = model.model_validate(value or {}).model_dump(
+                mode="json", by_alias=True, exclude_none=True
+            )
+        except ValidationError as err:
+            causes.extend(_field_errors(path, err))
+            return None
+        return dumped
 
 
 @functools.cache
@@ -194,6 +213,10 @@ class KindRegistry:
 
     def __init__(self, kinds: Iterable[KindInfo] = ()) -> None:
         self._by_kind: dict[tuple[str, str], KindInfo] = {}
+        # Lookups by plural (every stored key names one) and by any name (every request names one)
+        # are dictionary reads: the store makes one per committed change.
+        self._by_plural: dict[tuple[str, str], KindInfo] = {}
+        self._by_name: dict[str, list[KindInfo]] = {}
         for info in kinds:
             self.register(info)
 
@@ -202,6 +225,9 @@ class KindRegistry:
         if key in self._by_kind:
             raise ValueError(f"kind {info.kind} of group {info.group!r} is already registered")
         self._by_kind[key] = info
+        self._by_plural.setdefault((info.group, info.plural), info)
+        for name in dict.fromkeys((info.kind.lower(), info.plural, info.singular, *info.short_names)):
+            self._by_name.setdefault(name, []).append(info)
         return info
 
     def __iter__(self) -> Iterator[KindInfo]:
@@ -219,11 +245,8 @@ class KindRegistry:
         want = kind.lower()
         if "." in want and group is None:
             want, _, group = want.partition(".")
-        for info in self._by_kind.values():
-            if group is not None and info.group != group:
-                continue
-            names = {info.kind.lower(), info.plural, info.singular, *info.short_names}
-            if want in names:
+        for info in self._by_name.get(want, ()):
+            if group is None or info.group == group:
                 return info
         raise UnknownKind(kind if group is None else f"{kind}.{group}")
 
@@ -234,10 +257,14 @@ class KindRegistry:
             raise UnknownKind(f"{obj.api_version}/{obj.kind}")
         return info
 
+    def find_plural(self, group: str, plural: str) -> KindInfo | None:
+        """The kind of a group with this plural, if any."""
+        return self._by_plural.get((group, plural))
+
     def by_plural(self, group: str, version: str, plural: str) -> KindInfo:
-        for info in self._by_kind.values():
-            if info.group == group and info.version == version and info.plural == plural:
-                return info
+        info = self._by_plural.get((group, plural))
+        if info is not None and info.version == version:
+            return info
         raise UnknownKind(f"{plural}.{version}.{group}" if group else f"{plural}.{version}")
 
     def groups(self) -> dict[str, list[str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from herder.state.stored import Stored
 
@@ -26,7 +27,7 @@ def kind_prefix_of(key: str) -> str:
 class KindSnapshot:
     """The states of every key under one kind's prefix, in key order, as of revision ``rev``."""
 
-    __slots__ = ("_keys", "_states", "prefix", "rev", "size")
+    __slots__ = ("_by_label", "_keys", "_states", "prefix", "rev", "size")
 
     def __init__(self, prefix: str, rev: int) -> None:
         self.prefix = prefix
@@ -36,6 +37,9 @@ class KindSnapshot:
         # Sorted keys and their states, index by index: a list is a slice of ``_states``.
         self._keys: list[str] = []
         self._states: list[Stored] = []
+        # label → value → keys, for the labels lists have selected by (built on the first such list):
+        # a list of one cluster's machines reads its few keys, not every object of the kind.
+        self._by_label: dict[str, dict[str, set[str]]] = {}
 
     def _find(self, key: str) -> tuple[int, bool]:
         i = bisect.bisect_left(self._keys, key)
@@ -45,17 +49,44 @@ class KindSnapshot:
         i, found = self._find(state.key)
         if found:
             self.size -= len(self._states[i].value)
+            self._unindex(self._states[i])
             self._states[i] = state
         else:
             self._keys.insert(i, state.key)
             self._states.insert(i, state)
         self.size += len(state.value)
+        self._index(state)
 
     def remove(self, key: str) -> None:
         i, found = self._find(key)
         if found:
             self.size -= len(self._states[i].value)
+            self._unindex(self._states[i])
             del self._keys[i], self._states[i]
+
+    def _index(self, state: Stored) -> None:
+        for label, keys in self._by_label.items():
+            value = state.labels.get(label)
+            if value is not None:
+                keys.setdefault(value, set()).add(state.key)
+
+    def _unindex(self, state: Stored) -> None:
+        for label, keys in self._by_label.items():
+            value = state.labels.get(label)
+            if value is not None and value in keys:
+                keys[value].discard(state.key)
+
+    def labelled(self, label: str, values: Iterable[str]) -> list[Stored]:
+        """The states whose ``label`` has one of ``values``, in key order."""
+        index = self._by_label.get(label)
+        if index is None:
+            index = self._by_label[label] = {}
+            for state in self._states:
+                value = state.labels.get(label)
+                if value is not None:
+                    index.setdefault(value, set()).add(state.key)
+        keys = sorted(set().union(*(index.get(value, ()) for value in values)))
+        return [self._states[self._find(key)[0]] for key in keys]
 
     def get(self, key: str) -> Stored | None:
         i, found = self._find(key)
@@ -71,8 +102,21 @@ class KindSnapshot:
         else:
             self.put(state)
 
-    def states(self, prefix: str, start_after: str | None = None) -> list[Stored]:
-        """The states under ``prefix`` (this kind's, or one namespace's in it), after ``start_after``."""
+    def states(
+        self,
+        prefix: str,
+        start_after: str | None = None,
+        *,
+        labelled: tuple[str, Iterable[str]] | None = None,
+    ) -> list[Stored]:
+        """The states under ``prefix`` (this kind's, or one namespace's in it), after ``start_after``;
+        with ``labelled`` (label, values), only those whose label has one of the values."""
+        if labelled is not None:
+            return [
+                state
+                for state in self.labelled(*labelled)
+                if state.key.startswith(prefix) and (start_after is None or state.key > start_after)
+            ]
         keys = self._keys
         lo = bisect.bisect_right(keys, start_after) if start_after else bisect.bisect_left(keys, prefix)
         # Keys are ASCII paths: every key under the prefix sorts below prefix + U+FFFF.

@@ -74,3 +74,6 @@ class MemoryBackend(Backend):
 
     async def revision(self) -> int:
         return self._rev
+
+    def committed_revision(self) -> int:
+        return self._rev

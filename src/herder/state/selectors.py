@@ -45,6 +45,11 @@ class LabelSelector:
     def empty(self) -> bool:
         return not self.requirements
 
+    def narrowing(self) -> tuple[str, frozenset[str]] | None:
+        """A label and the values it must have (from an ``=`` or ``in`` term), if the selector has one:
+        only objects so labelled can match."""
+        return next(((r.key, r.values) for r in self.requirements if r.op in ("=", "in")), None)
+
     @classmethod
     def parse(cls, text: str | None) -> LabelSelector:
         """Parse ``a=b,c!=d,e in (x,y),!f,g``; a bad selector raises ``Invalid`` naming the term."""

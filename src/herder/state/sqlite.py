@@ -321,6 +321,9 @@ class SQLiteBackend(Backend):
     async def revision(self) -> int:
         return self._rev
 
+    def committed_revision(self) -> int:
+        return self._rev
+
     async def close(self) -> None:
         self._writer.shutdown(wait=True)
         self._readers.shutdown(wait=True)

@@ -37,7 +37,7 @@ from herder.state.admission import Admission, Write
 from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
 from herder.state.encryption import Cipher
 from herder.state.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
-from herder.state.list_cache import KindSnapshot, ListCache
+from herder.state.list_cache import KindSnapshot, ListCache, kind_prefix_of
 from herder.state.selectors import FieldSelector, LabelSelector
 from herder.state.stored import Stored
 from herder.state.watch_hub import WatchHub
@@ -215,10 +215,7 @@ class Store:
 
     def _kind_of_key(self, key: str) -> KindInfo | None:
         _, group, plural, *_ = key.split("/", 3)
-        for info in self.registry:
-            if info.plural == plural and (info.group or "core") == group:
-                return info
-        return None
+        return self.registry.find_plural("" if group == "core" else group, plural)
 
     def _encode(self, info: KindInfo, key: str, obj: Resource) -> bytes:
         # The wire form of ``to_dict``, serialized by pydantic-core: half the cost of json.dumps.
@@ -315,10 +312,25 @@ class Store:
         """``get`` without decoding: the object's current state, shared (see ``Stored``)."""
         info = self.kind(kind)
         key = self.key(info, name, namespace)
+        cached = self._cached(key)
+        if cached is not None:
+            if cached.state is None:
+                raise NotFound(info.plural, name)
+            return cached.state
         kv = await self.backend.get(key)
         if kv is None:
             raise NotFound(info.plural, name)
         return self._state(key, kv.mod_rev, kv.value, remember=True)
+
+    def _cached(self, key: str) -> _Cached | None:
+        """The state of ``key`` as the list cache holds it, when its kind is cached and the watch has
+        published every change this process committed, so that it is the state the backend holds (only
+        where this process makes every change: see ``Backend.committed_revision``)."""
+        newest = self.backend.committed_revision()
+        if newest is None or self._hub.last_rev < newest or not self._started:
+            return None
+        snapshot = self._lists.get(kind_prefix_of(key))
+        return _Cached(snapshot.get(key)) if snapshot is not None else None
 
     async def count(self, kind: str | KindInfo, namespace: str | None = None) -> int:
         """How many objects of a kind there are (in ``namespace``), without reading them."""
@@ -373,7 +385,8 @@ class Store:
             return await self._scan_backend(prefix, match, limit, start_after, first_rev)
         rev = first_rev if first_rev is not None else max(snapshot.rev, self._hub.last_rev)
         # One item more than the page holds tells whether a further one matches.
-        items = match.select(snapshot.states(prefix, start_after), None if limit is None else limit + 1)
+        states = snapshot.states(prefix, start_after, labelled=labels.narrowing())
+        items = match.select(states, None if limit is None else limit + 1)
         return _page(items, limit, rev)
 
     async def _scan_backend(
@@ -541,11 +554,10 @@ class Store:
 
         async def step(key: str, kv: KV, current: Resource) -> Resource:
             _check_preconditions(info, obj, kv, current)
-            new = current.model_copy()
-            new.status = obj.status
+            # ``current`` was decoded for this write alone: the new state may share its other parts.
+            new = info.validate_status(current, obj.status)
             if managed_fields is not None:
                 new.metadata = current.metadata.model_copy(update={"managed_fields": managed_fields})
-            new = info.validate(new)
             return await self._replace(info, key, kv, current, new, "update_status", dry_run)
 
         return await self._with_current(info, obj.name, obj.namespace, step)
@@ -672,7 +684,7 @@ class Store:
                 from_rev = int(resource_version) + 1
             except ValueError:
                 raise Invalid(f"invalid resourceVersion {resource_version!r}: must be an integer") from None
-        sub = self._hub.subscribe(from_rev)
+        sub = self._hub.subscribe(from_rev, prefix)
         try:
             while True:
                 batch = await sub.next_batch(bookmark_interval)
@@ -709,6 +721,12 @@ async def _retry_unless_conditional(
             if conditional:
                 raise
     return await attempt()
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    state: Stored | None
+    """None: there is no such object."""
 
 
 @dataclass(frozen=True, slots=True)
