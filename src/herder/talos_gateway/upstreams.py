@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from herder.resources.machines import MACHINE, MachineSpec
 from herder.state.errors import NotFound
 from herder.state.store import Store
 from herder.talos.machine import Credentials, MachineClient
+from herder.talos.machine.pool import ClientPool
 from herder.talos.pki import CertificateAndKey
 from herder.talos.secrets import load_secrets
 from herder.talos.talosconfig import issue_client_certificate
@@ -49,19 +49,12 @@ class _ClusterCA:
     roles: dict[str, _Role] = field(default_factory=dict)
 
 
-@dataclass
-class _Connection:
-    client: MachineClient
-    users: int = 0
-
-
 class Upstreams:
     def __init__(self, store: Store, keep: int = KEEP) -> None:
         self._store = store
-        self._keep = keep
         self._cas: dict[tuple[str, str], _ClusterCA] = {}
         self._loading: dict[tuple[str, str], asyncio.Lock] = {}
-        self._connections: OrderedDict[tuple[str, bytes], _Connection] = OrderedDict()
+        self._clients = ClientPool(keep=keep)
 
     async def _credentials(self, cluster: Resource, talos_role: str) -> Credentials:
         """The credentials of ``talos_role`` for the machines of ``cluster``."""
@@ -95,26 +88,8 @@ class Upstreams:
         if not endpoint:
             raise Refused(grpc.StatusCode.UNAVAILABLE, f"machine {machine.name} has no Talos API endpoint")
         credentials = await self._credentials(cluster, talos_role)
-        key = (endpoint, credentials.crt)
-        connection = self._connections.get(key)
-        if connection is None:
-            connection = self._connections[key] = _Connection(
-                MachineClient(endpoint, credentials=credentials)
-            )
-        self._connections.move_to_end(key)
-        connection.users += 1
-        try:
-            yield connection.client
-        finally:
-            connection.users -= 1
-            await self._trim()
-
-    async def _trim(self) -> None:
-        idle = [key for key, c in self._connections.items() if c.users == 0]
-        for key in idle[: max(0, len(self._connections) - self._keep)]:
-            await self._connections.pop(key).client.close()
+        async with self._clients.client(endpoint, credentials) as client:
+            yield client
 
     async def close(self) -> None:
-        connections, self._connections = list(self._connections.values()), OrderedDict()
-        for connection in connections:
-            await connection.client.close()
+        await self._clients.close()

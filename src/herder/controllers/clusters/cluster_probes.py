@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,12 +20,14 @@ from herder.talos.machine import (
     EtcdMember,
     EtcdMemberStatus,
     MachineAPIError,
-    MachineClient,
     split_endpoint,
 )
+from herder.talos.machine.pool import ClientPool
 from herder.talos.pki import load_cert_chain
 
 PROBE_TIMEOUT = 5.0
+KEEP = 1024
+"""Connections kept between rounds (beyond them, the least recently used are closed)."""
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -58,10 +61,13 @@ class EtcdReport:
 
 
 async def probe_etcd(
-    control_planes: dict[str, str], credentials: Credentials, known: dict[str, str] | None = None
+    clients: ClientPool,
+    control_planes: dict[str, str],
+    credentials: Credentials,
+    known: dict[str, str] | None = None,
 ) -> EtcdReport:
     """Ask the running control planes (Talos endpoint → machine UUID) about etcd: its members, and each
-    member's own status; healthy when every control plane is a member and every member answers. ``known``
+    member's own status (through ``clients``, made with ``machine_clients()``); healthy when every control plane is a member and every member answers. ``known``
     (every control plane of the cluster, running or not) names the machine of a member that is down."""
     if not control_planes:
         return EtcdReport(False, "no control plane is running", False)
@@ -71,9 +77,7 @@ async def probe_etcd(
     problems: list[str] = []
     for endpoint in sorted(control_planes):
         try:
-            async with MachineClient(
-                endpoint, credentials=credentials, timeout=PROBE_TIMEOUT, retries=0
-            ) as c:
+            async with clients.client(endpoint, credentials) as c:
                 listed = await c.etcd_member_list()
             break
         except MachineAPIError as exc:
@@ -91,9 +95,7 @@ async def probe_etcd(
                 return MemberReport(member.id, down, None, "its machine does not run")
             return MemberReport(member.id, "", None, "belongs to no running control plane of the cluster")
         try:
-            async with MachineClient(
-                endpoint, credentials=credentials, timeout=PROBE_TIMEOUT, retries=0
-            ) as c:
+            async with clients.client(endpoint, credentials) as c:
                 return MemberReport(member.id, machine, await c.etcd_status())
         except MachineAPIError as exc:
             return MemberReport(member.id, machine, None, str(exc))
@@ -119,10 +121,41 @@ async def probe_etcd(
     return EtcdReport(not problems, "; ".join(problems), True, members, min(leaders) if leaders else 0)
 
 
-def _context(credentials: KubernetesCredentials) -> ssl.SSLContext:
-    context = ssl.create_default_context(cadata=credentials.ca.decode("ascii"))
-    load_cert_chain(context, credentials.crt, credentials.key)
-    return context
+def machine_clients(keep: int = KEEP) -> ClientPool:
+    """The machine API clients the etcd probe keeps between rounds."""
+    return ClientPool(keep=keep, timeout=PROBE_TIMEOUT, retries=0)
+
+
+class KubernetesClients:
+    """The HTTPS clients the Kubernetes probe keeps between rounds, one per endpoint and credentials: a
+    probe every few seconds per cluster must not cost a TLS handshake (herder's and the API server's)
+    each time."""
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self._keep = keep
+        self._clients: OrderedDict[tuple[str, bytes], httpx.AsyncClient] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def client(self, endpoint: str, credentials: KubernetesCredentials) -> httpx.AsyncClient:
+        key = (endpoint, credentials.crt)
+        client = self._clients.get(key)
+        if client is None:
+            context = ssl.create_default_context(cadata=credentials.ca.decode("ascii"))
+            load_cert_chain(context, credentials.crt, credentials.key)
+            client = self._clients[key] = httpx.AsyncClient(verify=context, timeout=PROBE_TIMEOUT)
+            while len(self._clients) > self._keep:
+                _, oldest = self._clients.popitem(last=False)
+                task = asyncio.create_task(oldest.aclose())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        self._clients.move_to_end(key)
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), OrderedDict()
+        for client in clients:
+            await client.aclose()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 @dataclass(frozen=True)
@@ -133,19 +166,21 @@ class KubernetesReport:
     """Node address → component (``kube-apiserver``…) → ready, from the static pods' mirrors."""
 
 
-async def probe_kubernetes(endpoint: str, credentials: KubernetesCredentials) -> KubernetesReport:
+async def probe_kubernetes(
+    clients: KubernetesClients, endpoint: str, credentials: KubernetesCredentials
+) -> KubernetesReport:
     """Whether the cluster's Kubernetes API at ``endpoint`` is ready for herder's admin credentials, and
     how its control plane components' pods are."""
+    client = clients.client(endpoint, credentials)
     try:
-        async with httpx.AsyncClient(verify=_context(credentials), timeout=PROBE_TIMEOUT) as client:
-            ready = await client.get(endpoint.rstrip("/") + "/readyz")
-            if ready.status_code != 200:
-                text = ready.text.strip()[:200]
-                return KubernetesReport(False, f"{endpoint}/readyz answered {ready.status_code}: {text}")
-            pods = await client.get(
-                endpoint.rstrip("/") + "/api/v1/namespaces/kube-system/pods",
-                params={"labelSelector": "tier=control-plane"},
-            )
+        ready = await client.get(endpoint.rstrip("/") + "/readyz")
+        if ready.status_code != 200:
+            text = ready.text.strip()[:200]
+            return KubernetesReport(False, f"{endpoint}/readyz answered {ready.status_code}: {text}")
+        pods = await client.get(
+            endpoint.rstrip("/") + "/api/v1/namespaces/kube-system/pods",
+            params={"labelSelector": "tier=control-plane"},
+        )
     except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
         return KubernetesReport(False, f"{endpoint}: {type(exc).__name__}: {exc}".rstrip(": "))
     components: dict[str, dict[str, bool]] = {}

@@ -24,8 +24,13 @@ def _base(purpose: int) -> ssl.SSLContext:
     return context
 
 
+@functools.lru_cache(maxsize=1024)
 def client_context(ca: bytes, crt: bytes, key: bytes) -> ssl.SSLContext:
-    """Mutual TLS as talosctl does it: verify the machine against the Talos CA, present the client cert."""
+    """Mutual TLS as talosctl does it: verify the machine against the Talos CA, present the client cert.
+
+    Made once per credentials and shared by their connections: loading a certificate chain costs more
+    than the handshake it serves (herder connects to the same machines with the same credentials often).
+    """
     context = _base(ssl.PROTOCOL_TLS_CLIENT)
     context.load_verify_locations(cadata=ca.decode("ascii"))
     load_cert_chain(context, crt, key)
