@@ -81,23 +81,43 @@ def on_change(mapper: Mapper, *fields: str) -> Mapper:
     reads only those fields of a busy kind is not woken by every other write to it."""
     paths = [tuple(f.split(".")) for f in fields]
 
-    def pick(data: dict[str, Any], path: tuple[str, ...]) -> Any:
-        value: Any = data
-        for part in path:
-            if not isinstance(value, dict):
-                return None
-            value = value.get(part)
-        return value
-
     def changed(event: WatchEvent) -> Iterable[ObjectKey]:
         before = event.previous
         if event.type == "MODIFIED" and before is not None:
-            old, new = before.to_dict(), event.object.to_dict()
-            if all(pick(old, p) == pick(new, p) for p in paths):
+            old, new = _Fields(before), _Fields(event.object)
+            if all(old.pick(p) == new.pick(p) for p in paths):
                 return ()
         return mapper(event)
 
     return changed
+
+
+class _Fields:
+    """An object's fields by JSON path, read without serializing all of it (watches compare a few
+    fields of every change)."""
+
+    __slots__ = ("_metadata", "_obj")
+
+    def __init__(self, obj: Resource) -> None:
+        self._obj = obj
+        self._metadata: dict[str, Any] | None = None
+
+    def pick(self, path: tuple[str, ...]) -> Any:
+        head, rest = path[0], path[1:]
+        value: Any
+        if head == "metadata":
+            if self._metadata is None:
+                self._metadata = self._obj.metadata.model_dump(by_alias=True, exclude_none=True)
+            value = self._metadata
+        elif head in ("spec", "status"):
+            value = getattr(self._obj, head)
+        else:
+            value = (self._obj.model_extra or {}).get(head)
+        for part in rest:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(part)
+        return value
 
 
 @dataclass(frozen=True)

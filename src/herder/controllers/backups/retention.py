@@ -7,6 +7,7 @@ every backup taken by hand, and backups of a deleted cluster stay until an Admin
 from __future__ import annotations
 
 from herder.controllers.backups.policy import BackupPolicy
+from herder.controllers.clusters.members import cluster_changes
 from herder.resources.backups import ETCD_BACKUP
 from herder.resources.clusters import CLUSTER
 from herder.resources.machines import CLUSTER_LABEL
@@ -20,7 +21,7 @@ class BackupRetentionController(Controller):
     def __init__(self, policy: BackupPolicy | None = None) -> None:
         self._policy = policy or BackupPolicy()
         self.watches = (
-            Watch(CLUSTER.kind),
+            Watch(CLUSTER.kind, cluster_changes()),
             Watch(ETCD_BACKUP.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
         )
 

@@ -23,7 +23,7 @@ from herder.controllers.backups.metrics import BACKUP_FAILURES, BACKUPS_TAKEN, N
 from herder.controllers.backups.policy import BackupPolicy
 from herder.controllers.backups.stores import BackupStores, StoreFailed, blob_key
 from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.members import cluster_machines, machine_of
+from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL
 from herder.resources.backups import DEFAULT_STORE, ETCD_BACKUP, BackupsStatus, ClusterBackups
@@ -68,7 +68,7 @@ class EtcdBackupController(Controller):
         self._keys = keys
         self._stores = stores
         self._policy = policy or BackupPolicy()
-        self.watches = (Watch(CLUSTER.kind),)
+        self.watches = (Watch(CLUSTER.kind, cluster_changes("backups", "bootstrap")),)
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         cluster = await ctx.get(key)

@@ -17,7 +17,7 @@ from typing import Any
 
 from herder.controllers.backups.restore import EtcdRecovery, RestoreRefused
 from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.members import cluster_machines, machine_of
+from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
 from herder.resources import Resource, now_rfc3339
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
@@ -36,7 +36,7 @@ class BootstrapController(Controller):
         self._keys = keys
         self._recovery = recovery
         self.watches = (
-            Watch(CLUSTER.kind),
+            Watch(CLUSTER.kind, cluster_changes("bootstrap")),
             Watch(
                 CLUSTER_MACHINE.kind,
                 on_change(labelled_owner(CLUSTER.kind, CLUSTER_LABEL), "status.configHash", "status.stage"),

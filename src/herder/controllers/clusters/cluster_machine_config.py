@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys, ClusterSecretsView
-from herder.controllers.clusters.members import cluster_of, labelled, machine_of
+from herder.controllers.clusters.members import cluster_changes, cluster_of, labelled, machine_of
 from herder.controllers.provisioning.installer import member_installer
 from herder.resources import Resource
 from herder.resources.access import READ_ONLY_ANNOTATION
@@ -92,7 +92,7 @@ class ClusterMachineConfigController(Controller):
                 CLUSTER_MACHINE.kind,
                 on_change(self._members.track, "spec", "metadata.labels", "metadata.deletionTimestamp"),
             ),
-            Watch(CLUSTER.kind, self._members.by_name()),
+            Watch(CLUSTER.kind, cluster_changes("endpoint", mapper=self._members.by_name())),
             Watch(MACHINE_SET.kind, self._set_changed),
             Watch("ClusterSecrets", self._members.by_name()),
             Watch(CONFIG_PATCH.kind, self._patch_targets),

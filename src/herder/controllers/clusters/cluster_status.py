@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.controllers.clusters.members import cluster_machines, machine_sets
+from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_sets
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET
 from herder.resources.control_planes import CONTROL_PLANE_STATUS
@@ -35,7 +35,7 @@ class ClusterStatusController(Controller):
 
     def __init__(self) -> None:
         self.watches = (
-            Watch(CLUSTER.kind),
+            Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions")),
             Watch(
                 CLUSTER_MACHINE.kind,
                 on_change(

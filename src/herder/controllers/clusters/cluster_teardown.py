@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.controllers.clusters.members import cluster_machines, labelled, machine_sets
+from herder.controllers.clusters.members import cluster_changes, cluster_machines, labelled, machine_sets
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET_NODE
 from herder.resources.configuration import CONFIG_PATCH
@@ -28,7 +28,7 @@ class ClusterTeardownController(Controller):
     name = "ClusterTeardown"
     concurrency = 4
     watches = (
-        Watch(CLUSTER.kind),
+        Watch(CLUSTER.kind, cluster_changes()),
         Watch(
             CLUSTER_MACHINE.kind, on_change(labelled_owner(CLUSTER.kind, CLUSTER_LABEL), "status.teardown")
         ),

@@ -10,6 +10,7 @@ there within seconds.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,11 +20,13 @@ from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_probes import (
     COMPONENTS,
     EtcdReport,
+    KubernetesClients,
     KubernetesReport,
+    machine_clients,
     probe_etcd,
     probe_kubernetes,
 )
-from herder.controllers.clusters.members import control_planes
+from herder.controllers.clusters.members import cluster_changes, control_planes
 from herder.resources import Resource, now_rfc3339
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
 from herder.resources.control_planes import CONTROL_PLANE_STATUS
@@ -33,6 +36,8 @@ from herder.runtime.controller import Context, Controller, ObjectKey, Result, Wa
 
 HEALTHY_EVERY = 10.0
 UNHEALTHY_EVERY = 5.0
+REFRESH_CHECKED_AFTER = 60.0
+"""Seconds after which ``status.checkedAt`` is written again though nothing else changed."""
 
 ETCD_MEMBERS = Gauge("herder_cluster_etcd_members", "etcd members of a cluster", ["namespace", "cluster"])
 ETCD_HEALTHY = Gauge(
@@ -73,8 +78,10 @@ class ControlPlaneStatusController(Controller):
         self._healthy_every = healthy_every
         self._leaders: dict[tuple[str, str], int] = {}
         self._elections: dict[tuple[str, str], int] = {}
+        self._machines = machine_clients()
+        self._kubernetes = KubernetesClients()
         self.watches = (
-            Watch(CLUSTER.kind),
+            Watch(CLUSTER.kind, cluster_changes("bootstrap", "endpoint")),
             Watch(
                 CLUSTER_MACHINE.kind,
                 on_change(
@@ -106,16 +113,22 @@ class ControlPlaneStatusController(Controller):
             )
             return None
         known, running = await control_planes(ctx, cluster)
-        etcd = await probe_etcd(running, view.talos, known)
+        etcd = await probe_etcd(self._machines, running, view.talos, known)
         await self._mark_members(ctx, cluster, running, etcd)
         endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get(
             "endpoint", ""
         )
-        kubernetes = await probe_kubernetes(str(endpoint), view.kubernetes) if endpoint else None
+        kubernetes = (
+            await probe_kubernetes(self._kubernetes, str(endpoint), view.kubernetes) if endpoint else None
+        )
         balancer = self._balancers(*where)
         self._measure(where, etcd, kubernetes)
         healthy = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
         return Result(requeue_after=self._healthy_every if healthy else UNHEALTHY_EVERY)
+
+    async def shutdown(self) -> None:
+        await self._machines.close()
+        await self._kubernetes.close()
 
     async def _mark_members(
         self, ctx: Context, cluster: Resource, running: dict[str, str], etcd: EtcdReport
@@ -174,7 +187,8 @@ class ControlPlaneStatusController(Controller):
         verdicts = _verdicts(etcd, kubernetes, balancer, pending_reason, pending_message)
         elections = self._elections.get((cluster.namespace or "default", cluster.name), 0)
 
-        def record(_: Resource, status: dict[str, Any]) -> None:
+        def record(current: Resource, status: dict[str, Any]) -> None:
+            before = current.status or {}  # ``status`` is a copy of it
             if etcd is not None:
                 status["etcd"] = {
                     "members": [
@@ -201,14 +215,23 @@ class ControlPlaneStatusController(Controller):
             if balancer is not None:
                 endpoint, backends, healthy = balancer
                 status["loadBalancer"] = {"endpoint": endpoint, "backends": backends, "healthy": healthy}
-            status["checkedAt"] = now_rfc3339()
             conditions = list(status.get("conditions") or [])
             for kind, (ok, reason, message) in verdicts.items():
                 set_condition(conditions, kind, ok, reason, message)
             status["conditions"] = conditions
+            # A probe that found nothing new writes nothing, but for refreshing checkedAt once a
+            # minute: every probe of every cluster would be a write and an event for each watcher.
+            checked = str(status.get("checkedAt") or "")
+            if not checked or status != before or checked < _ago(REFRESH_CHECKED_AFTER):
+                status["checkedAt"] = now_rfc3339()
 
         await ctx.mutate_status(key, record)
         return all(ok for ok, _, _ in verdicts.values())
+
+
+def _ago(seconds: float) -> str:
+    """The RFC 3339 time ``seconds`` ago, as ``now_rfc3339`` writes times (so that they compare as text)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds))
 
 
 def _verdicts(

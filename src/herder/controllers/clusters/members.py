@@ -8,8 +8,23 @@ from collections.abc import Iterable
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, MachineSpec
-from herder.runtime.controller import Context, ObjectKey
+from herder.runtime.controller import Context, Mapper, ObjectKey, on_change, own_key
 from herder.state.store import WatchEvent
+
+
+def cluster_changes(*status: str, mapper: Mapper = own_key) -> Mapper:
+    """The mapper of a Cluster watch for a controller that reads a cluster's spec and metadata and, of its
+    status, only the fields ``status`` names: the status that other controllers keep writing (phase,
+    machine counts, conditions) does not wake it."""
+    return on_change(
+        mapper,
+        "spec",
+        "metadata.generation",
+        "metadata.deletionTimestamp",
+        "metadata.finalizers",
+        "metadata.labels",
+        *(f"status.{field}" for field in status),
+    )
 
 
 async def labelled(ctx: Context, kind: str, namespace: str | None, label: str, value: str) -> list[Resource]:

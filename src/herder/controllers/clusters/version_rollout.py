@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from herder.controllers.clusters.members import cluster_machines, machine_sets
+from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_sets
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER,
@@ -36,7 +36,7 @@ class VersionRolloutController(Controller):
     name = "VersionRollout"
     concurrency = 4
     watches = (
-        Watch(CLUSTER.kind),
+        Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions")),
         Watch(
             CLUSTER_MACHINE.kind,
             on_change(
@@ -50,7 +50,11 @@ class VersionRolloutController(Controller):
                 "metadata.deletionTimestamp",
             ),
         ),
-        Watch(MACHINE_SET.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
+        # A set's upgrade strategy is all a rollout reads of it.
+        Watch(
+            MACHINE_SET.kind,
+            on_change(labelled_owner(CLUSTER.kind, CLUSTER_LABEL), "spec", "metadata.deletionTimestamp"),
+        ),
     )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from herder.controllers.clusters.members import cluster_changes
 from herder.controllers.managed.offerings import offered
 from herder.resources import KindInfo, Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
@@ -54,7 +55,7 @@ class ManagedControlPlaneController(Controller):
         self._users: defaultdict[str, set[ObjectKey]] = defaultdict(set)
         owner = controller_owner(CLUSTER.kind)
         self.watches = (
-            Watch(CLUSTER.kind, self._cluster_changed),
+            Watch(CLUSTER.kind, cluster_changes("initialTalosVersion", mapper=self._cluster_changed)),
             Watch(MACHINE_REQUEST_SET.kind, owner),
             Watch(MACHINE_SET.kind, owner),
             Watch(CONFIG_PATCH.kind, owner),

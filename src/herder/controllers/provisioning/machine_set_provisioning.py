@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from herder.controllers.clusters.members import cluster_changes
 from herder.resources import InvalidObject, Resource
 from herder.resources.access import HIDDEN_LABEL
 from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterSpec, MachineSetSpec
@@ -33,7 +34,7 @@ class MachineSetProvisioningController(Controller):
         self.watches = (
             Watch(MACHINE_SET.kind, self._set_changed),
             Watch(MACHINE_CLASS.kind, self._class_changed),
-            Watch(CLUSTER.kind, self._sets.by_name()),
+            Watch(CLUSTER.kind, cluster_changes(mapper=self._sets.by_name())),
             Watch(MACHINE_REQUEST_SET.kind, controller_owner(MACHINE_SET.kind)),
         )
 
