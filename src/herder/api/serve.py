@@ -179,6 +179,10 @@ async def bootstrap(store: Store, data_dir: Path, server: str, ca_pem: bytes | N
     return path
 
 
+# How long an idle client connection is kept open (nginx's default).
+KEEP_ALIVE = 75
+
+
 class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
         super().__init__(config)
@@ -258,6 +262,10 @@ async def serve(
             proxy_headers=False,
             # Watches stay open for minutes; a stopping server does not wait for their clients.
             timeout_graceful_shutdown=2,
+            # Idle connections stay open longer than clients keep them (herder's client: 30 s), so a
+            # client never sends on a connection the server is closing at that moment (uvicorn's
+            # default, 5 s, is httpx's too: a busy caller's request then met a closed connection).
+            timeout_keep_alive=KEEP_ALIVE,
         )
 
         def started() -> None:

@@ -80,7 +80,8 @@ class Client:
             headers["Authorization"] = f"Bearer {credentials.token}"
         # Keep as many connections alive as a busy caller (a provider working on dozens of requests at
         # once) keeps in flight: one closed and opened again costs both sides a TLS handshake.
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        # An idle one is let go well before the server would close it (herder's: after 75 s).
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=30)
         self._http = httpx.AsyncClient(
             base_url=credentials.server,
             headers=headers,

@@ -10,13 +10,15 @@ endpoint says so on its ``EndpointReady`` condition (and so on ``Ready``) and wa
 
 from __future__ import annotations
 
+import errno
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from herder.controllers.clusters.endpoint_balancer import EndpointBalancer
-from herder.controllers.clusters.members import cluster_machines, machine_of
+from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
@@ -69,7 +71,7 @@ class LoadBalancerController(Controller):
         self._balancers: dict[ObjectKey, EndpointBalancer] = {}
         self._taken: dict[int, ObjectKey] | None = None
         self.watches = (
-            Watch(CLUSTER.kind),
+            Watch(CLUSTER.kind, cluster_changes("endpoint")),
             Watch(
                 CLUSTER_MACHINE.kind, on_change(labelled_owner(CLUSTER.kind, CLUSTER_LABEL), "status.stage")
             ),
@@ -118,9 +120,14 @@ class LoadBalancerController(Controller):
             try:
                 await balancer.start()
             except OSError as exc:
-                await self._record(
-                    ctx, key, self._range.url(port), f"cannot listen on {self._range.host}:{port}: {exc}"
-                )
+                problem = f"cannot listen on {self._range.host}:{port}: {exc}"
+                ephemeral = _ephemeral_ports()
+                if exc.errno == errno.EADDRINUSE and ephemeral and ephemeral[0] <= port <= ephemeral[1]:
+                    problem += (
+                        f" (the port is among the system's ephemeral ports, {ephemeral[0]}-{ephemeral[1]},"
+                        " which outgoing connections take: give --cluster-endpoints a range outside them)"
+                    )
+                await self._record(ctx, key, self._range.url(port), problem)
                 return Result(requeue_after=5)
             self._balancers[key] = balancer
         balancer.set_backends(await _backends(ctx, cluster))
@@ -183,3 +190,12 @@ async def _backends(ctx: Context, cluster: Resource) -> list[str]:
         host, _ = split_endpoint(MACHINE.spec_of(machine, MachineSpec).endpoint)
         out.append(f"[{host}]:{KUBERNETES_PORT}" if ":" in host else f"{host}:{KUBERNETES_PORT}")
     return out
+
+
+def _ephemeral_ports() -> tuple[int, int] | None:
+    """The ports the system gives outgoing connections (Linux), if it says."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
