@@ -63,7 +63,8 @@ SpareKeysOption = Annotated[
         "--spare-keys",
         min=0,
         help="RSA keys kept ready, from the start, for new clusters' secrets (each takes a second to "
-        "make): a burst of this many new clusters starts at once (default: 2, made once a cluster came).",
+        "make, at the lowest CPU priority): a burst of this many new clusters starts at once (default: 2, "
+        "made once a cluster came; metric herder_spare_keys).",
         show_default=False,
     ),
 ]

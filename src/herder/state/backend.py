@@ -104,9 +104,10 @@ class Backend(abc.ABC):
     async def revision(self) -> int:
         """The revision of the last committed change."""
 
-    def committed_revision(self) -> int | None:
-        """``revision()`` without asking anyone, where this process makes every change (an embedded
-        backend holding its file's lock); None where others may write too."""
+    def changed_after(self, key: str, rev: int) -> bool | None:
+        """Whether ``key`` was changed after revision ``rev``, told without asking anyone where this
+        process makes every change (an embedded backend holding its file's lock); None where others may
+        write too, or where it cannot tell."""
         return None
 
     async def close(self) -> None:  # noqa: B027 - backends without resources need no close

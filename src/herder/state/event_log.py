@@ -55,6 +55,22 @@ class EventLog:
             event = self._tail[rev - self._tail[0].rev]
         return event.value if event.rev == rev and event.key == key else None
 
+    def changed_after(self, key: str, rev: int, newest: int) -> bool | None:
+        """Whether an event of ``key`` came after ``rev`` (up to ``newest``, the last committed), if the
+        events in memory reach back that far."""
+        if rev >= newest:
+            return False
+        with self._lock:
+            if not self._tail or self._tail[0].rev > rev + 1 or self._tail[-1].rev < newest:
+                return None
+            # The few events after ``rev`` are at the newest end.
+            for event in reversed(self._tail):
+                if event.rev <= rev:
+                    return False
+                if event.key == key:
+                    return True
+        return False
+
     def compact(self, oldest: int) -> None:
         with self._lock:
             self.oldest = max(self.oldest, oldest)

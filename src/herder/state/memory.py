@@ -75,5 +75,5 @@ class MemoryBackend(Backend):
     async def revision(self) -> int:
         return self._rev
 
-    def committed_revision(self) -> int:
-        return self._rev
+    def changed_after(self, key: str, rev: int) -> bool | None:
+        return self._log.changed_after(key, rev, self._rev)

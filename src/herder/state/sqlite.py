@@ -321,8 +321,8 @@ class SQLiteBackend(Backend):
     async def revision(self) -> int:
         return self._rev
 
-    def committed_revision(self) -> int:
-        return self._rev
+    def changed_after(self, key: str, rev: int) -> bool | None:
+        return self._log.changed_after(key, rev, self._rev)
 
     async def close(self) -> None:
         self._writer.shutdown(wait=True)

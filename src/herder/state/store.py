@@ -324,10 +324,9 @@ class Store:
 
     def _cached(self, key: str) -> _Cached | None:
         """The state of ``key`` as the list cache holds it, when its kind is cached and the watch has
-        published every change this process committed, so that it is the state the backend holds (only
-        where this process makes every change: see ``Backend.committed_revision``)."""
-        newest = self.backend.committed_revision()
-        if newest is None or self._hub.last_rev < newest or not self._started:
+        published every change of it the backend committed, so that it is the state the backend holds
+        (only where the backend can tell: see ``Backend.changed_after``)."""
+        if not self._started or self.backend.changed_after(key, self._hub.last_rev) is not False:
             return None
         snapshot = self._lists.get(kind_prefix_of(key))
         return _Cached(snapshot.get(key)) if snapshot is not None else None
