@@ -68,7 +68,9 @@ _CONDITIONS = {
 
 class ControlPlaneStatusController(Controller):
     name = "ControlPlaneStatus"
-    concurrency = 8
+    # Probes mostly wait for machines to answer: many at once keep a forming cluster's etcd members
+    # from waiting for a turn to be seen.
+    concurrency = 24
 
     def __init__(
         self, keys: ClusterKeys, balancers: BalancerHealth, *, healthy_every: float = HEALTHY_EVERY

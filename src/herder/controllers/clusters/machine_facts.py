@@ -3,6 +3,7 @@ hardware (processors, memory, disks) and its addresses, read once per connection
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from herder.talos.machine import MachineAPIError, MachineClient
@@ -12,10 +13,10 @@ async def read_facts(client: MachineClient) -> dict[str, Any]:
     """``hardware`` and ``addresses`` for a Machine's status; what a machine does not answer is left out."""
     facts: dict[str, Any] = {}
     try:
-        info = await client.system_information()
-        processors = await client.processors()
-        memory = await client.memory_modules()
-        disks = await client.disks()
+        # Asked together: a machine that answers slowly keeps its link waiting once, not four times.
+        info, processors, memory, disks = await asyncio.gather(
+            client.system_information(), client.processors(), client.memory_modules(), client.disks()
+        )
     except MachineAPIError:
         return facts
     facts["hardware"] = {
