@@ -67,10 +67,13 @@ class Subscription(Generic[C]):
     async def next_batch(self, timeout: float | None = None) -> list[tuple[int, C]]:
         """Every pending change; an empty list when ``timeout`` passes first. Raises the end error."""
         if not self._pending and self._error is None:
-            # asyncio.timeout, not wait_for: it adds no task of its own to each wait.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._ready.wait()
+            if timeout is None:
+                await self._ready.wait()
+            else:
+                # asyncio.timeout, not wait_for: it adds no task of its own to each wait.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._ready.wait()
         if self._error is not None:
             raise self._error
         batch = list(self._pending)
