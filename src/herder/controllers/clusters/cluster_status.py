@@ -35,7 +35,7 @@ class ClusterStatusController(Controller):
 
     def __init__(self) -> None:
         self.watches = (
-            Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions")),
+            Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions", "rollouts")),
             Watch(
                 CLUSTER_MACHINE.kind,
                 on_change(
