@@ -1,5 +1,5 @@
 """Looking up what belongs to a cluster, by the labels that bind it: its machine sets, their nodes, its
-cluster machines, and the Machine behind each."""
+cluster machines, and the Machine behind each; and which changes of a Cluster concern a controller."""
 
 from __future__ import annotations
 
