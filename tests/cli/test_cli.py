@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -379,3 +380,16 @@ def test_serve_refuses_a_bad_encryption_key_file(tmp_path: Path) -> None:
         line = one_line_error(result)
         assert f"encryption key file {path}: {reason}" in line, line
         assert not data.exists()
+
+
+def test_help_names_every_option_in_full_at_80_columns() -> None:
+    env = {**os.environ, "COLUMNS": "80"}
+    shown = subprocess.run([HERDER, "serve", "--help"], env=env, capture_output=True, text=True, check=True)
+    for flag in (
+        "--managed-control-planes",
+        "--managed-replace-after",
+        "--support-token-file",
+        "--spare-keys",
+    ):
+        assert flag in shown.stdout, flag
+    assert not re.search(r"--[a-z-]+…", shown.stdout)  # no option name cut short

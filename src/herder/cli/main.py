@@ -37,6 +37,9 @@ def _root() -> typer.Typer:
         help="herder: a management plane for Talos Linux Kubernetes clusters.",
         no_args_is_help=True,
         pretty_exceptions_enable=False,
+        # Plain help, wrapped to the terminal: Rich's tables cut long option names short ("--managed-
+        # control-pla…") at 80 columns or in a pipe, where a user or a script looks for them.
+        rich_markup_mode=None,
     )
 
     # A callback keeps herder a group even when one command is registered (typer would run it bare).
