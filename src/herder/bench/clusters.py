@@ -124,12 +124,17 @@ class Server:
                 process.wait()
 
 
-async def _counters(client: Client, name: str, label: str) -> dict[str, float]:
-    """A Prometheus counter from the server's /metrics, summed by one of its labels."""
+async def _metrics(client: Client) -> list[str]:
+    """The lines of the server's /metrics."""
     response = await client._http.get("/metrics")
     response.raise_for_status()
+    return response.text.splitlines()
+
+
+async def _counters(client: Client, name: str, label: str) -> dict[str, float]:
+    """A Prometheus counter from the server's /metrics, summed by one of its labels."""
     out: dict[str, float] = {}
-    for line in response.text.splitlines():
+    for line in await _metrics(client):
         if not line.startswith(name + "{"):
             continue
         labels, _, value = line[len(name) + 1 :].rpartition("} ")
@@ -142,9 +147,7 @@ async def _counters(client: Client, name: str, label: str) -> dict[str, float]:
 
 async def _gauge(client: Client, name: str) -> float:
     """A Prometheus gauge without labels from the server's /metrics (0 when it is not there)."""
-    response = await client._http.get("/metrics")
-    response.raise_for_status()
-    for line in response.text.splitlines():
+    for line in await _metrics(client):
         if line.startswith(name + " "):
             return float(line.split()[1])
     return 0.0

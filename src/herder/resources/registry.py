@@ -117,10 +117,11 @@ class KindInfo:
             ("spec", self.spec_model, obj.spec),
             ("status", self.status_model, obj.status),
         ):
-            if model is None or value is not None or path == "spec":
-                normalized = self._normalize(path, model, value, causes)
-                if normalized is not None:
-                    updates[path] = normalized
+            if path == "status" and value is None:
+                continue
+            normalized = self._normalize(path, model, value, causes)
+            if normalized is not None:
+                updates[path] = normalized
         extra = dict(obj.model_extra or {})
         for key, value in extra.items():
             adapter = self.extra_fields.get(key)
@@ -143,9 +144,9 @@ class KindInfo:
         """``obj`` (valid already) with ``status`` checked against the kind and normalized: a status write
         need not check and copy the rest of the object again. ``obj``'s other parts are shared."""
         causes: list[FieldError] = []
-        normalized = status
-        if status is not None and (self.status_model is not None or status):
-            normalized = self._normalize("status", self.status_model, status, causes)
+        normalized = (
+            self._normalize("status", self.status_model, status, causes) if status is not None else None
+        )
         if causes:
             raise InvalidObject(self.kind, obj.metadata.name or "", causes)
         valid = obj.model_copy(update={"status": normalized})
@@ -154,11 +155,12 @@ class KindInfo:
     def _normalize(
         self, path: str, model: type[BaseModel] | None, value: dict[str, Any] | None, causes: list[FieldError]
     ) -> dict[str, Any] | None:
-        """``value`` (of ``spec`` or ``status``) as the kind's model normalizes it, or its faults in ``causes``."""
+        """``value`` (of ``spec`` or ``status``) as the kind's model normalizes it, or its faults in ``causes``;
+        a kind without a model for it keeps an empty one as it is."""
         if model is None:
             if value:
                 causes.append(FieldError(path, f"kind {self.kind} has no {path}", "FieldValueNotSupported"))
-            return None
+            return value
         try:
             dumped: dict[str, Any] = model.model_validate(value or {}).model_dump(
                 mode="json", by_alias=True, exclude_none=True

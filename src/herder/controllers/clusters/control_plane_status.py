@@ -10,7 +10,6 @@ there within seconds.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,7 @@ from herder.resources import Resource, now_rfc3339
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
 from herder.resources.control_planes import CONTROL_PLANE_STATUS
 from herder.resources.machines import CLUSTER_LABEL
+from herder.resources.meta import age_seconds
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 
@@ -223,17 +223,12 @@ class ControlPlaneStatusController(Controller):
             status["conditions"] = conditions
             # A probe that found nothing new writes nothing, but for refreshing checkedAt once a
             # minute: every probe of every cluster would be a write and an event for each watcher.
-            checked = str(status.get("checkedAt") or "")
-            if not checked or status != before or checked < _ago(REFRESH_CHECKED_AFTER):
+            age = age_seconds(str(status.get("checkedAt") or ""))
+            if age is None or age > REFRESH_CHECKED_AFTER or status != before:
                 status["checkedAt"] = now_rfc3339()
 
         await ctx.mutate_status(key, record)
         return all(ok for ok, _, _ in verdicts.values())
-
-
-def _ago(seconds: float) -> str:
-    """The RFC 3339 time ``seconds`` ago, as ``now_rfc3339`` writes times (so that they compare as text)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - seconds))
 
 
 def _verdicts(
