@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from herder.talos.contracts import SUPPORTED, VersionContract
 from herder.talos.documents import load_documents
+from herder.talos.generate import MachineType, generate_config, generate_documents
 from herder.talos.patch_layers import ForbiddenPatch, LayeredPatch, PatchLayer, apply_layers
 from herder.talos.patches import PatchError
 from tests.data import GOLDEN
+from tests.talos.test_generate import base_input
 
 CONFIG = (GOLDEN / "v1.11" / "base-worker.yaml").read_text()
 
@@ -113,3 +116,17 @@ def test_system_patches_are_not_policed() -> None:
 def test_a_malformed_layer_names_its_patch() -> None:
     with pytest.raises(PatchError, match="config patch '400-broken': malformed patch"):
         apply_layers(CONFIG, [LayeredPatch(PatchLayer.MACHINE_SET, "400-broken", "machine: [")])
+
+
+@pytest.mark.parametrize("contract", SUPPORTED, ids=str)
+@pytest.mark.parametrize("machine_type", list(MachineType), ids=str)
+def test_generated_documents_patch_to_the_same_config_as_their_yaml(
+    contract: VersionContract, machine_type: MachineType
+) -> None:
+    # herder patches the generated documents without writing and reading them as YAML first: the result
+    # must be the very text the YAML gives, or every running machine would be sent a "changed" config.
+    inp = base_input(contract, kubespan=True)
+    layers = [_set_hostname(PatchLayer.CLUSTER_MACHINE, "100-cm", "node-1")]
+    documents = generate_documents(inp, machine_type)
+    assert apply_layers(documents, layers) == apply_layers(generate_config(inp, machine_type), layers)
+    assert documents == generate_documents(inp, machine_type)  # patching left them untouched

@@ -10,7 +10,7 @@ secrets bundle too). System patches are herder's own and are not policed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -107,8 +107,9 @@ def ordered(patches: Iterable[LayeredPatch]) -> list[LayeredPatch]:
     return sorted(patches, key=lambda p: (p.layer, p.name))
 
 
-def apply_layers(config_yaml: str, layers: Iterable[LayeredPatch]) -> str:
-    """Apply layered patches in order to a generated config; refuses user patches touching owned paths."""
+def apply_layers(config: str | Sequence[dict[str, Any]], layers: Iterable[LayeredPatch]) -> str:
+    """Apply layered patches in order to a generated config (its YAML, or its documents as
+    ``patches.load_config`` reads them); refuses user patches touching owned paths."""
     loaded: list[Patch] = []
     for layered in ordered(layers):
         try:
@@ -118,7 +119,7 @@ def apply_layers(config_yaml: str, layers: Iterable[LayeredPatch]) -> str:
         if layered.layer != PatchLayer.SYSTEM:
             check_allowed(patch, layered.name)
         loaded.append(patch)
-    return apply_patches(config_yaml, loaded)
+    return apply_patches(config, loaded)
 
 
 def check_allowed(patch: Patch, name: str) -> None:

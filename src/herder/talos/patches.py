@@ -118,8 +118,8 @@ def load_patches(texts: Sequence[str]) -> list[Patch]:
     return patches
 
 
-def apply_patches(config_yaml: str, patches: Sequence[Patch]) -> str:
-    """Apply patches in order to a multi-document config; the patched config as multi-document YAML."""
+def load_config(config_yaml: str) -> list[dict[str, Any]]:
+    """The documents of a multi-document config as Talos's decoder reads them; raises ``PatchError``."""
     try:
         documents = load_documents(config_yaml)
     except yaml.YAMLError as exc:
@@ -128,6 +128,13 @@ def apply_patches(config_yaml: str, patches: Sequence[Patch]) -> str:
         if not isinstance(document, dict):
             raise PatchError(f"malformed config: document {index + 1} is not a map")
         _normalise(document)
+    return documents
+
+
+def apply_patches(config: str | Sequence[dict[str, Any]], patches: Sequence[Patch]) -> str:
+    """Apply patches in order to a multi-document config (its YAML, or its documents as ``load_config``
+    reads them, left untouched); the patched config as multi-document YAML."""
+    documents = load_config(config) if isinstance(config, str) else config
     return dump_documents(patch_documents(documents, patches))
 
 
