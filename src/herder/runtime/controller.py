@@ -160,10 +160,19 @@ class Context:
         self.events = events or EventRecorder(store)
 
     async def get(self, key: ObjectKey) -> Resource | None:
+        """The object as stored now, shared with every other reader of it: read it, never change it
+        (``mutate`` changes a copy; ``clone()`` gives one)."""
         try:
-            return await self.store.get(key.kind, key.name, key.namespace)
+            return (await self.store.read(key.kind, key.name, key.namespace)).shared()
         except NotFound:
             return None
+
+    async def list(
+        self, kind: str, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> list[Resource]:
+        """The objects of a kind (in ``namespace``, matching ``label_selector``), shared as ``get``'s are."""
+        listed = await self.store.scan(kind, namespace, label_selector=label_selector)
+        return [state.shared() for state in listed.items]
 
     async def create(self, obj: Resource) -> Resource:
         return await self.store.create(obj, actor=self.controller)

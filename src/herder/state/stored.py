@@ -3,12 +3,16 @@
 A ``Stored`` stands for one (key, revision) and is shared by whoever meets that state in this process:
 the store's writes and watch, lists and gets. What readers derive from it (its labels, an API's JSON,
 a Table row) is derived once and kept with it, so a state read a thousand times is decoded and encoded
-once; it all goes when the state is replaced. ``decode`` gives each caller an object of its own.
+once; it all goes when the state is replaced. ``decode`` gives each caller an object of its own;
+``shared`` gives every caller the same one, decoded once, to read and never to change (as client-go's
+informer caches do). With ``HERDER_CHECK_SHARED=1`` in the environment (the test suite sets it) every
+``shared`` call first checks that no reader changed the object, as client-go's cache mutation detector.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -19,6 +23,12 @@ T = TypeVar("T")
 
 # The labels of objects that have none: one shared, read-only mapping.
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+CHECK_SHARED = os.environ.get("HERDER_CHECK_SHARED") == "1"
+
+
+class SharedObjectChanged(RuntimeError):
+    """A reader changed an object that ``Stored.shared`` hands to every reader (a bug in that reader)."""
 
 
 class Stored:
@@ -40,6 +50,17 @@ class Stored:
         """The object in this state, stamped with its revision: a new one on every call, the caller's own."""
         obj = Resource.model_validate_json(self._open(self.key, self.value))
         obj.metadata.resource_version = str(self.rev)
+        return obj
+
+    def shared(self) -> Resource:
+        """The object in this state, decoded once and the same for every caller: read it, never change it
+        (``clone()`` it, or ``decode``, for an object of one's own)."""
+        obj = self.derived("shared", Stored.decode)
+        if CHECK_SHARED and obj != self.decode():
+            raise SharedObjectChanged(
+                f"{self.key} at revision {self.rev}: a reader changed the shared object; "
+                "change a copy of it (clone()) instead"
+            )
         return obj
 
     @property

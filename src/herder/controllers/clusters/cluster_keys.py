@@ -55,7 +55,8 @@ class ClusterKeys:
         """The secrets of ``cluster``; None until its ClusterSecrets exist."""
         namespace = cluster.namespace or "default"
         try:
-            stored = await self._store.get(CLUSTER_SECRETS, cluster.name, namespace)
+            # Read, not decoded (nor opened: the bundle is sealed) unless its revision is new to us.
+            stored = await self._store.read(CLUSTER_SECRETS, cluster.name, namespace)
         except NotFound:
             return None
         key = (namespace, cluster.name)
@@ -64,12 +65,12 @@ class ClusterKeys:
             known = self._views.get(key)
             if (
                 known is not None
-                and known.revision == stored.metadata.resource_version
+                and known.revision == str(stored.rev)
                 and time.monotonic() - known.made < _CREDENTIAL_LIFETIME.total_seconds() / 2
             ):
                 return known
             # Loading the bundle parses RSA keys and issuing certificates signs: off the event loop.
-            view = await asyncio.to_thread(_view, stored)
+            view = await asyncio.to_thread(_view, stored.decode())
             self._views[key] = view
             return view
 

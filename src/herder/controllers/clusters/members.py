@@ -28,8 +28,7 @@ def cluster_changes(*status: str, mapper: Mapper = own_key) -> Mapper:
 
 
 async def labelled(ctx: Context, kind: str, namespace: str | None, label: str, value: str) -> list[Resource]:
-    listed = await ctx.store.list(kind, namespace, label_selector=f"{label}={value}")
-    return listed.items
+    return await ctx.list(kind, namespace, label_selector=f"{label}={value}")
 
 
 async def cluster_of(ctx: Context, obj: Resource) -> Resource | None:
