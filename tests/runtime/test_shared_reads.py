@@ -49,3 +49,23 @@ async def test_a_reader_that_changes_a_shared_object_is_caught_by_the_next_reade
     shared.metadata.labels["pool"] = "changed in place"
     with pytest.raises(SharedObjectChanged, match="clone"):
         await ctx.get(KEY)
+
+
+async def test_watch_events_carry_the_objects_that_readers_share(ctx: Context) -> None:
+    await ctx.list("ConfigPatch", "default")  # the kind is now kept in memory, as controllers' kinds are
+    before = await ctx.get(KEY)
+    assert before is not None
+    stream = ctx.store.watch("ConfigPatch", "default", resource_version=before.metadata.resource_version)
+    try:
+        await ctx.mutate(KEY, lambda obj: obj.metadata.labels.update(pool="b"))
+        event = await anext(stream)
+        assert event.type == "MODIFIED"
+        assert event.previous is before  # not decoded again for the watch
+        assert event.object is await ctx.get(KEY)
+        await ctx.delete(KEY)
+        gone = await anext(stream)
+        # A deletion's last state carries the deletion's revision, not the state's own.
+        assert gone.type == "DELETED" and gone.object.metadata.labels["pool"] == "b"
+        assert gone.object.resource_version > event.object.resource_version
+    finally:
+        await stream.aclose()

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from herder.resources import KindInfo, OwnerReference, Resource
+from herder.resources import KindInfo, ObjectMeta, OwnerReference, Resource
 from herder.runtime.event_recorder import EventRecorder, EventType
 from herder.state.errors import Conflict, NotFound
 from herder.state.store import CONTROLLER_ANNOTATION, Store, WatchEvent
@@ -92,23 +92,28 @@ def on_change(mapper: Mapper, *fields: str) -> Mapper:
     return changed
 
 
+# ObjectMeta's attributes by their JSON names (``deletionTimestamp`` → ``deletion_timestamp``).
+_METADATA_ATTRIBUTES = {field.alias or name: name for name, field in ObjectMeta.model_fields.items()}
+
+
 class _Fields:
     """An object's fields by JSON path, read without serializing all of it (watches compare a few
     fields of every change)."""
 
-    __slots__ = ("_metadata", "_obj")
+    __slots__ = ("_obj",)
 
     def __init__(self, obj: Resource) -> None:
         self._obj = obj
-        self._metadata: dict[str, Any] | None = None
 
     def pick(self, path: tuple[str, ...]) -> Any:
         head, rest = path[0], path[1:]
         value: Any
         if head == "metadata":
-            if self._metadata is None:
-                self._metadata = self._obj.metadata.model_dump(by_alias=True, exclude_none=True)
-            value = self._metadata
+            # A metadata field is read as its attribute: both sides of a comparison read it alike.
+            attribute = _METADATA_ATTRIBUTES.get(rest[0]) if rest else None
+            if attribute is None:
+                return None
+            value, rest = getattr(self._obj.metadata, attribute), rest[1:]
         elif head in ("spec", "status"):
             value = getattr(self._obj, head)
         else:

@@ -104,33 +104,40 @@ class Change:
     """A backend event as watchers see it: the object after and before the change.
 
     Objects are decoded on first use and then shared, so a change nobody watches costs nothing and
-    one watched by many is decoded once. ``state`` is the state after the change (None: deleted).
+    one watched by many is decoded once: ``obj`` is the new state's shared object (``Stored.shared``),
+    the one its readers get too. ``state`` is the state after the change (None: deleted); ``prior`` the
+    state it replaced, when the store still holds it.
     """
 
-    __slots__ = ("_obj", "_prev", "_raw", "_store", "key", "kind", "rev", "state")
+    __slots__ = ("_obj", "_prev", "_raw", "_store", "key", "kind", "prior", "rev", "state")
 
-    def __init__(self, store: Store, raw: RawEvent, state: Stored | None) -> None:
+    def __init__(self, store: Store, raw: RawEvent, state: Stored | None, prior: Stored | None) -> None:
         self._store = store
         self._raw = raw
         self.rev = raw.rev
         self.key = raw.key
         self.kind = store._kind_of_key(raw.key)
         self.state = state
+        self.prior = prior
         self._obj: Resource | bool | None = False
         self._prev: Resource | bool | None = False
 
     @property
     def obj(self) -> Resource | None:
         if self._obj is False:
-            self._obj = self.state.decode() if self.state is not None else None
+            self._obj = self.state.shared() if self.state is not None else None
         return self._obj  # type: ignore[return-value]
 
     @property
     def prev(self) -> Resource | None:
-        # The previous state is stamped with this change's revision: a DELETED event carries it.
+        """The object before the change: after a modification, the replaced state's shared object; after
+        a deletion, its last state stamped with the deletion's revision (what a DELETED event carries)."""
         if self._prev is False:
-            value = self._raw.prev
-            self._prev = self._store._decode(self.key, value, self.rev) if value is not None else None
+            if self.state is not None and self.prior is not None:
+                self._prev = self.prior.shared()
+            else:
+                value = self._raw.prev
+                self._prev = self._store._decode(self.key, value, self.rev) if value is not None else None
         return self._prev  # type: ignore[return-value]
 
 
@@ -247,6 +254,15 @@ class Store:
 
     def _decode_change(self, raw: RawEvent) -> Change:
         state = self._state(raw.key, raw.rev, raw.value) if raw.value is not None else None
+        # The list cache moves on with the watch alone: it still holds the state this change replaced.
+        prior = self._lists.state(raw.key)
+        if (
+            prior is not None
+            and raw.prev is not None
+            and prior.value is not raw.prev
+            and prior.value != raw.prev
+        ):
+            prior = None
         self._remember(raw.key, raw.rev, state, from_watch=True)
         self._lists.apply(raw.key, raw.rev, state)
         if raw.key.startswith(_NAMESPACES):
@@ -255,7 +271,7 @@ class Store:
                 self._namespaces.discard(name)
             else:
                 self._namespaces.add(name)
-        return Change(self, raw, state)
+        return Change(self, raw, state, prior if raw.prev is not None else None)
 
     def _remember(self, key: str, rev: int, state: Stored | None, *, from_watch: bool = False) -> None:
         known = self._recent.get(key)
