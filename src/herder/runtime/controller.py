@@ -140,7 +140,12 @@ class Result:
 
 
 class Controller(abc.ABC):
-    """Subclasses set ``name`` and ``watches`` and write ``reconcile``; it must be idempotent."""
+    """Subclasses set ``name`` and ``watches`` and write ``reconcile``; it must be idempotent.
+
+    What a controller reads (``Context.get``, ``Context.list``, its watch events) is shared with every
+    other reader: it writes through ``Context.mutate``, ``mutate_status`` and ``apply_output``, which
+    change copies, and never changes an object it read in place.
+    """
 
     name: str
     watches: Sequence[Watch]
