@@ -255,13 +255,8 @@ class Store:
     def _decode_change(self, raw: RawEvent) -> Change:
         state = self._state(raw.key, raw.rev, raw.value) if raw.value is not None else None
         # The list cache moves on with the watch alone: it still holds the state this change replaced.
-        prior = self._lists.state(raw.key)
-        if (
-            prior is not None
-            and raw.prev is not None
-            and prior.value is not raw.prev
-            and prior.value != raw.prev
-        ):
+        prior = self._lists.state(raw.key) if raw.prev is not None else None
+        if prior is not None and prior.value != raw.prev:
             prior = None
         self._remember(raw.key, raw.rev, state, from_watch=True)
         self._lists.apply(raw.key, raw.rev, state)
@@ -271,7 +266,7 @@ class Store:
                 self._namespaces.discard(name)
             else:
                 self._namespaces.add(name)
-        return Change(self, raw, state, prior if raw.prev is not None else None)
+        return Change(self, raw, state, prior)
 
     def _remember(self, key: str, rev: int, state: Stored | None, *, from_watch: bool = False) -> None:
         known = self._recent.get(key)

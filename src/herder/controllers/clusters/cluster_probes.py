@@ -67,8 +67,9 @@ async def probe_etcd(
     known: dict[str, str] | None = None,
 ) -> EtcdReport:
     """Ask the running control planes (Talos endpoint → machine UUID) about etcd: its members, and each
-    member's own status (through ``clients``, made with ``machine_clients()``); healthy when every control plane is a member and every member answers. ``known``
-    (every control plane of the cluster, running or not) names the machine of a member that is down."""
+    member's own status (through ``clients``, made with ``machine_clients()``); healthy when every
+    control plane is a member and every member answers. ``known`` (every control plane of the cluster,
+    running or not) names the machine of a member that is down."""
     if not control_planes:
         return EtcdReport(False, "no control plane is running", False)
     by_host = {split_endpoint(e)[0]: e for e in control_planes}

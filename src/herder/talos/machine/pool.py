@@ -62,6 +62,8 @@ class ClientPool:
             await self._trim()
 
     async def _trim(self) -> None:
+        if len(self._entries) <= self._keep:
+            return  # the common case, on every release: no walk over every entry
         idle = [key for key, entry in self._entries.items() if entry.users == 0]
         for key in idle[: max(0, len(self._entries) - self._keep)]:
             await self._entries.pop(key).client.close()
