@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from herder.resources import InvalidObject, Resource, UnknownKind
+from herder.state.backend import RawEvent
 from herder.state.errors import AlreadyExists, Conflict, Forbidden, Gone, Invalid, NotFound
-from herder.state.store import CONTROLLER_ANNOTATION, Store, WatchEvent
+from herder.state.store import CONTROLLER_ANNOTATION, Change, Store, WatchEvent
 from tests.state.conftest import Harness, ns, patch
 
 
@@ -304,6 +305,34 @@ async def test_watch_label_selector_transitions(store: Store) -> None:
     await store.create(patch("b", labels={"env": "prod"}))
     events = [await asyncio.wait_for(pending, 10), *await next_events(it, 2)]
     assert [(e.type, e.object.name) for e in events] == [("ADDED", "a"), ("DELETED", "a"), ("ADDED", "b")]
+    await it.aclose()
+
+
+async def test_a_change_that_fails_to_publish_still_reaches_watchers(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Embedded backends hand each change to the store's watch as part of its commit: a failure there
+    # must neither fail the committed write nor drop the change for the watchers.
+    it = store.watch("cp", "default")
+    pending = asyncio.ensure_future(anext(it))
+    await asyncio.sleep(0.1)
+    decode, failed = store._hub._decode, []
+
+    def flaky(raw: RawEvent) -> Change:
+        if raw.key.endswith("/a") and not failed:
+            failed.append(raw.rev)
+            raise RuntimeError("injected")
+        return decode(raw)
+
+    monkeypatch.setattr(store._hub, "_decode", flaky)
+    made = await store.create(patch("a"))
+    first = await asyncio.wait_for(pending, 10)
+    assert failed == [int(made.metadata.resource_version or 0)]
+    assert (first.type, first.object.name) == ("ADDED", "a")
+    await store.create(patch("b"))
+    (second,) = await next_events(it, 1)
+    assert (second.type, second.object.name) == ("ADDED", "b")
+    assert [o.name for o in (await store.list("cp", "default")).items] == ["a", "b"]
     await it.aclose()
 
 

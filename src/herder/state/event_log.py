@@ -1,5 +1,6 @@
 """The change log of the in-process backends (memory, SQLite): recent events in memory, a wake-up
-for watchers on every commit, and a watch that reads older history from the backend's own store."""
+for watchers on every commit, a watch that reads older history from the backend's own store, and a
+listener (the store's watch hub) handed each event as part of its commit."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ class EventLog:
         self._loop_thread = 0
         # The oldest revision a watch may still start from.
         self.oldest = first_rev
+        self._listener: Callable[[RawEvent], None] | None = None
+
+    def listen(self, listener: Callable[[RawEvent], None] | None) -> None:
+        """Hand ``listener`` every event appended from now on, on the event loop (see
+        ``Backend.listen``); a commit in a writer thread hands it over through the loop, ahead of the
+        commit's own completion, so the listener still sees every event before its writer does."""
+        self.bind()
+        self._listener = listener
 
     def bind(self) -> None:
         """Attach to the running event loop, where watchers wait (once; later calls do nothing)."""
@@ -42,9 +51,14 @@ class EventLog:
         if self._loop is None:
             return
         if threading.get_ident() == self._loop_thread:
-            self._wake()
+            self._deliver(event)
         else:
-            self._loop.call_soon_threadsafe(self._wake)
+            self._loop.call_soon_threadsafe(self._deliver, event)
+
+    def _deliver(self, event: RawEvent) -> None:
+        if self._listener is not None:
+            self._listener(event)
+        self._wake()
 
     def value_at(self, key: str, rev: int) -> bytes | None:
         """The value ``key`` was given at revision ``rev``, if that event is still in memory."""

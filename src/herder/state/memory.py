@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
 from herder.state.event_log import EventLog
@@ -77,3 +77,7 @@ class MemoryBackend(Backend):
 
     def changed_after(self, key: str, rev: int) -> bool | None:
         return self._log.changed_after(key, rev, self._rev)
+
+    def listen(self, listener: Callable[[RawEvent], None] | None) -> bool:
+        self._log.listen(listener)
+        return True

@@ -324,6 +324,10 @@ class SQLiteBackend(Backend):
     def changed_after(self, key: str, rev: int) -> bool | None:
         return self._log.changed_after(key, rev, self._rev)
 
+    def listen(self, listener: Callable[[RawEvent], None] | None) -> bool:
+        self._log.listen(listener)
+        return True
+
     async def close(self) -> None:
         self._writer.shutdown(wait=True)
         self._readers.shutdown(wait=True)

@@ -279,6 +279,12 @@ class Store:
         if len(self._recent) > self._recent_cap:
             del self._recent[next(iter(self._recent))]
 
+    def _deleted(self, key: str, rev: int) -> None:
+        """Remember this store's delete of ``key``, unless the watch delivered it already (an embedded
+        backend hands over each commit): then there is nothing the watch could still overwrite."""
+        if rev > self._hub.last_rev:
+            self._remember(key, rev, None)
+
     async def _current(self, info: KindInfo, name: str, namespace: str | None) -> tuple[str, KV, Resource]:
         key = self.key(info, name, namespace)
         kv = await self.backend.get(key)
@@ -481,7 +487,8 @@ class Store:
             rev = await self.backend.create(key, value)
         except KeyExists:
             raise AlreadyExists(info.plural, obj.name) from None
-        self._remember(key, rev, Stored(key, rev, value, self._open))
+        # The watch hub may hold this state already (an embedded backend hands it each commit).
+        self._state(key, rev, value, remember=True)
         if info is self._ns_kind:
             self._namespaces.add(obj.name)
         _writes("create", info.kind).inc()
@@ -601,7 +608,10 @@ class Store:
                 rev = await self.backend.replace(key, value, kv.mod_rev)
         except RevisionMismatch:
             raise _conflict(info, new.name) from None
-        self._remember(key, rev, Stored(key, rev, value, self._open) if value is not None else None)
+        if value is None:
+            self._deleted(key, rev)
+        else:
+            self._state(key, rev, value, remember=True)
         _writes(op, info.kind).inc()
         new.metadata.resource_version = str(rev)
         return new
@@ -642,7 +652,7 @@ class Store:
                 rev = await self.backend.remove(key, kv.mod_rev)
             except RevisionMismatch:
                 raise _conflict(info, name) from None
-            self._remember(key, rev, None)
+            self._deleted(key, rev)
             _writes("delete", info.kind).inc()
             current.metadata.resource_version = str(rev)
             return current
