@@ -22,7 +22,9 @@ class EventLog:
         self._history = history
         self._tail: deque[RawEvent] = deque(maxlen=tail)
         self._lock = threading.Lock()
-        self._changed = asyncio.Event()
+        # Set (and dropped) by the next commit, for the watches waiting for one; made only when one
+        # waits: the store's hub is handed each commit and waits for none.
+        self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         # The oldest revision a watch may still start from.
@@ -90,8 +92,9 @@ class EventLog:
             self.oldest = max(self.oldest, oldest)
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def _from_tail(self, from_rev: int) -> list[RawEvent] | None:
         with self._lock:
@@ -113,6 +116,8 @@ class EventLog:
         next_rev = from_rev
         while True:
             # Take the wake-up before reading, so a commit during the read is never missed.
+            if self._changed is None:
+                self._changed = asyncio.Event()
             changed = self._changed
             if next_rev < self.oldest:
                 raise Compacted(self.oldest)

@@ -20,8 +20,9 @@ import secrets
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, Literal, TypedDict, TypeVar, Unpack
+from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack
 
+import pydantic_core
 from prometheus_client import Counter
 
 from herder.resources import (
@@ -34,7 +35,7 @@ from herder.resources import (
 )
 from herder.resources.meta import CONTROLLER_ANNOTATION
 from herder.state.admission import Admission, Write
-from herder.state.backend import KV, Backend, KeyExists, RawEvent, RevisionMismatch
+from herder.state.backend import Backend, KeyExists, RawEvent, RevisionMismatch
 from herder.state.encryption import Cipher
 from herder.state.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
 from herder.state.list_cache import KindSnapshot, ListCache, kind_prefix_of
@@ -58,6 +59,10 @@ _NAMESPACES = "/core/namespaces/"
 
 # The revision is the backend's to keep: it is set on every object read, never stored in it.
 _UNSTORED = {"metadata": {"resource_version"}}
+# The metadata only the server sets: an update keeps the stored object's, whatever it is given.
+_SERVER_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "generateName")
+# The top-level fields that are not an object's body (what its generation counts changes of).
+_NOT_BODY = frozenset({"apiVersion", "kind", "metadata", "status"})
 
 # How often an update without a resourceVersion is retried when another writer got in first.
 _UNCONDITIONAL_ATTEMPTS = 50
@@ -109,18 +114,24 @@ class Change:
     state it replaced, when the store still holds it.
     """
 
-    __slots__ = ("_obj", "_prev", "_raw", "_store", "key", "kind", "prior", "rev", "state")
+    __slots__ = ("_kind", "_obj", "_prev", "_raw", "_store", "key", "prior", "rev", "state")
 
     def __init__(self, store: Store, raw: RawEvent, state: Stored | None, prior: Stored | None) -> None:
         self._store = store
         self._raw = raw
         self.rev = raw.rev
         self.key = raw.key
-        self.kind = store._kind_of_key(raw.key)
+        self._kind: KindInfo | bool | None = False
         self.state = state
         self.prior = prior
         self._obj: Resource | bool | None = False
         self._prev: Resource | bool | None = False
+
+    @property
+    def kind(self) -> KindInfo | None:
+        if self._kind is False:
+            self._kind = self._store._kind_of_key(self.key)
+        return self._kind  # type: ignore[return-value]
 
     @property
     def obj(self) -> Resource | None:
@@ -225,8 +236,7 @@ class Store:
         return self.registry.find_plural("" if group == "core" else group, plural)
 
     def _encode(self, info: KindInfo, key: str, obj: Resource) -> bytes:
-        # The wire form of ``to_dict``, serialized by pydantic-core: half the cost of json.dumps.
-        raw = obj.model_dump_json(by_alias=True, exclude_none=True, exclude=_UNSTORED).encode()
+        raw = obj.to_json(exclude=_UNSTORED)
         if info.sensitive:
             if self._cipher is None:
                 raise Invalid(f"{info.kind} is sensitive and this store has no encryption key")
@@ -237,7 +247,7 @@ class Store:
         return self._cipher.open(key, value) if self._cipher is not None else value
 
     def _decode(self, key: str, value: bytes, rev: int) -> Resource:
-        obj = Resource.model_validate_json(self._open(key, value))
+        obj = Resource.from_json(self._open(key, value))
         obj.metadata.resource_version = str(rev)
         return obj
 
@@ -285,32 +295,25 @@ class Store:
         if rev > self._hub.last_rev:
             self._remember(key, rev, None)
 
-    async def _current(self, info: KindInfo, name: str, namespace: str | None) -> tuple[str, KV, Resource]:
+    async def _current(self, info: KindInfo, name: str, namespace: str | None) -> Stored:
         key = self.key(info, name, namespace)
         kv = await self.backend.get(key)
         if kv is None:
             raise NotFound(info.plural, name)
-        return key, kv, self._state(key, kv.mod_rev, kv.value, remember=True).decode()
+        return self._state(key, kv.mod_rev, kv.value, remember=True)
 
     async def _with_current(
-        self,
-        info: KindInfo,
-        name: str,
-        namespace: str | None,
-        step: Callable[[str, KV, Resource], Awaitable[Resource]],
+        self, info: KindInfo, name: str, namespace: str | None, step: Callable[[Stored], Awaitable[Resource]]
     ) -> Resource:
-        """Run a write ``step`` on the current object: first as last seen, and if that proves stale
-        (a failed precondition), again on what the backend holds."""
-        key = self.key(info, name, namespace)
-        known = self._recent.get(key)
+        """Run a write ``step`` on the object's current state: first as last seen, and if that proves
+        stale (a failed precondition), again on what the backend holds."""
+        known = self._recent.get(self.key(info, name, namespace))
         if known is not None and known[1] is not None:
-            kv = KV(key, known[1].value, known[0])
             try:
-                return await step(key, kv, known[1].decode())
+                return await step(known[1])
             except (Conflict, Forbidden, Invalid):
                 pass  # perhaps decided on a stale copy: decide again on the stored object
-        key, kv, current = await self._current(info, name, namespace)
-        return await step(key, kv, current)
+        return await step(await self._current(info, name, namespace))
 
     async def _admit(self, actor: str | None, old: Resource | None, new: Resource | None) -> None:
         kind = new.kind if new is not None else old.kind if old is not None else ""
@@ -508,47 +511,37 @@ class Store:
 
         Without a resourceVersion the update is unconditional: a concurrent write is retried over.
         """
-        return await _retry_unless_conditional(
-            bool(obj.metadata.resource_version), lambda: self._update(obj, actor, dry_run)
-        )
-
-    async def _update(self, obj: Resource, actor: str | None, dry_run: bool) -> Resource:
         info = self.registry.for_object(obj)
-
-        async def step(key: str, kv: KV, current: Resource) -> Resource:
-            return await self._update_step(info, obj, actor, dry_run, key, kv, current)
-
-        return await self._with_current(info, obj.name, obj.namespace, step)
+        step = functools.partial(self._update_step, info, obj, actor, dry_run)
+        return await _retry_unless_conditional(
+            bool(obj.metadata.resource_version),
+            lambda: self._with_current(info, obj.name, obj.namespace, step),
+        )
 
     async def _update_step(
-        self,
-        info: KindInfo,
-        obj: Resource,
-        actor: str | None,
-        dry_run: bool,
-        key: str,
-        kv: KV,
-        current: Resource,
+        self, info: KindInfo, obj: Resource, actor: str | None, dry_run: bool, state: Stored
     ) -> Resource:
-        _check_preconditions(info, obj, kv, current)
-        new = info.validate(obj)
-        meta, old = new.metadata, current.metadata
-        meta.uid, meta.creation_timestamp, meta.deletion_timestamp = (
-            old.uid,
-            old.creation_timestamp,
-            old.deletion_timestamp,
-        )
-        meta.generate_name = old.generate_name
-        new.status = current.status
-        body_changed = new.body() != current.body()
-        meta.generation = (old.generation or 1) + (1 if body_changed else 0)
-        if old.deletion_timestamp and not set(meta.finalizers) <= set(old.finalizers):
+        # The stored object as JSON data, parsed for this write alone (a fifth of the cost of a model):
+        # the new object takes its status and server-set metadata, and the checks that need the whole
+        # object read the shared one.
+        current: dict[str, Any] = pydantic_core.from_json(self._open(state.key, state.value))
+        old = current["metadata"]
+        _check_preconditions(info, obj, state.rev, old.get("uid"))
+        kept = {field: old.get(field) for field in _SERVER_METADATA}
+        new = info.validate(obj, override={"metadata": kept, "status": current.get("status")})
+        meta = new.metadata
+        body_changed = new.body() != {k: v for k, v in current.items() if k not in _NOT_BODY}
+        meta.generation = (old.get("generation") or 1) + body_changed
+        if old.get("deletionTimestamp") and not set(meta.finalizers) <= set(old.get("finalizers", ())):
             raise Invalid(
                 f'{info.kind} "{obj.name}" is being deleted: metadata.finalizers: no new finalizers can be added'
             )
-        _check_owner(info, current, actor, new)
-        await self._admit(actor, current, new)
-        return await self._replace(info, key, kv, current, new, "update", dry_run, changed=body_changed)
+        if (old.get("annotations") or {}).get(CONTROLLER_ANNOTATION) not in (None, actor, SYSTEM):
+            _check_owner(info, state.shared(), actor, new)
+        if info.kind in self.admission:
+            await self.admission.admit(Write(actor, state.shared(), new))
+        unchanged = not body_changed and _stored_form(new) == current
+        return await self._replace(info, state, new, "update", dry_run, unchanged=unchanged)
 
     async def update_status(
         self,
@@ -569,43 +562,34 @@ class Store:
     ) -> Resource:
         info = self.registry.for_object(obj)
 
-        async def step(key: str, kv: KV, current: Resource) -> Resource:
-            _check_preconditions(info, obj, kv, current)
-            # ``current`` was decoded for this write alone: the new state may share its other parts.
+        async def step(state: Stored) -> Resource:
+            # Decoded for this write alone: the new state may share its other parts.
+            current = state.decode()
+            _check_preconditions(info, obj, state.rev, current.metadata.uid)
             new = info.validate_status(current, obj.status)
             if managed_fields is not None:
                 new.metadata = current.metadata.model_copy(update={"managed_fields": managed_fields})
-            return await self._replace(info, key, kv, current, new, "update_status", dry_run)
+            return await self._replace(info, state, new, "update_status", dry_run, unchanged=new == current)
 
         return await self._with_current(info, obj.name, obj.namespace, step)
 
     async def _replace(
-        self,
-        info: KindInfo,
-        key: str,
-        kv: KV,
-        current: Resource,
-        new: Resource,
-        op: str,
-        dry_run: bool,
-        *,
-        changed: bool = False,
+        self, info: KindInfo, state: Stored, new: Resource, op: str, dry_run: bool, *, unchanged: bool
     ) -> Resource:
-        """Write ``new`` over ``current``, unless nothing changed (``changed``: the caller knows that
-        something did, which spares the comparison)."""
-        new.metadata.resource_version = current.metadata.resource_version
-        if not changed and new == current:
-            return current  # nothing changed: no write, no event, no new resourceVersion
-        if dry_run:
+        """Write ``new`` over the stored ``state``; when ``unchanged`` (or on a dry run) there is no
+        write, no event and no new resourceVersion, and ``new`` is returned as the state it equals."""
+        if unchanged or dry_run:
+            new.metadata.resource_version = str(state.rev)
             return new
+        key = state.key
         try:
             if new.metadata.deletion_timestamp and not new.metadata.finalizers:
                 value = None
-                rev = await self.backend.remove(key, kv.mod_rev)
+                rev = await self.backend.remove(key, state.rev)
                 op = "delete"
             else:
                 value = self._encode(info, key, new)
-                rev = await self.backend.replace(key, value, kv.mod_rev)
+                rev = await self.backend.replace(key, value, state.rev)
         except RevisionMismatch:
             raise _conflict(info, new.name) from None
         if value is None:
@@ -633,7 +617,8 @@ class Store:
         """
         info = self.kind(kind)
 
-        async def step(key: str, kv: KV, current: Resource) -> Resource:
+        async def step(state: Stored) -> Resource:
+            current = state.decode()
             if resource_version and resource_version != current.metadata.resource_version:
                 raise _conflict(info, name)
             if uid and uid != current.metadata.uid:
@@ -645,14 +630,14 @@ class Store:
             if current.metadata.finalizers:
                 marked = current.clone()
                 marked.metadata.deletion_timestamp = now_rfc3339()
-                return await self._replace(info, key, kv, current, marked, "delete", dry_run)
+                return await self._replace(info, state, marked, "delete", dry_run, unchanged=False)
             if dry_run:
                 return current
             try:
-                rev = await self.backend.remove(key, kv.mod_rev)
+                rev = await self.backend.remove(state.key, state.rev)
             except RevisionMismatch:
                 raise _conflict(info, name) from None
-            self._deleted(key, rev)
+            self._deleted(state.key, rev)
             _writes("delete", info.kind).inc()
             current.metadata.resource_version = str(rev)
             return current
@@ -825,13 +810,19 @@ def _conflict(info: KindInfo, name: str) -> Conflict:
     )
 
 
-def _check_preconditions(info: KindInfo, obj: Resource, kv: KV, current: Resource) -> None:
-    if obj.metadata.resource_version and obj.metadata.resource_version != str(kv.mod_rev):
+def _check_preconditions(info: KindInfo, obj: Resource, rev: int, uid: str | None) -> None:
+    """``obj``'s resourceVersion and uid, where it gives them, must be the stored object's."""
+    if obj.metadata.resource_version and obj.metadata.resource_version != str(rev):
         raise _conflict(info, obj.name)
-    if obj.metadata.uid and obj.metadata.uid != current.metadata.uid:
+    if obj.metadata.uid and obj.metadata.uid != uid:
         raise Conflict(
             f'{info.kind} "{obj.name}": precondition failed: uid {obj.metadata.uid} does not match'
         )
+
+
+def _stored_form(obj: Resource) -> dict[str, Any]:
+    """The object as JSON data, as the store writes it (``_encode``)."""
+    return obj.to_dict(exclude=_UNSTORED)
 
 
 def _only_finalizers_differ(current: Resource, new: Resource) -> bool:

@@ -48,7 +48,7 @@ class Stored:
 
     def decode(self) -> Resource:
         """The object in this state, stamped with its revision: a new one on every call, the caller's own."""
-        obj = Resource.model_validate_json(self._open(self.key, self.value))
+        obj = Resource.from_json(self._open(self.key, self.value))
         obj.metadata.resource_version = str(self.rev)
         return obj
 
