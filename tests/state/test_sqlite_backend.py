@@ -1,14 +1,16 @@
 """The raw contract of the SQLite backend where its write path has shortcuts: preconditions checked
-by the write statement itself, and previous values taken from the events still in memory."""
+against the index in memory, and previous values taken from the events still in memory."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from herder.state.backend import KeyExists, RawEvent, RevisionMismatch
+from herder.state.errors import Unavailable
 from herder.state.sqlite import SQLiteBackend
 
 
@@ -56,3 +58,18 @@ async def test_failed_preconditions_write_nothing(tmp_path: Path, restart: bool)
         (third, b"3", b"2"),
         (gone, None, b"3"),
     ]
+
+
+async def test_a_row_missing_from_the_file_is_an_error_not_a_wait(tmp_path: Path) -> None:
+    # The index says the key is at a revision whose row someone removed behind the backend's back.
+    backend = await SQLiteBackend(tmp_path / "h.db").open()
+    try:
+        rev = await backend.create("/k/a", b"1")
+        conn = sqlite3.connect(tmp_path / "h.db")
+        conn.execute("DELETE FROM revisions WHERE rev = ?", (rev,))
+        conn.commit()
+        conn.close()
+        with pytest.raises(Unavailable, match=f"revision {rev} of /k/a is missing"):
+            await asyncio.wait_for(backend.range("/k/"), 10)
+    finally:
+        await backend.close()

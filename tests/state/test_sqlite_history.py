@@ -1,5 +1,5 @@
-"""SQLite's event history as watchers read it after a restart: previous values (kept by reference or
-copied into the event), compaction, and databases written by the first storage layout."""
+"""SQLite's revision log as watchers and readers find it after a restart: previous values (kept by
+reference or copied into the row), pruning, and databases written by the earlier storage layouts."""
 
 from __future__ import annotations
 
@@ -88,6 +88,43 @@ async def test_a_previous_value_older_than_the_history_is_kept_in_its_event(tmp_
     assert _summary(events[-1:]) == [("MODIFIED", "a", "one: 11", "one: 1")]
 
 
+async def test_pruning_keeps_what_objects_hold_and_forgets_what_they_held(tmp_path: Path) -> None:
+    # history=8, pruned on every write. "keep" is never written again: its row outlives the history.
+    # "gone" is created, outlived by the history too, then deleted: its old row must go before its
+    # delete's row does (or a restart would bring it back), also when the backend stopped between.
+    path = tmp_path / "h.db"
+    backend = await SQLiteBackend(path, history=8, prune_every=1).open()
+    await backend.create("/k/keep", b"kept")
+    gone = await backend.create("/k/gone", b"old")
+    for i in range(20):
+        await backend.create(f"/k/f{i:02d}", b"x")
+    await backend.close()
+    # Deleted, then closed before a prune (as by a crash).
+    backend = await SQLiteBackend(path, history=8, prune_every=1000).open()
+    await backend.remove("/k/gone", gone)
+    await backend.close()
+    backend = await SQLiteBackend(path, history=8, prune_every=1).open()
+    for i in range(20):
+        await backend.create(f"/k/g{i:02d}", b"x")
+    await backend.close()
+
+    backend = await SQLiteBackend(path, history=8, prune_every=1).open()
+    try:
+        assert await backend.get("/k/gone") is None
+        kept = await backend.get("/k/keep")
+        assert kept is not None and kept.value == b"kept"
+        kvs, _ = await backend.range("/k/")
+        assert [kv.key for kv in kvs][:2] == ["/k/f00", "/k/f01"] and len(kvs) == 41
+        assert await backend.count("/k/") == 41
+    finally:
+        await backend.close()
+    conn = sqlite3.connect(path)
+    # What is left: each key's current row, and the last 8 revisions with the 2 they refer to.
+    assert conn.execute("SELECT count(*) FROM revisions").fetchone()[0] <= 41 + 2
+    assert conn.execute("SELECT count(*) FROM revisions WHERE key = '/k/gone'").fetchone()[0] == 0
+    conn.close()
+
+
 async def test_compaction_keeps_the_values_newer_events_refer_to(tmp_path: Path) -> None:
     # history=8 (references reach 2 revisions back), pruned on every write.
     store = await _open(tmp_path / "h.db", history=8, prune_every=1)
@@ -110,12 +147,54 @@ async def test_compaction_keeps_the_values_newer_events_refer_to(tmp_path: Path)
     assert _summary(events) == [("MODIFIED", "a", f"v: {i}", f"v: {i - 1}") for i in range(4, 12)]
 
 
-def _patch_json(data: str) -> bytes:
+def _patch_json(data: str, name: str = "a") -> bytes:
     return (
-        '{"apiVersion":"herder.dev/v1alpha1","kind":"ConfigPatch","metadata":{"name":"a",'
+        '{"apiVersion":"herder.dev/v1alpha1","kind":"ConfigPatch","metadata":{"name":"' + name + '",'
         '"namespace":"default","uid":"9d1c4a8e-0000-4000-8000-000000000001","generation":1,'
         f'"creationTimestamp":"2025-01-01T00:00:00Z"}},"spec":{{"data":"{data}"}}}}'
     ).encode()
+
+
+async def test_a_database_of_the_second_layout_is_migrated(tmp_path: Path) -> None:
+    # The second layout: objects updated in place, events beside them; "b" was deleted, and "a"'s
+    # creation event is pruned (its row holds it).
+    path = tmp_path / "h.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(
+        """
+        CREATE TABLE objects (key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL);
+        CREATE TABLE events (
+            rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB, prev_rev INTEGER
+        );
+        CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        PRAGMA user_version=1;
+        """
+    )
+    a, b = "/herder.dev/configpatches/default/a", "/herder.dev/configpatches/default/b"
+    conn.execute("INSERT INTO objects VALUES (?,?,?)", (a, _patch_json("v: 1"), 1))
+    conn.execute("INSERT INTO events VALUES (2,?,?,NULL,NULL)", (b, _patch_json("b: 1", "b")))
+    conn.execute("INSERT INTO events VALUES (3,?,NULL,?,NULL)", (b, _patch_json("b: 1", "b")))
+    conn.execute("INSERT INTO meta VALUES ('compacted', 1)")
+    conn.close()
+
+    store = await _open(path)
+    try:
+        made = await store.get("cp", "a", "default")
+        assert (made.spec, made.metadata.resource_version) == ({"data": "v: 1"}, "1")
+        assert [o.name for o in (await store.list("cp", "default")).items] == ["a"]
+        made.spec = {"data": "v: 2"}
+        await store.update(made)
+        events = await _replay(store, 1, 3)
+    finally:
+        await store.close()
+    assert _summary(events) == [
+        ("ADDED", "b", "b: 1", None),
+        ("DELETED", "b", "b: 1", None),
+        ("MODIFIED", "a", "v: 2", "v: 1"),
+    ]
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
 
 
 async def test_a_database_of_the_first_layout_is_migrated(tmp_path: Path) -> None:
@@ -151,7 +230,7 @@ async def test_a_database_of_the_first_layout_is_migrated(tmp_path: Path) -> Non
         ("MODIFIED", "a", "v: 3", "v: 2"),
     ]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     conn.close()
 
 

@@ -5,18 +5,24 @@ crash and a power loss; ``synchronous=normal`` trades the latter for speed. Comm
 the revision counter needs no lock. While commits are fast (a local disk's fsync takes a few hundred
 microseconds, less than a round trip to a thread and back) they run on the event loop itself; when
 the disk is slow they move to a writer thread, so that the loop keeps serving while the disk works.
-Readers use their own connections, which WAL lets run beside the writer: scans in reader threads,
-point reads on the event loop. An event table keeps recent changes so that watches resume across
-reconnects and restarts; older rows are pruned. A create or an update is a single statement that
-checks its precondition and writes the object's row (in place), and triggers append its event in the
-same transaction; an update's event names the revision of the value it replaced instead of holding a
-second copy of it. A file lock stops a second process from opening the same database.
+
+The file is a log of revisions, as etcd's is: a change appends one row (the key, its new value or none
+for a delete, and the revision it replaced), which is both the object's stored state and its watch
+event, and an index in memory (rebuilt from the rows when the file is opened) tells which revision
+holds each key's current value. A write so changes one table's newest page, where an object table
+updated in place and an event table beside it changed two: the WAL writes and syncs half the pages.
+Replaced revisions are pruned once the watch history no longer reaches them, so that watches resume
+across reconnects and restarts. Readers use their own connections, which WAL lets run beside the
+writer: scans in reader threads, point reads on the event loop. A file lock stops a second process
+from opening the same database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import fcntl
+import functools
 import os
 import sqlite3
 import threading
@@ -38,43 +44,30 @@ INLINE_COMMIT_BUDGET = 0.002
 # Inline commits hold the event loop for at most about this long before letting other tasks run.
 INLINE_SLICE = 0.001
 
-# The layout's version, in ``PRAGMA user_version``: 0 is the first (objects WITHOUT ROWID, where a
-# value of more than ~1 KB spills into an overflow page, and every event carrying its previous value).
-_LAYOUT = 1
-OBJECTS_TABLE = "objects (key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL)"
+# The layout's version, in ``PRAGMA user_version``: 0 was objects WITHOUT ROWID (a value of more than
+# ~1 KB spilled into an overflow page) and events carrying their previous values; 1 an objects table
+# updated in place and an event table holding each new value again.
+_LAYOUT = 2
+_REVISIONS = """revisions (
+    rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev_rev INTEGER, prev BLOB
+)"""
 _SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS {OBJECTS_TABLE};
-CREATE TABLE IF NOT EXISTS events (
-    rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB, prev_rev INTEGER
-);
+CREATE TABLE IF NOT EXISTS {_REVISIONS};
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 PRAGMA user_version={_LAYOUT};
 """
-# Every connection's own (TEMP) triggers log each create and update as its event, in the same
-# statement. An update's event names the revision its previous value was written at when that
-# revision is at most ``reach`` older, so that its row is sure to outlive this one (compaction keeps
-# that many rows below the oldest event); an older previous value is copied into the event.
-_LOG_TRIGGERS = """
-CREATE TEMP TRIGGER log_create AFTER INSERT ON objects BEGIN
-    INSERT INTO events (rev, key, value) VALUES (new.mod_rev, new.key, new.value);
-END;
-CREATE TEMP TRIGGER log_update AFTER UPDATE ON objects BEGIN
-    INSERT INTO events (rev, key, value, prev, prev_rev) VALUES (
-        new.mod_rev, new.key, new.value,
-        CASE WHEN new.mod_rev - old.mod_rev > {reach} THEN old.value END, old.mod_rev
-    );
-END;
+# From layouts 0 and 1: every event becomes a revision, and so does each object's current value
+# where its event was pruned already.
+_MIGRATE = f"""
+CREATE TABLE {_REVISIONS};
+INSERT INTO revisions (rev, key, value, prev_rev, prev) SELECT rev, key, value, {{prev_rev}}, prev FROM events;
+INSERT INTO revisions (rev, key, value)
+    SELECT mod_rev, key, value FROM objects WHERE mod_rev NOT IN (SELECT rev FROM revisions);
+DROP TABLE events;
+DROP TABLE objects;
 """
-# From layout 0: the objects move to a table with rowids (values up to a page stay in their row,
-# and an update rewrites one page in place); events gain the revision their previous value is at.
-_MIGRATE_FROM_0 = f"""
-ALTER TABLE objects RENAME TO objects_0;
-CREATE TABLE {OBJECTS_TABLE};
-INSERT INTO objects SELECT key, value, mod_rev FROM objects_0;
-DROP TABLE objects_0;
-ALTER TABLE events ADD COLUMN prev_rev INTEGER;
-PRAGMA user_version={_LAYOUT};
-"""
+# Rows deleted or read by revision per statement (SQLite's bound on parameters is far above).
+_CHUNK = 500
 
 
 class SQLiteBackend(Backend):
@@ -92,10 +85,10 @@ class SQLiteBackend(Backend):
         if self._synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
         self._history_size = history
-        # How far back an update's event may refer to its previous value (see _LOG_TRIGGERS).
+        # A change's row refers to the value it replaced when that is at most this many revisions
+        # older, so sure to outlive it (pruning keeps that many rows below the history); an older one
+        # is copied into the row.
         self._prev_reach = history // 4
-        self._triggers = _LOG_TRIGGERS.format(reach=self._prev_reach)
-        self._layout_ready = False
         self._prune_every = prune_every
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="sqlite-reader")
@@ -103,6 +96,15 @@ class SQLiteBackend(Backend):
         self._connections: list[sqlite3.Connection] = []
         self._conn_lock = threading.Lock()
         self._rev = 0
+        # The index: each key's current revision, and the keys in order (for ranges). The writer
+        # changes it (perhaps in its thread), the event loop reads it: under _index_lock.
+        self._live: dict[str, int] = {}
+        self._keys: list[str] = []
+        self._index_lock = threading.Lock()
+        # The history starts after ``_compacted``; rows up to ``_pruned_to`` are pruned but for keys'
+        # current ones, and ``_replaced_pruned`` lists those replaced since, to prune next.
+        self._compacted = 0
+        self._replaced_pruned: list[int] = []
         self._since_prune = 0
         self._log = EventLog(self._read_history)
         self._lock_fd: int | None = None
@@ -122,7 +124,7 @@ class SQLiteBackend(Backend):
             raise Unavailable(f"{self.path} is in use by another process") from None
         self._log.bind()
         try:
-            self._rev, oldest = await self._write(self._init)
+            oldest = await self._write(self._init)
         except BaseException:
             await self.close()
             raise
@@ -135,27 +137,35 @@ class SQLiteBackend(Backend):
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            if self._layout_ready:
-                conn.executescript(self._triggers)
             self._local.conn = conn
             with self._conn_lock:
                 self._connections.append(conn)
         return conn
 
-    def _init(self) -> tuple[int, int]:
+    def _init(self) -> int:
+        """Bring the file to this layout and build the index from its rows; the oldest revision a
+        watch may start from."""
         conn = self._conn()
         layout = conn.execute("PRAGMA user_version").fetchone()[0]
         if layout > _LAYOUT:
             raise Unavailable(f"{self.path} has storage layout {layout}; this herder knows up to {_LAYOUT}")
-        first = layout == 0 and conn.execute("SELECT 1 FROM sqlite_master WHERE name='objects'").fetchone()
-        conn.executescript(f"BEGIN IMMEDIATE;{_MIGRATE_FROM_0 if first else ''}{_SCHEMA}COMMIT;")
-        conn.executescript(self._triggers)
-        self._layout_ready = True
-        rev = conn.execute("SELECT max(rev) FROM events").fetchone()[0]
+        old = layout < _LAYOUT and conn.execute("SELECT 1 FROM sqlite_master WHERE name='objects'").fetchone()
+        migrate = _MIGRATE.format(prev_rev="prev_rev" if layout == 1 else "NULL") if old else ""
+        conn.executescript(f"BEGIN IMMEDIATE;{migrate}{_SCHEMA}COMMIT;")
         floor = conn.execute("SELECT value FROM meta WHERE name='compacted'").fetchone()
-        compacted = floor[0] if floor else 0
-        rev = max(rev or 0, compacted)
-        return rev, compacted + 1
+        self._compacted = compacted = floor[0] if floor else 0
+        last = 0
+        for last, key, deleted in conn.execute("SELECT rev, key, value IS NULL FROM revisions ORDER BY rev"):
+            if deleted:
+                self._live.pop(key, None)
+            else:
+                self._live[key] = last
+        self._keys = sorted(self._live)
+        self._rev = max(last, compacted)
+        # What a prune would have taken but for a stop before it (rows replaced after theirs passed).
+        passed = conn.execute("SELECT rev, key FROM revisions WHERE rev <= ?", (self._pruned_to,))
+        self._delete(conn, [rev for rev, key in passed.fetchall() if self._live.get(key) != rev])
+        return compacted + 1
 
     async def _write(self, fn: Callable[[], T]) -> T:
         # Inline only when no threaded commit is under way: two commits must never overlap.
@@ -178,36 +188,37 @@ class SQLiteBackend(Backend):
         return await asyncio.get_running_loop().run_in_executor(self._readers, lambda: fn(self._conn()))
 
     def _commit(self, key: str, value: bytes | None, expected: int | None) -> int:
-        """Write the row and its event in one transaction, if the precondition holds. A create or an
-        update is a single statement that checks it, and the triggers log it."""
+        """Append the change's row, if the precondition holds (this is the only writer: the index in
+        memory tells), and follow it in the index."""
         started = time.perf_counter()
         conn = self._conn()
+        current = self._live.get(key)
+        if current != expected:
+            if expected is None:
+                raise KeyExists(key)
+            raise RevisionMismatch(None if current is None else KV(key, self._value(conn, current), current))
         rev = self._rev + 1
         prev = None
-        if expected is None:
-            try:
-                conn.execute("INSERT INTO objects VALUES (?,?,?)", (key, value, rev))
-            except sqlite3.IntegrityError:
-                raise KeyExists(key) from None
-        else:
+        if expected is not None:
             # The value being replaced, for watchers: from the events in memory, or read from its row.
             prev = self._log.value_at(key, expected)
             if prev is None:
-                current = self._row(conn, key)
-                if current is None or current.mod_rev != expected:
-                    raise RevisionMismatch(current)
-                prev = current.value
+                prev = self._value(conn, expected)
+        far = expected is not None and rev - expected > self._prev_reach
+        conn.execute(
+            "INSERT INTO revisions VALUES (?,?,?,?,?)", (rev, key, value, expected, prev if far else None)
+        )
+        with self._index_lock:
             if value is None:
-                self._delete(conn, key, expected, rev, prev)
-            elif (
-                conn.execute(
-                    "UPDATE objects SET value=?, mod_rev=? WHERE key=? AND mod_rev=?",
-                    (value, rev, key, expected),
-                ).rowcount
-                != 1
-            ):
-                raise RevisionMismatch(self._row(conn, key))
-        self._rev = rev
+                del self._live[key]
+                del self._keys[bisect.bisect_left(self._keys, key)]
+            else:
+                if expected is None:
+                    bisect.insort(self._keys, key)
+                self._live[key] = rev
+            self._rev = rev
+        if expected is not None and expected <= self._pruned_to:
+            self._replaced_pruned.append(expected)
         # A moving average: one slow commit does not move the writes off the loop, a slow disk does.
         self._commit_seconds += (time.perf_counter() - started - self._commit_seconds) / 16
         self._log.append(RawEvent(rev, key, value, prev))
@@ -217,41 +228,61 @@ class SQLiteBackend(Backend):
         return rev
 
     @staticmethod
-    def _row(conn: sqlite3.Connection, key: str) -> KV | None:
-        row = conn.execute("SELECT value, mod_rev FROM objects WHERE key=?", (key,)).fetchone()
-        return KV(key, row[0], row[1]) if row else None
+    def _value(conn: sqlite3.Connection, rev: int) -> bytes:
+        row = conn.execute("SELECT value FROM revisions WHERE rev=?", (rev,)).fetchone()
+        if row is None:
+            raise LookupError(rev)
+        value: bytes = row[0]
+        return value
 
-    def _delete(self, conn: sqlite3.Connection, key: str, expected: int, rev: int, prev: bytes) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if conn.execute("DELETE FROM objects WHERE key=? AND mod_rev=?", (key, expected)).rowcount != 1:
-                raise RevisionMismatch(self._row(conn, key))
-            # A delete has no value of its own: its event holds the last state, which is what its
-            # watchers are sent.
-            conn.execute("INSERT INTO events (rev, key, prev) VALUES (?,?,?)", (rev, key, prev))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+    def _moved(self, key: str, rev: int) -> bool:
+        """Whether ``key``'s current revision is past ``rev`` (whose row a reader missed: replaced and
+        pruned while it read); if not, the row is missing from the file, which no retry mends."""
+        with self._index_lock:
+            if self._live.get(key) != rev:
+                return True
+        raise Unavailable(f"{self.path}: revision {rev} of {key} is missing from the file")
+
+    @staticmethod
+    def _delete(conn: sqlite3.Connection, revs: list[int]) -> None:
+        for i in range(0, len(revs), _CHUNK):
+            chunk = revs[i : i + _CHUNK]
+            conn.execute(f"DELETE FROM revisions WHERE rev IN ({','.join('?' * len(chunk))})", chunk)
 
     def _prune(self, conn: sqlite3.Connection) -> None:
         self._since_prune = 0
         self._compact_to(conn, self._rev - self._history_size + 1)
 
     def _compact_to(self, conn: sqlite3.Connection, oldest: int) -> None:
-        """Forget the events before ``oldest``. Writer thread only.
+        """Forget the history before ``oldest``. Writer only.
 
-        Their rows stay for ``_prev_reach`` revisions more: newer events refer to them for their
-        previous values.
+        The rows a key no longer holds stay for ``_prev_reach`` revisions more: newer rows refer to
+        them for their previous values. A key's current row stays, however old.
         """
         floor = min(oldest, self._rev + 1) - 1
-        if floor <= 0:
+        if floor <= self._compacted:
             return
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DELETE FROM events WHERE rev <= ?", (floor - self._prev_reach,))
-        conn.execute("INSERT OR REPLACE INTO meta VALUES ('compacted', ?)", (floor,))
-        conn.execute("COMMIT")
+        try:
+            passed = conn.execute(
+                "SELECT rev, key FROM revisions WHERE rev > ? AND rev <= ?",
+                (self._pruned_to, floor - self._prev_reach),
+            ).fetchall()
+            self._delete(
+                conn, [rev for rev, key in passed if self._live.get(key) != rev] + self._replaced_pruned
+            )
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('compacted', ?)", (floor,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self._replaced_pruned.clear()
+        self._compacted = floor
         self._log.compact(floor + 1)
+
+    @property
+    def _pruned_to(self) -> int:
+        return self._compacted - self._prev_reach
 
     async def compact(self, revision: int) -> None:
         await self._write(lambda: self._compact_to(self._conn(), revision))
@@ -259,8 +290,8 @@ class SQLiteBackend(Backend):
     async def _read_history(self, from_rev: int, limit: int) -> list[RawEvent]:
         def read(conn: sqlite3.Connection) -> list[RawEvent]:
             rows = conn.execute(
-                "SELECT e.rev, e.key, e.value, coalesce(e.prev, p.value) FROM events e"
-                " LEFT JOIN events p ON p.rev = e.prev_rev WHERE e.rev >= ? ORDER BY e.rev LIMIT ?",
+                "SELECT e.rev, e.key, e.value, coalesce(e.prev, p.value) FROM revisions e"
+                " LEFT JOIN revisions p ON p.rev = e.prev_rev WHERE e.rev >= ? ORDER BY e.rev LIMIT ?",
                 (from_rev, limit),
             ).fetchall()
             return [RawEvent(*row) for row in rows]
@@ -268,43 +299,48 @@ class SQLiteBackend(Backend):
         return await self._read(read)
 
     async def get(self, key: str) -> KV | None:
-        # A point read in WAL mode takes microseconds and never waits for the writer, so it runs
-        # on the event loop's own connection: a hop to a thread would cost ten times the read.
-        return self._row(self._conn(), key)
+        while True:
+            with self._index_lock:
+                rev = self._live.get(key)
+            if rev is None:
+                return None
+            value = self._log.value_at(key, rev)
+            if value is not None:
+                return KV(key, value, rev)
+            # A point read in WAL mode takes microseconds and never waits for the writer, so it runs
+            # on the event loop's own connection: a hop to a thread would cost ten times the read.
+            try:
+                return KV(key, self._value(self._conn(), rev), rev)
+            except LookupError:
+                self._moved(key, rev)
 
     async def range(
         self, prefix: str, *, start_after: str | None = None, limit: int | None = None
     ) -> tuple[list[KV], int]:
-        # Keys are ASCII paths, so every key under the prefix sorts below prefix + U+FFFF.
-        upper = prefix + "\uffff"
-        lower = start_after if start_after is not None and start_after >= prefix else None
-
-        def read(conn: sqlite3.Connection) -> tuple[list[KV], int]:
-            conn.execute("BEGIN")
-            try:
-                # The revision is read in the same snapshot as the rows: a watch from it misses nothing.
-                rev = conn.execute("SELECT coalesce(max(rev), 0) FROM events").fetchone()[0]
-                floor = conn.execute("SELECT value FROM meta WHERE name='compacted'").fetchone()
-                sql = "SELECT key, value, mod_rev FROM objects WHERE key < ? AND "
-                sql += "key > ?" if lower is not None else "key >= ?"
-                sql += " ORDER BY key"
-                params: tuple[object, ...] = (upper, lower if lower is not None else prefix)
+        while True:
+            with self._index_lock:
+                keys = self._keys
+                lo = (
+                    bisect.bisect_right(keys, start_after)
+                    if start_after is not None and start_after >= prefix
+                    else bisect.bisect_left(keys, prefix)
+                )
+                # Keys are ASCII paths, so every key under the prefix sorts below prefix + U+FFFF.
+                hi = bisect.bisect_left(keys, prefix + "\uffff", lo)
                 if limit is not None:
-                    sql += " LIMIT ?"
-                    params += (limit,)
-                rows = conn.execute(sql, params).fetchall()
-            finally:
-                conn.execute("COMMIT")
-            return [KV(*row) for row in rows], max(rev, floor[0] if floor else 0)
-
-        return await self._read(read)
+                    hi = min(hi, lo + limit)
+                picked = [(key, self._live[key]) for key in keys[lo:hi]]
+                rev = self._rev
+            values = await self._read(functools.partial(_values, revs=[r for _, r in picked]))
+            missed = next(((key, r) for key, r in picked if r not in values), None)
+            if missed is None:
+                return [KV(key, values[r], r) for key, r in picked], rev
+            self._moved(*missed)
 
     async def count(self, prefix: str) -> int:
-        def read(conn: sqlite3.Connection) -> int:
-            sql = "SELECT count(*) FROM objects WHERE key >= ? AND key < ?"
-            return int(conn.execute(sql, (prefix, prefix + "\uffff")).fetchone()[0])
-
-        return await self._read(read)
+        with self._index_lock:
+            lo = bisect.bisect_left(self._keys, prefix)
+            return bisect.bisect_left(self._keys, prefix + "\uffff", lo) - lo
 
     async def create(self, key: str, value: bytes) -> int:
         return await self._write(lambda: self._commit(key, value, None))
@@ -338,3 +374,18 @@ class SQLiteBackend(Backend):
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _values(conn: sqlite3.Connection, revs: list[int]) -> dict[int, bytes]:
+    """The values at these revisions (those still there), read in one snapshot."""
+    wanted = revs
+    out: dict[int, bytes] = {}
+    conn.execute("BEGIN")
+    try:
+        for i in range(0, len(wanted), _CHUNK):
+            chunk = wanted[i : i + _CHUNK]
+            sql = f"SELECT rev, value FROM revisions WHERE rev IN ({','.join('?' * len(chunk))})"
+            out.update(conn.execute(sql, chunk).fetchall())
+    finally:
+        conn.execute("COMMIT")
+    return out
