@@ -318,8 +318,9 @@ def test_pinned_entries_of_the_table(role: str, kind: str, verb: str, allowed: b
 
 
 async def test_infra_provider_sees_and_touches_only_its_own_objects(
-    server: Server, tokens: dict[str, str]
+    server: Server, tokens: dict[str, str], targets: dict[str, dict[str, Any]]
 ) -> None:
+    # ``targets`` made "target-configpatch", of this provider.
     info = REGISTRY.get("ConfigPatch")
     foreign = body(info, "of-another-provider")
     foreign["metadata"]["labels"][INFRA_PROVIDER_LABEL] = "p2"
