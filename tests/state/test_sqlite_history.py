@@ -155,12 +155,31 @@ def _patch_json(data: str, name: str = "a") -> bytes:
     ).encode()
 
 
+def _old_database(path: Path, schema: str, rows: list[tuple[str, tuple[object, ...]]]) -> None:
+    """A database as an earlier herder left it: its ``schema``, then each (statement, parameters)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(schema)
+    for sql, params in rows:
+        conn.execute(sql, params)
+    conn.close()
+
+
+def _layout(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        layout: int = conn.execute("PRAGMA user_version").fetchone()[0]
+        return layout
+    finally:
+        conn.close()
+
+
 async def test_a_database_of_the_second_layout_is_migrated(tmp_path: Path) -> None:
     # The second layout: objects updated in place, events beside them; "b" was deleted, and "a"'s
     # creation event is pruned (its row holds it).
     path = tmp_path / "h.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.executescript(
+    a, b = "/herder.dev/configpatches/default/a", "/herder.dev/configpatches/default/b"
+    _old_database(
+        path,
         """
         CREATE TABLE objects (key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL);
         CREATE TABLE events (
@@ -168,14 +187,14 @@ async def test_a_database_of_the_second_layout_is_migrated(tmp_path: Path) -> No
         );
         CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
         PRAGMA user_version=1;
-        """
+        """,
+        [
+            ("INSERT INTO objects VALUES (?,?,?)", (a, _patch_json("v: 1"), 1)),
+            ("INSERT INTO events VALUES (2,?,?,NULL,NULL)", (b, _patch_json("b: 1", "b"))),
+            ("INSERT INTO events VALUES (3,?,NULL,?,NULL)", (b, _patch_json("b: 1", "b"))),
+            ("INSERT INTO meta VALUES ('compacted', 1)", ()),
+        ],
     )
-    a, b = "/herder.dev/configpatches/default/a", "/herder.dev/configpatches/default/b"
-    conn.execute("INSERT INTO objects VALUES (?,?,?)", (a, _patch_json("v: 1"), 1))
-    conn.execute("INSERT INTO events VALUES (2,?,?,NULL,NULL)", (b, _patch_json("b: 1", "b")))
-    conn.execute("INSERT INTO events VALUES (3,?,NULL,?,NULL)", (b, _patch_json("b: 1", "b")))
-    conn.execute("INSERT INTO meta VALUES ('compacted', 1)")
-    conn.close()
 
     store = await _open(path)
     try:
@@ -192,28 +211,27 @@ async def test_a_database_of_the_second_layout_is_migrated(tmp_path: Path) -> No
         ("DELETED", "b", "b: 1", None),
         ("MODIFIED", "a", "v: 2", "v: 1"),
     ]
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
-    conn.close()
+    assert _layout(path) == 2
 
 
 async def test_a_database_of_the_first_layout_is_migrated(tmp_path: Path) -> None:
     # The first layout: objects WITHOUT ROWID, and each event carrying its previous value.
     path = tmp_path / "h.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.executescript(
+    key = "/herder.dev/configpatches/default/a"
+    _old_database(
+        path,
         """
         CREATE TABLE objects (key TEXT PRIMARY KEY, value BLOB NOT NULL, mod_rev INTEGER NOT NULL)
             WITHOUT ROWID;
         CREATE TABLE events (rev INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB, prev BLOB);
         CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-        """
+        """,
+        [
+            ("INSERT INTO objects VALUES (?,?,?)", (key, _patch_json("v: 2"), 2)),
+            ("INSERT INTO events VALUES (1,?,?,NULL)", (key, _patch_json("v: 1"))),
+            ("INSERT INTO events VALUES (2,?,?,?)", (key, _patch_json("v: 2"), _patch_json("v: 1"))),
+        ],
     )
-    key = "/herder.dev/configpatches/default/a"
-    conn.execute("INSERT INTO objects VALUES (?,?,?)", (key, _patch_json("v: 2"), 2))
-    conn.execute("INSERT INTO events VALUES (1,?,?,NULL)", (key, _patch_json("v: 1")))
-    conn.execute("INSERT INTO events VALUES (2,?,?,?)", (key, _patch_json("v: 2"), _patch_json("v: 1")))
-    conn.close()
 
     store = await _open(path)
     try:
@@ -229,9 +247,7 @@ async def test_a_database_of_the_first_layout_is_migrated(tmp_path: Path) -> Non
         ("MODIFIED", "a", "v: 2", "v: 1"),
         ("MODIFIED", "a", "v: 3", "v: 2"),
     ]
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
-    conn.close()
+    assert _layout(path) == 2
 
 
 async def test_a_database_of_a_newer_layout_is_refused(tmp_path: Path) -> None:

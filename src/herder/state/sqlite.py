@@ -27,7 +27,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -235,19 +235,19 @@ class SQLiteBackend(Backend):
         value: bytes = row[0]
         return value
 
-    def _moved(self, key: str, rev: int) -> bool:
-        """Whether ``key``'s current revision is past ``rev`` (whose row a reader missed: replaced and
-        pruned while it read); if not, the row is missing from the file, which no retry mends."""
+    def _require_moved(self, key: str, rev: int) -> None:
+        """A reader missed ``key``'s row at ``rev``: fine when the key has moved past it since (replaced,
+        and the row pruned, while it read), and it reads again; else the row is missing from the file,
+        which no retry mends."""
         with self._index_lock:
             if self._live.get(key) != rev:
-                return True
+                return
         raise Unavailable(f"{self.path}: revision {rev} of {key} is missing from the file")
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, revs: list[int]) -> None:
-        for i in range(0, len(revs), _CHUNK):
-            chunk = revs[i : i + _CHUNK]
-            conn.execute(f"DELETE FROM revisions WHERE rev IN ({','.join('?' * len(chunk))})", chunk)
+        for marks, chunk in _chunks(revs):
+            conn.execute(f"DELETE FROM revisions WHERE rev IN ({marks})", chunk)
 
     def _prune(self, conn: sqlite3.Connection) -> None:
         self._since_prune = 0
@@ -312,7 +312,7 @@ class SQLiteBackend(Backend):
             try:
                 return KV(key, self._value(self._conn(), rev), rev)
             except LookupError:
-                self._moved(key, rev)
+                self._require_moved(key, rev)
 
     async def range(
         self, prefix: str, *, start_after: str | None = None, limit: int | None = None
@@ -335,7 +335,7 @@ class SQLiteBackend(Backend):
             missed = next(((key, r) for key, r in picked if r not in values), None)
             if missed is None:
                 return [KV(key, values[r], r) for key, r in picked], rev
-            self._moved(*missed)
+            self._require_moved(*missed)
 
     async def count(self, prefix: str) -> int:
         with self._index_lock:
@@ -378,14 +378,18 @@ class SQLiteBackend(Backend):
 
 def _values(conn: sqlite3.Connection, revs: list[int]) -> dict[int, bytes]:
     """The values at these revisions (those still there), read in one snapshot."""
-    wanted = revs
     out: dict[int, bytes] = {}
     conn.execute("BEGIN")
     try:
-        for i in range(0, len(wanted), _CHUNK):
-            chunk = wanted[i : i + _CHUNK]
-            sql = f"SELECT rev, value FROM revisions WHERE rev IN ({','.join('?' * len(chunk))})"
-            out.update(conn.execute(sql, chunk).fetchall())
+        for marks, chunk in _chunks(revs):
+            out.update(conn.execute(f"SELECT rev, value FROM revisions WHERE rev IN ({marks})", chunk))
     finally:
         conn.execute("COMMIT")
     return out
+
+
+def _chunks(revs: list[int]) -> Iterator[tuple[str, list[int]]]:
+    """``revs`` in chunks of at most ``_CHUNK``, each with its parameter marks (``?,?,…``)."""
+    for i in range(0, len(revs), _CHUNK):
+        chunk = revs[i : i + _CHUNK]
+        yield ",".join("?" * len(chunk)), chunk

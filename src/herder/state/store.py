@@ -538,8 +538,8 @@ class Store:
             )
         if (old.get("annotations") or {}).get(CONTROLLER_ANNOTATION) not in (None, actor, SYSTEM):
             _check_owner(info, state.shared(), actor, new)
-        if info.kind in self.admission:
-            await self.admission.admit(Write(actor, state.shared(), new))
+        if info.kind in self.admission:  # else the shared object need not be decoded
+            await self._admit(actor, state.shared(), new)
         unchanged = not body_changed and _stored_form(new) == current
         return await self._replace(info, state, new, "update", dry_run, unchanged=unchanged)
 
