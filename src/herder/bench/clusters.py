@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -43,11 +44,18 @@ KUBERNETES = "1.33.0"
 
 
 def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now, for the server to listen on: between the clusters' endpoints (below
+    32000) and Linux's ephemeral ports (32768 on), where an outgoing connection of another process
+    could take it before the server binds it."""
+    for _ in range(1000):
+        port = random.randrange(32000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 32000 and 32767 on 127.0.0.1")
 
 
 class Server:
