@@ -26,18 +26,28 @@ from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL
-from herder.resources.backups import DEFAULT_STORE, ETCD_BACKUP, BackupsStatus, ClusterBackups
+from herder.resources.backups import (
+    DEFAULT_STORE,
+    ETCD_BACKUP,
+    ETCD_BACKUP_KEY,
+    BackupsStatus,
+    ClusterBackups,
+)
 from herder.resources.clusters import CLUSTER
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.outputs import Writes
 from herder.state.errors import StateError
 from herder.talos.machine import Credentials, MachineAPIError, MachineClient
+from herder.workqueue import retry_delay as backoff_delay
 
 CONDITION = "BackupsHealthy"
 # On an EtcdBackup: its file in the store goes before it does (``removal``).
 BLOB_FINALIZER = "herder.dev/backup-blob"
 FIRST_RETRY = 5.0
+# What this controller writes of Cluster.status.backups: all of it but the requests (BackupRequests').
+BACKUP_FIELDS = ("lastBackup", "lastSuccessTime", "lastAttemptTime", "lastError", "failures", "served")
 MAX_RETRY = 300.0
 SNAPSHOT_TIMEOUT = 120.0
 _TIME = "%Y-%m-%dT%H:%M:%SZ"
@@ -57,11 +67,21 @@ def _stamp(seconds: float) -> str:
 
 def retry_delay(failures: int, schedule: ClusterBackups | None) -> float:
     cap = min(MAX_RETRY, schedule.interval_seconds) if schedule is not None else MAX_RETRY
-    return min(cap, FIRST_RETRY * 2.0 ** max(failures - 1, 0))
+    return backoff_delay(failures, FIRST_RETRY, cap)
 
 
 class EtcdBackupController(Controller):
     name = "EtcdBackup"
+    primary = CLUSTER.kind
+    outputs = (
+        Writes(
+            CLUSTER.kind,
+            *(f"status.backups.{field}" for field in BACKUP_FIELDS),
+            f"status.conditions[{CONDITION}]",
+        ),
+        Writes(ETCD_BACKUP.kind, creates=True),
+        Writes(ETCD_BACKUP_KEY.kind, creates=True),
+    )
     concurrency = 4
 
     def __init__(self, keys: ClusterKeys, stores: BackupStores, policy: BackupPolicy | None = None) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from herder.controllers.backups.restore import CONDITION as RESTORED
 from herder.controllers.backups.restore import EtcdRecovery, RestoreRefused
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
@@ -22,6 +23,7 @@ from herder.resources import Resource, now_rfc3339
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+from herder.runtime.outputs import Writes
 from herder.talos.machine import AlreadyExists, MachineAPIError, MachineClient
 
 _RETRY = 5.0
@@ -30,6 +32,8 @@ _RESTORE_RETRY = 30.0
 
 class BootstrapController(Controller):
     name = "Bootstrap"
+    primary = CLUSTER.kind
+    outputs = (Writes(CLUSTER.kind, "status.bootstrap", f"status.conditions[{RESTORED}]"),)
     concurrency = 4
 
     def __init__(self, keys: ClusterKeys, recovery: EtcdRecovery | None = None) -> None:

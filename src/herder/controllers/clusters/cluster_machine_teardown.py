@@ -37,6 +37,7 @@ from herder.runtime.controller import (
     own_key,
     same_name,
 )
+from herder.runtime.outputs import Writes
 from herder.talos.machine import FailedPrecondition, MachineAPIError, MachineClient, WipeMode
 from herder.talos.machine.client import split_endpoint
 
@@ -45,6 +46,11 @@ _RETRY = 5.0
 
 class ClusterMachineTeardownController(Controller):
     name = "ClusterMachineTeardown"
+    primary = CLUSTER_MACHINE.kind
+    outputs = (
+        Writes(CLUSTER_MACHINE.kind, "status.teardown", f"metadata.finalizers[{TEARDOWN_FINALIZER}]"),
+        Writes(MACHINE.kind, f"metadata.annotations[{FORCE_RELEASE_ANNOTATION}]"),
+    )
     concurrency = 8
 
     def __init__(self, keys: ClusterKeys) -> None:

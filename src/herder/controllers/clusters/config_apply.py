@@ -42,6 +42,7 @@ from herder.runtime.controller import (
     own_key,
     same_name,
 )
+from herder.runtime.outputs import Writes
 from herder.state.store import WatchEvent
 from herder.talos.machine import ApplyMode, MachineAPIError, MachineClient
 
@@ -61,6 +62,18 @@ def _machine_state(event: WatchEvent) -> Iterable[ObjectKey]:
 
 class ConfigApplyController(Controller):
     name = "ConfigApply"
+    primary = CLUSTER_MACHINE.kind
+    outputs = (
+        Writes(
+            CLUSTER_MACHINE.kind,
+            "status.apply",
+            "status.configHash",
+            "status.stage",
+            "status.talosVersion",
+            "status.ready",
+            "status.conditions[Ready]",
+        ),
+    )
     concurrency = 8
 
     def __init__(self, keys: ClusterKeys) -> None:

@@ -33,6 +33,7 @@ from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.meta import age_seconds
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+from herder.runtime.outputs import Owns, Writes
 
 HEALTHY_EVERY = 10.0
 UNHEALTHY_EVERY = 5.0
@@ -68,6 +69,11 @@ _CONDITIONS = {
 
 class ControlPlaneStatusController(Controller):
     name = "ControlPlaneStatus"
+    primary = CLUSTER.kind
+    outputs = (
+        Owns(CONTROL_PLANE_STATUS.kind, "status"),
+        Writes(CLUSTER_MACHINE.kind, "status.etcdMember"),
+    )
     # Probes mostly wait for machines to answer: many at once keep a forming cluster's etcd members
     # from waiting for a turn to be seen.
     concurrency = 24

@@ -28,6 +28,7 @@ from herder.resources.clusters import CLUSTER_MACHINE
 from herder.resources.machines import MACHINE, MachineSpec
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
+from herder.runtime.outputs import Writes
 from herder.state.store import WatchEvent
 from herder.talos.machine import Credentials, MachineAPIError, MachineClient, MachineStage, Unauthenticated
 from herder.talos.machine.resources import (
@@ -79,6 +80,27 @@ class _Link:
 
 class MachineLinkController(Controller):
     name = "MachineLink"
+    primary = MACHINE.kind
+    outputs = (
+        Writes(
+            MACHINE.kind,
+            *(
+                f"status.{field}"
+                for field in (
+                    "connected",
+                    "stage",
+                    "maintenance",
+                    "talosVersion",
+                    "hostname",
+                    "addresses",
+                    "hardware",
+                    "lastError",
+                    "connectedAt",
+                )
+            ),
+            "status.conditions[Connected]",
+        ),
+    )
     concurrency = 8
 
     def __init__(

@@ -31,6 +31,7 @@ from herder.runtime.controller import (
     own_key,
     same_name,
 )
+from herder.runtime.outputs import Writes
 from herder.talos.machine import MachineAPIError, MachineClient
 
 # A machine that has not gone down this long after an upgrade was asked of it did not start it.
@@ -46,6 +47,8 @@ def _seconds_since(stamp: str) -> float:
 
 class TalosUpgradeController(Controller):
     name = "TalosUpgrade"
+    primary = CLUSTER_MACHINE.kind
+    outputs = (Writes(CLUSTER_MACHINE.kind, "status.upgrade"),)
     concurrency = 8
 
     def __init__(self, keys: ClusterKeys, *, start_timeout: float = START_TIMEOUT) -> None:
