@@ -39,7 +39,8 @@ from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
 from herder.runtime.outputs import Writes
 from herder.state.errors import StateError
-from herder.talos.machine import Credentials, MachineAPIError, MachineClient
+from herder.talos.machine import Credentials, MachineAPIError
+from herder.talos.machine.pool import ClientPool
 from herder.workqueue import retry_delay as backoff_delay
 
 CONDITION = "BackupsHealthy"
@@ -84,8 +85,15 @@ class EtcdBackupController(Controller):
     )
     concurrency = 4
 
-    def __init__(self, keys: ClusterKeys, stores: BackupStores, policy: BackupPolicy | None = None) -> None:
+    def __init__(
+        self,
+        keys: ClusterKeys,
+        stores: BackupStores,
+        policy: BackupPolicy | None = None,
+        clients: ClientPool | None = None,
+    ) -> None:
         self._keys = keys
+        self._clients = clients or ClientPool(keep=8, timeout=SNAPSHOT_TIMEOUT)
         self._stores = stores
         self._policy = policy or BackupPolicy()
         self.watches = (Watch(CLUSTER.kind, cluster_changes("backups", "bootstrap")),)
@@ -198,7 +206,7 @@ class EtcdBackupController(Controller):
             store = await self._stores.get(store_name)
         except StoreFailed as exc:
             raise BackupFailed(str(exc)) from None
-        snapshot, machine = await _snapshot(await _etcd_members(ctx, cluster), view.talos)
+        snapshot, machine = await _snapshot(self._clients, await _etcd_members(ctx, cluster), view.talos)
         uuid = cluster.metadata.uid or ""
         key = await ensure_backup_key(ctx, cluster)
         taken = int(time.time())
@@ -259,14 +267,16 @@ async def _etcd_members(ctx: Context, cluster: Resource) -> list[tuple[str, str]
     return sorted(found)
 
 
-async def _snapshot(members: list[tuple[str, str]], credentials: Credentials) -> tuple[bytes, str]:
+async def _snapshot(
+    clients: ClientPool, members: list[tuple[str, str]], credentials: Credentials
+) -> tuple[bytes, str]:
     """An etcd snapshot from the first member that gives one, and that member's machine."""
     if not members:
         raise BackupFailed("no control plane runs etcd")
     problems = []
     for machine, endpoint in members:
         try:
-            async with MachineClient(endpoint, credentials=credentials, timeout=SNAPSHOT_TIMEOUT) as client:
+            async with clients.client(endpoint, credentials) as client:
                 return await client.etcd_snapshot(), machine
         except MachineAPIError as exc:
             problems.append(f"{machine}: {exc}")
