@@ -1,26 +1,37 @@
-"""One cluster's kube-apiserver: ``krm`` with the core kinds over the cluster's emulated etcd keyspace, with
-kube-apiserver's health checks and x509 client authentication, served on each control plane that runs it (its
-own address, port 6443, its own serving certificate from the cluster's Kubernetes CA)."""
+"""One cluster's kube-apiserver: ``krm`` with the core and RBAC kinds over the cluster's emulated etcd keyspace,
+authenticated and authorized as Kubernetes does (``access``), with the pods' streams (``pod_streams``), the
+self reviews (``reviews``), kube-apiserver's health checks and the ClusterRole aggregation controller, served
+on each control plane that runs it (its own address, port 6443, its own serving certificate from the cluster's
+Kubernetes CA)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 from collections.abc import Callable
+from typing import Any
 
+from herder.emu.cluster import rbac, reviews
+from herder.emu.cluster.access import RbacPolicy
+from herder.emu.cluster.aggregation import Aggregation
+from herder.emu.cluster.authorizer import Authorizer
+from herder.emu.cluster.containers import Logs
 from herder.emu.cluster.kube_api import (
     PORT,
     SERVICE_NAMES,
     ApiEndpoint,
-    ClientCertificatePolicy,
     serving_certificate,
     with_health_checks,
 )
 from herder.emu.cluster.kubelet import Kubelet
+from herder.emu.cluster.pod_streams import PodStreams
 from herder.emu.cluster.state import Cluster
 from herder.krm import discovery
 from herder.krm.app import build_app
-from herder.resources.kubernetes import kubernetes_registry
+from herder.resources import KindRegistry
+from herder.resources.kubernetes import KINDS
 from herder.state.store import Store
 from herder.talos.pki import CertificateAndKey
 
@@ -28,6 +39,7 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAY = 0.5
 """Seconds before an API server that could not listen tries again."""
+_POD_STREAM = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log|exec|attach|portforward)")
 
 
 def apiserver_names(kubelet: Kubelet) -> list[str]:
@@ -51,14 +63,45 @@ class ApiServer:
     def __init__(self, cluster: Cluster, resync: Callable[[], None]) -> None:
         """``resync`` asks for another sync: an API server could not listen yet."""
         self._resync = resync
-        self.registry = kubernetes_registry()
+        self.registry = KindRegistry((*KINDS, *rbac.KINDS))
         self.store = Store(cluster.keyspace, self.registry)
+        self.authorizer = Authorizer(self.store)
+        self._aggregation = Aggregation(self.store, self.authorizer)
+        self._aggregating: asyncio.Task[None] | None = None
+        self.kubelets: dict[str, Kubelet] = {}
+        """The cluster's kubelets by node name, as the last sync saw them (streams go through them)."""
+        self.logs = Logs()
+        policy = RbacPolicy(self.authorizer)
         # build_app keeps this dict: updating it in place changes what /version answers (an upgrade).
         self.version = discovery.version_info()
-        app = build_app(self.registry, self.store, ClientCertificatePolicy(), version_info=self.version)
+        resources = build_app(self.registry, self.store, policy, version_info=self.version)
+        streams = PodStreams(self.store, policy, self.logs, self._node_up)
+        answers = reviews.Reviews(policy)
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            path = scope.get("path", "")
+            if scope["type"] == "http":
+                if (match := _POD_STREAM.fullmatch(path)) is not None:
+                    await streams(scope, receive, send, *match.groups())
+                    return
+                if path in reviews.PATHS:
+                    await answers(scope, receive, send)
+                    return
+            await resources(scope, receive, send)
+
         self._app = with_health_checks(app, cluster.has_quorum)
         self.endpoints: dict[str, ApiEndpoint] = {}
         """The API servers serving now, by the uuid of the control plane that runs each."""
+
+    def _node_up(self, node: str) -> bool:
+        kubelet = self.kubelets.get(node)
+        return kubelet is not None and kubelet.up
+
+    async def start(self) -> None:
+        """Open the store; read the RBAC objects and follow them."""
+        await self.store.start()
+        await self.authorizer.start()
+        self._aggregating = asyncio.get_running_loop().create_task(self._aggregation.run())
 
     def follow_version(self, git_version: str) -> None:
         """Answer ``/version`` as kube-apiserver of that version does."""
@@ -87,7 +130,13 @@ class ApiServer:
             self.endpoints[kubelet.uuid] = endpoint
 
     async def close(self) -> None:
-        """Stop serving everywhere (the store stays open: see ``ClusterKubernetes.close``)."""
+        """Stop serving everywhere, and the work behind the API."""
         for endpoint in self.endpoints.values():
             await endpoint.close()
         self.endpoints.clear()
+        if self._aggregating is not None:
+            self._aggregating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._aggregating
+        await self.authorizer.close()
+        await self.store.close()

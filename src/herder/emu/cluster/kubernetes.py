@@ -48,10 +48,8 @@ class ClusterKubernetes:
             return
         self._started = True
         self.components.ca_pem = ca.crt.decode()
-        await self.store.start()
-        self._scheduler = asyncio.get_running_loop().create_task(
-            scheduler.watch(self.store, self._resync)
-        )
+        await self.apiserver.start()
+        self._scheduler = asyncio.get_running_loop().create_task(scheduler.watch(self.store, self._resync))
 
     async def serve(self, ca: CertificateAndKey, apiservers: list[Kubelet]) -> None:
         """Run kube-apiserver on exactly these control planes (see ``ApiServer.serve``)."""
@@ -61,6 +59,7 @@ class ClusterKubernetes:
         """Make the API's objects follow the machines (while a control plane serves the API)."""
         if cluster_facts is not None:
             self.apiserver.follow_version(cluster_facts.apiserver_version)
+        self.apiserver.kubelets = {k.name: k for k in kubelets if k.facts.register_node}
         if self.endpoints:
             await self.components.sync(kubelets, cluster_facts)
 
@@ -70,4 +69,3 @@ class ClusterKubernetes:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scheduler
         await self.apiserver.close()
-        await self.store.close()

@@ -9,7 +9,7 @@
 - the DaemonSets kube-proxy and kube-flannel run a pod per node, the CoreDNS Deployment two replicas on
   Ready nodes (a new image is a new ReplicaSet, hence new pod names), with the workloads' status counted
   from their pods;
-- what a fresh cluster has, once;
+- what a fresh cluster has, once, with the default RBAC roles and bindings (``rbac_defaults``);
 - pods anyone else creates are placed and run (``scheduler``).
 
 The objects are those of ``manifests``. Writes are skipped while etcd has no quorum (they would be refused)
@@ -49,6 +49,8 @@ from herder.emu.cluster.manifests import (
     root_ca,
     strip_times,
 )
+from herder.emu.cluster.rbac import CLUSTER_ROLE, CLUSTER_ROLE_BINDING
+from herder.emu.cluster.rbac_defaults import CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES
 from herder.emu.cluster.state import Cluster
 from herder.resources import KindInfo, Resource
 from herder.resources.core import NAMESPACE
@@ -136,6 +138,10 @@ class Components:
         if self.ca_pem:
             for name in NAMESPACES:
                 await self._create_missing(CONFIG_MAP, root_ca(name, self.ca_pem))
+        for role in CLUSTER_ROLES:
+            await self._create_missing(CLUSTER_ROLE, role)
+        for binding in CLUSTER_ROLE_BINDINGS:
+            await self._create_missing(CLUSTER_ROLE_BINDING, binding)
 
     async def _sync_nodes(self, kubelets: list[Kubelet]) -> list[Resource]:
         registering = {k.uuid: k for k in kubelets if k.facts.register_node}
