@@ -6,7 +6,6 @@ Nothing is hidden and nothing is recorded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import HTTPConnection, Request
@@ -15,7 +14,7 @@ from herder.emu.cluster.authentication import certificate_user, impersonated
 from herder.emu.cluster.authorizer import Attributes, Authorizer, forbidden, uncovered
 from herder.emu.cluster.identity import KubeUser
 from herder.emu.cluster.rbac import CLUSTER_ROLE, GROUP, ROLE, ROLE_BINDING
-from herder.krm.policy import Access, Denied, Identity
+from herder.krm.policy import Access, AllowAll, Denied, Identity
 from herder.resources import FieldError, InvalidObject, KindInfo, Resource
 
 _NON_RESOURCE_DEPTH = {"api": 2, "apis": 3}
@@ -42,8 +41,8 @@ def attributes(access: Access, obj: Resource | None = None) -> Attributes:
     )
 
 
-class RbacPolicy:
-    """Who calls, and whether RBAC lets them."""
+class RbacPolicy(AllowAll):
+    """Who calls, and whether RBAC lets them (nothing hidden, redacted or recorded: ``AllowAll``'s)."""
 
     def __init__(self, authorizer: Authorizer) -> None:
         self.authorizer = authorizer
@@ -122,17 +121,3 @@ class RbacPolicy:
         resource = "clusterroles" if kind == "ClusterRole" else "roles"
         a = Attributes(verb, namespace=namespace or "", group=GROUP, resource=resource, name=name)
         return self.authorizer.authorize(who, a)[0]
-
-    def visible(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> bool:
-        return True
-
-    def redaction(self, who: Identity, kind: KindInfo) -> Callable[[Resource], Resource] | None:
-        return None
-
-    def actor(self, who: Identity) -> str:
-        return f"user:{who.name}"
-
-    async def record(
-        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
-    ) -> None:
-        return None

@@ -8,8 +8,8 @@ trailing ``*`` matches a prefix); ``*`` matches anything. An aggregated ClusterR
 selectors pick grant. Denials carry Kubernetes' reason when a binding names a role that does not exist.
 
 Cheap on the request path: the objects are kept in memory, fed by a watch of the four kinds (as
-kube-apiserver's RBAC authorizer reads informer caches); each user's applicable rules are compiled once and
-kept until an RBAC object changes.
+kube-apiserver's RBAC authorizer reads informer caches); each user's applicable rules are compiled once, and
+each decision made once, until an RBAC object changes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from herder.state.store import Store
 log = logging.getLogger(__name__)
 
 ALL = "*"
+DECISIONS_KEPT = 1024
+"""Decisions remembered per user and namespace until an RBAC object changes."""
 
 
 @dataclass(frozen=True)
@@ -150,9 +152,16 @@ class Grants:
 
     rules: list[Rule] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    _decided: dict[Attributes, bool] = field(default_factory=dict)
+    """The requests decided already: a client asks the same few again and again."""
 
     def allows(self, a: Attributes) -> bool:
-        return any(r.allows(a) for r in self.rules)
+        decided = self._decided.get(a)
+        if decided is None:
+            if len(self._decided) >= DECISIONS_KEPT:
+                self._decided.clear()
+            decided = self._decided[a] = any(r.allows(a) for r in self.rules)
+        return decided
 
     def reason(self) -> str:
         """Kubernetes' reason for a denial: only the faults of the bindings, if any."""

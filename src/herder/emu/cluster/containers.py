@@ -258,12 +258,13 @@ def _file(container: Container, path: str) -> bytes | None:
 
 
 async def first_line(container: Container) -> str:
-    """What a container writes when it starts: its command's output, or that it runs."""
+    """What a container writes when it starts: its command's output when it is one of those known (and
+    succeeds), or else that it runs."""
     if container.command:
         written = bytearray()
         process = Process(written.extend, written.extend, _no_input, instant=True)
         await run(container, list(container.command), process)
-        if not process.not_found and written:
+        if not process.not_found and process.code == 0 and written:
             return written.decode(errors="replace").rstrip("\n")
     return f"{container.image or container.name}: running as {container.hostname}"
 

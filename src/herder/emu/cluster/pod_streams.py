@@ -5,8 +5,8 @@ answer them (the emulated kubelet is in-process: ``containers`` says what the co
   ``sinceTime``, ``limitBytes``; a chunked ``text/plain`` answer that, followed, goes on until the pod goes.
 - ``pods/exec`` and ``pods/attach``: over a WebSocket (subprotocols ``v5.channel.k8s.io``,
   ``v4.channel.k8s.io``: each message a channel byte — 0 stdin, 1 stdout, 2 stderr, 3 the status, 4 resize —
-  and, in v5, 255 to close a channel) or over SPDY/3.1 (``v4.channel.k8s.io`` and older: a stream per
-  channel, told by its ``streamtype`` header). The command's end is a ``metav1.Status`` on the error channel
+  and, in v5, 255 to close a channel) or over SPDY/3.1 (``v4.channel.k8s.io``: a stream per channel, told
+  by its ``streamtype`` header). The command's end is a ``metav1.Status`` on the error channel
   (``NonZeroExitCode`` with the exit code). Attach follows the container's output from now on.
 - ``pods/portforward``: SPDY/3.1 (``portforward.k8s.io``), directly or tunnelled through a WebSocket
   (subprotocol ``SPDY/3.1+portforward.k8s.io``, as kubectl 1.31+ tries first): each forwarded connection is a
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 SUBRESOURCES = ("log", "exec", "attach", "portforward")
 WEBSOCKET_CHANNELS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
-SPDY_CHANNELS = ("v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io", "channel.k8s.io")
+SPDY_CHANNELS = ("v4.channel.k8s.io",)
+"""Over SPDY only v4 (every kubectl since 1.5 offers it): its error stream carries a Status, older ones text."""
 PORT_FORWARD = "portforward.k8s.io"
 TUNNELLED_PORT_FORWARD = "SPDY/3.1+" + PORT_FORWARD
 STREAM_CREATION_TIMEOUT = 30.0
@@ -402,7 +403,9 @@ class PodStreams:
         task.add_done_callback(self._tasks.discard)
 
     @staticmethod
-    async def _when_ready(ready: asyncio.Event | None, channels: Channels, work: Any) -> None:
+    async def _when_ready(
+        ready: asyncio.Event | None, channels: Channels, work: Coroutine[Any, Any, None]
+    ) -> None:
         try:
             if ready is not None:
                 async with asyncio.timeout(STREAM_CREATION_TIMEOUT):
