@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import Request
 
 from herder.emu.cluster.authentication import certificate_user, impersonated
 from herder.emu.cluster.authorizer import Attributes, Authorizer, forbidden, uncovered
@@ -26,6 +26,10 @@ def is_resource_path(path: str) -> bool:
     parts = path.strip("/").split("/")
     depth = _NON_RESOURCE_DEPTH.get(parts[0])
     return depth is not None and len(parts) > depth
+
+
+def _writes_rbac(request: Request) -> bool:
+    return request.method != "GET" and request.url.path.startswith(f"/apis/{GROUP}/")
 
 
 def attributes(access: Access, obj: Resource | None = None) -> Attributes:
@@ -48,16 +52,26 @@ class RbacPolicy(AllowAll):
         self.authorizer = authorizer
 
     async def authenticate(self, request: Request) -> KubeUser:
-        return self.identify(request)
+        """The user of a request (impersonation applied); a non-resource request is authorized here too.
 
-    def identify(self, connection: HTTPConnection) -> KubeUser:
-        """The user of a request (impersonation applied); a non-resource request is authorized here too."""
-        who = impersonated(certificate_user(connection), connection.headers, self.authorizer.authorize)
-        path = connection.url.path
+        The RBAC objects are read the first time they matter: for a caller outside ``system:masters``, or a
+        write of one of them (so that aggregation follows it). Until then a cluster pays nothing for RBAC
+        that only herder and admin kubeconfigs use."""
+        requestor = certificate_user(request)
+        if not requestor.master or _writes_rbac(request):
+            await self._rbac_read()
+        who = impersonated(requestor, request.headers, self.authorizer.authorize)
+        if not who.master:
+            await self._rbac_read()
+        path = request.url.path
         if not is_resource_path(path):
-            method = connection.scope.get("method", "GET")
+            method = request.method
             self.check(who, Attributes(method.lower(), path=path))
         return who
+
+    async def _rbac_read(self) -> None:
+        if not self.authorizer.started:
+            await self.authorizer.start()
 
     def check(self, who: KubeUser, a: Attributes) -> None:
         """Raise Kubernetes' 403 unless ``who`` may do ``a``."""

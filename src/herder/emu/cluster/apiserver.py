@@ -98,9 +98,8 @@ class ApiServer:
         return kubelet is not None and kubelet.up
 
     async def start(self) -> None:
-        """Open the store; read the RBAC objects and follow them."""
+        """Open the store (the RBAC objects are read when a request first needs them: see ``RbacPolicy``)."""
         await self.store.start()
-        await self.authorizer.start()
         self._aggregating = asyncio.get_running_loop().create_task(self._aggregation.run())
 
     def follow_version(self, git_version: str) -> None:

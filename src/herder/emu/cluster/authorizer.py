@@ -200,22 +200,36 @@ class Authorizer:
         self._cluster_grants: dict[tuple[str, tuple[str, ...]], Grants] = {}
         self._namespace_grants: dict[tuple[str, tuple[str, ...], str], Grants] = {}
         self._watches: list[asyncio.Task[None]] = []
+        self._starting: asyncio.Future[None] | None = None
+        self._started = False
         self.on_change: Callable[[], None] = lambda: None
         """Called on every change of an RBAC object (the aggregation controller follows them)."""
 
     # --- the objects, from the store ---
 
+    @property
+    def started(self) -> bool:
+        return self._started
+
     async def start(self) -> None:
-        """Read the RBAC objects, then follow their changes."""
+        """Read the RBAC objects, then follow their changes (once; concurrent callers wait for the first)."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
         for info in KINDS:
             listed = await self.store.list(info)
             for obj in listed.items:
                 self._apply(info, obj, deleted=False)
             task = asyncio.get_running_loop().create_task(self._follow(info, listed.resource_version))
             self._watches.append(task)
+        self._started = True
         self._invalidate()
 
     async def close(self) -> None:
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
         for task in self._watches:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -257,7 +257,7 @@ class PodStreams:
             await response(scope, receive, send)
 
     async def _answer(self, request: Request, namespace: str, name: str, what: str) -> Response | None:
-        who = self.policy.identify(request)
+        who = await self.policy.authenticate(request)
         upgrade = request.headers.get("upgrade", "").lower()
         verb = "get" if request.method == "GET" else "create" if request.method == "POST" else ""
         if not verb or (what == "log" and verb != "get"):

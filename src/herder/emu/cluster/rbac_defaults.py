@@ -167,15 +167,16 @@ def _role(name: str, rules: list[dict[str, Any]], labels: dict[str, str] | None 
     }
 
 
-def _aggregated(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A role whose rules are those of the ClusterRoles labelled to aggregate into it (``aggregation``)."""
+def _aggregated(name: str, rules: tuple[Rule, ...], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A role whose rules are those of the ClusterRoles labelled to aggregate into it (``aggregation`` keeps
+    them so); it starts with those of the defaults, in the order the aggregation puts them."""
     selector = {"matchLabels": {AGGREGATE_LABEL + name: "true"}}
     return {
         "apiVersion": f"{GROUP}/v1",
         "kind": "ClusterRole",
         "metadata": _metadata(name, labels),
         "aggregationRule": {"clusterRoleSelectors": [selector]},
-        "rules": [],
+        "rules": _rules(rules),
     }
 
 
@@ -201,9 +202,9 @@ CLUSTER_ROLES: tuple[dict[str, Any], ...] = (
             {"nonResourceURLs": ["*"], "verbs": ["*"]},
         ],
     ),
-    _aggregated("admin"),
-    _aggregated("edit", _to("admin")),
-    _aggregated("view", _to("edit")),
+    _aggregated("admin", _EDIT + _VIEW + _ADMIN),
+    _aggregated("edit", _EDIT + _VIEW, _to("admin")),
+    _aggregated("view", _VIEW, _to("edit")),
     _role("system:aggregate-to-admin", _rules(_ADMIN), _to("admin")),
     _role("system:aggregate-to-edit", _rules(_EDIT), _to("edit")),
     _role("system:aggregate-to-view", _rules(_VIEW), _to("view")),

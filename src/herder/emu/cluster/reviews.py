@@ -61,7 +61,7 @@ class Reviews:
         await response(scope, receive, send)
 
     async def _answer(self, request: Request, group: str, plural: str, kind: str) -> Response:
-        who = self.policy.identify(request)
+        who = await self.policy.authenticate(request)
         if request.method != "POST":
             raise ApiError(405, "the server does not allow this method on the requested resource")
         self.policy.check(who, Attributes("create", group=group, resource=plural))

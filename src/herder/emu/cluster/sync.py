@@ -71,6 +71,7 @@ class Components:
         self.cluster = cluster
         self._resync = resync
         self._seeded = False
+        self._rbac_seeded = False
         self.ca_pem = ""
         """The cluster's Kubernetes CA certificate, which ``kube-root-ca.crt`` publishes."""
 
@@ -84,6 +85,9 @@ class Components:
                 self._seeded = True
             nodes = await self._sync_nodes(kubelets)
             await self._sync_pods(nodes, kubelets, cluster_facts)
+            if not self._rbac_seeded:
+                await self._seed_rbac()
+                self._rbac_seeded = True
         except StateError:
             # etcd lost quorum (the sync after it is back finishes the job), or someone changed an object
             # between its read and its write: then sync again, after a pause in case it keeps failing.
@@ -138,6 +142,9 @@ class Components:
         if self.ca_pem:
             for name in NAMESPACES:
                 await self._create_missing(CONFIG_MAP, root_ca(name, self.ca_pem))
+
+    async def _seed_rbac(self) -> None:
+        """The default roles and bindings, created once (after the nodes: they need not wait for them)."""
         for role in CLUSTER_ROLES:
             await self._create_missing(CLUSTER_ROLE, role)
         for binding in CLUSTER_ROLE_BINDINGS:
