@@ -1,11 +1,13 @@
 """Request bodies in Kubernetes' protobuf encoding (``application/vnd.kubernetes.protobuf``), read into the
 JSON form every other part of ``krm`` works with.
 
-kubectl's typed commands (``kubectl create namespace``, ``create configmap``, ``create secret``) send the
-built-in kinds they create this way. A body is the magic ``k8s\\0`` and a ``runtime.Unknown`` envelope
-(type meta, raw object); the object is decoded by the field numbers of its kind's message in the
-Kubernetes API (core ``v1`` Namespace, ConfigMap, Secret and their ``ObjectMeta``). Other kinds are refused
-with 415, which tells a client to send JSON. Answers are always JSON.
+kubectl's typed commands (``kubectl create namespace``, ``create configmap``, ``create secret``, ``create
+role``/``rolebinding``…, ``auth can-i``, ``auth whoami``) send the built-in kinds they create this way. A
+body is the magic ``k8s\\0`` and a ``runtime.Unknown`` envelope (type meta, raw object); the object is decoded
+by the field numbers of its kind's message in the Kubernetes API (core ``v1`` Namespace, ConfigMap, Secret;
+``rbac.authorization.k8s.io/v1`` Role, ClusterRole and their bindings; the self reviews of
+``authorization.k8s.io/v1`` and ``authentication.k8s.io/v1``; and their ``ObjectMeta``). Other kinds are
+refused with 415, which tells a client to send JSON. Answers are always JSON.
 """
 
 from __future__ import annotations
@@ -48,6 +50,49 @@ _OBJECT_META: Schema = {
     13: ("ownerReferences", ("repeated", _OWNER_REFERENCE)),
     14: ("finalizers", ("repeated", "string")),
 }
+_LABEL_SELECTOR: Schema = {
+    1: ("matchLabels", ("map", "string")),
+    2: (
+        "matchExpressions",
+        (
+            "repeated",
+            {1: ("key", "string"), 2: ("operator", "string"), 3: ("values", ("repeated", "string"))},
+        ),
+    ),
+}
+_POLICY_RULE: Schema = {
+    1: ("verbs", ("repeated", "string")),
+    2: ("apiGroups", ("repeated", "string")),
+    3: ("resources", ("repeated", "string")),
+    4: ("resourceNames", ("repeated", "string")),
+    5: ("nonResourceURLs", ("repeated", "string")),
+}
+_BINDING: Schema = {
+    1: ("metadata", _OBJECT_META),
+    2: (
+        "subjects",
+        (
+            "repeated",
+            {
+                1: ("kind", "string"),
+                2: ("apiGroup", "string"),
+                3: ("name", "string"),
+                4: ("namespace", "string"),
+            },
+        ),
+    ),
+    3: ("roleRef", {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")}),
+}
+_RESOURCE_ATTRIBUTES: Schema = {
+    1: ("namespace", "string"),
+    2: ("verb", "string"),
+    3: ("group", "string"),
+    4: ("version", "string"),
+    5: ("resource", "string"),
+    6: ("subresource", "string"),
+    7: ("name", "string"),
+}
+_RBAC = "rbac.authorization.k8s.io/v1"
 KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "Namespace"): {
         1: ("metadata", _OBJECT_META),
@@ -67,6 +112,29 @@ KINDS: dict[tuple[str, str], Schema] = {
         4: ("stringData", ("map", "string")),
         5: ("immutable", "bool"),
     },
+    (_RBAC, "Role"): {1: ("metadata", _OBJECT_META), 2: ("rules", ("repeated", _POLICY_RULE))},
+    (_RBAC, "ClusterRole"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("rules", ("repeated", _POLICY_RULE)),
+        3: ("aggregationRule", {1: ("clusterRoleSelectors", ("repeated", _LABEL_SELECTOR))}),
+    },
+    (_RBAC, "RoleBinding"): _BINDING,
+    (_RBAC, "ClusterRoleBinding"): _BINDING,
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): {
+        1: ("metadata", _OBJECT_META),
+        2: (
+            "spec",
+            {
+                1: ("resourceAttributes", _RESOURCE_ATTRIBUTES),
+                2: ("nonResourceAttributes", {1: ("path", "string"), 2: ("verb", "string")}),
+            },
+        ),
+    },
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("spec", {1: ("namespace", "string")}),
+    },
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): {1: ("metadata", _OBJECT_META)},
 }
 _UNKNOWN: Schema = {
     1: ("typeMeta", {1: ("apiVersion", "string"), 2: ("kind", "string")}),

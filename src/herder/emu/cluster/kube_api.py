@@ -5,9 +5,13 @@ Kubernetes CA, for the node's address and the config's SANs) and client-certific
 against that CA.
 
 uvicorn does not pass the client's certificate to the application, so each connection's verified
-certificate is handed to it through the ASGI TLS extension (``scope["extensions"]["tls"]``), which the
-``ClientCertificatePolicy`` reads. A listener is bound only while its control plane runs kube-apiserver:
-otherwise connections are refused, and closing it cuts the open ones (watches too).
+certificate is handed to it through the ASGI TLS extension (``scope["extensions"]["tls"]``), which
+``authentication`` reads. A listener is bound only while its control plane runs kube-apiserver: otherwise
+connections are refused, and closing it cuts the open ones (watches and streams too).
+
+Upgrades (WebSocket, SPDY/3.1: exec, attach, port-forward) reach the application as plain HTTP requests,
+with ``scope["extensions"]["herder.takeover"]``: a callable that hands the connection to the protocol the
+application accepted it for (``upgrades``), after which uvicorn neither answers nor reads it.
 """
 
 from __future__ import annotations
@@ -20,18 +24,13 @@ from typing import Any
 
 import uvicorn
 from cryptography import x509
-from cryptography.x509.oid import NameOID
-from starlette.requests import Request
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from herder.krm.policy import Access, AllowAll, Denied, Identity, Unauthenticated
-from herder.resources import Resource
 from herder.talos import pki
 from herder.talos.machine import tls as machine_tls
 from herder.talos.pki import CertificateAndKey, ExtUsage, Usage
 
-MASTERS = "system:masters"
 PORT = 6443
 """kube-apiserver's port."""
 SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
@@ -72,10 +71,18 @@ def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any]:
     }
 
 
-def _with_tls(app: _ASGI, tls: dict[str, Any]) -> _ASGI:
+TAKEOVER = "herder.takeover"
+
+TakeOver = Callable[[asyncio.BaseProtocol], None]
+"""Hand the connection of the request to that protocol (its ``connection_made`` is called)."""
+
+
+def _with_connection(app: _ASGI, tls: dict[str, Any], take_over: TakeOver) -> _ASGI:
+    extensions = {"tls": tls, TAKEOVER: take_over}
+
     async def wrapped(scope: dict[str, Any], receive: _ASGI, send: _ASGI) -> None:
         if scope["type"] == "http":
-            scope = {**scope, "extensions": {**(scope.get("extensions") or {}), "tls": tls}}
+            scope = {**scope, "extensions": {**(scope.get("extensions") or {}), **extensions}}
         await app(scope, receive, send)
 
     return wrapped
@@ -102,31 +109,6 @@ def with_health_checks(app: _ASGI, etcd_ok: Callable[[], bool]) -> _ASGI:
     return wrapped
 
 
-class ClientCertificatePolicy(AllowAll):
-    """kube-apiserver's x509 authentication: the user is the certificate's CN, its groups the O's. There is no
-    RBAC in the emulator: ``system:masters`` may do anything, every other user nothing; nothing is hidden
-    or recorded."""
-
-    async def authenticate(self, request: Request) -> Identity:
-        tls = (request.scope.get("extensions") or {}).get("tls") or {}
-        chain = tls.get("client_cert_chain") or ()
-        if not chain:
-            raise Unauthenticated("Unauthorized")
-        subject = x509.load_pem_x509_certificate(chain[0].encode()).subject
-        common = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-        groups = sorted(str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
-        role = MASTERS if MASTERS in groups else ",".join(groups)
-        return Identity(str(common[0].value) if common else "", role)
-
-    def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
-        if who.role != MASTERS:
-            where = f' in the namespace "{access.namespace}"' if access.namespace else " at the cluster scope"
-            raise Denied(
-                f'{access.kind.plural} is forbidden: User "{who.name}" cannot {access.verb} resource '
-                f'"{access.kind.plural}" in API group "{access.kind.group}"{where}'
-            )
-
-
 class _Protocol(HttpToolsProtocol):
     endpoint: ApiEndpoint
 
@@ -135,7 +117,21 @@ class _Protocol(HttpToolsProtocol):
         if not self.endpoint.serving:
             transport.abort()
             return
-        self.app = _with_tls(self.app, tls_extension(transport.get_extra_info("ssl_object")))
+        tls = tls_extension(transport.get_extra_info("ssl_object"))
+        self.app = _with_connection(self.app, tls, self._take_over)
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """Every upgrade is the application's to accept (``TAKEOVER``): nothing to warn about."""
+
+    def _take_over(self, protocol: asyncio.BaseProtocol) -> None:
+        cycle = self.cycle
+        # The request's cycle ends without an answer of uvicorn's: the new protocol writes to the client.
+        cycle.response_started = cycle.response_complete = True
+        self.connections.discard(self)
+        self._unset_keepalive_if_required()
+        self.endpoint.adopt(self.transport)
+        self.transport.set_protocol(protocol)
+        protocol.connection_made(self.transport)
 
 
 class ApiEndpoint:
@@ -144,12 +140,26 @@ class ApiEndpoint:
     def __init__(self, app: _ASGI, host: str, port: int = PORT) -> None:
         self.host = host
         self.port = port
+        # No WebSocket of uvicorn's: the application takes upgraded connections over itself (``TAKEOVER``).
         self._config = uvicorn.Config(
-            app, http=_Protocol, lifespan="off", log_config=None, access_log=False, proxy_headers=False
+            app,
+            http=_Protocol,
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
         )
         self._config.load()
         self._state = ServerState()
         self._server: asyncio.Server | None = None
+        self.upgraded: set[asyncio.BaseTransport] = set()
+        """The connections handed to another protocol (streams), cut too when the endpoint closes."""
+
+    def adopt(self, transport: asyncio.BaseTransport) -> None:
+        """Keep an upgraded connection, to cut it when the endpoint closes."""
+        self.upgraded = {t for t in self.upgraded if not t.is_closing()}
+        self.upgraded.add(transport)
 
     @property
     def url(self) -> str:
@@ -181,5 +191,8 @@ class ApiEndpoint:
             server.close()
         for connection in list(self._state.connections):
             connection.transport.abort()
+        for transport in list(self.upgraded):
+            transport.abort()  # type: ignore[attr-defined]
+        self.upgraded.clear()
         if server is not None:
             await server.wait_closed()

@@ -2,7 +2,7 @@
 versions, node registration, labels and taints, which add-ons run, the API server's SANs, the networks.
 
 The machine layer reads these facts out of a config (``machine.kube_config``); the cluster's kubelets,
-static pods and add-ons act on them (``kubernetes``).
+static pods and add-ons act on them (``sync``, ``manifests``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from herder.emu.cluster.kube_api import PORT
 from herder.emu.cluster.kube_facts import KubeFacts
-from herder.emu.cluster.kubernetes import ClusterKubernetes, Kubelet
+from herder.emu.cluster.kubelet import Kubelet
+from herder.emu.cluster.kubernetes import ClusterKubernetes
 from herder.emu.cluster.state import Cluster
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import grpc
 
-from herder.emu.cluster.kubernetes import Kubelet
+from herder.emu.cluster.kubelet import Kubelet
 from herder.emu.cluster.services import ClusterServices
 from herder.emu.cluster.state import Cluster
 from herder.emu.control.store import Store

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from herder.emu.cluster.kubernetes import Kubelet
+from herder.emu.cluster.kubelet import Kubelet
 from herder.emu.cluster.state import Cluster
 from herder.emu.errors import ApiError, invalid, not_authorized, precondition
 from herder.emu.machine import certs
