@@ -30,6 +30,7 @@ from herder.emu.cluster.pod_streams import PodStreams
 from herder.emu.cluster.state import Cluster
 from herder.krm import discovery
 from herder.krm.app import build_app
+from herder.krm.reviews import PATHS
 from herder.resources import KindRegistry
 from herder.resources.kubernetes import KINDS
 from herder.state.store import Store
@@ -76,7 +77,7 @@ class ApiServer:
         self.version = discovery.version_info()
         resources = build_app(self.registry, self.store, policy, version_info=self.version)
         streams = PodStreams(self.store, policy, self.logs, self._node_up)
-        answers = reviews.Reviews(policy)
+        answers = reviews.RbacReviews(policy)
 
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             path = scope.get("path", "")
@@ -84,7 +85,7 @@ class ApiServer:
                 if (match := _POD_STREAM.fullmatch(path)) is not None:
                     await streams(scope, receive, send, *match.groups())
                     return
-                if path in reviews.PATHS:
+                if path in PATHS:
                     await answers(scope, receive, send)
                     return
             await resources(scope, receive, send)

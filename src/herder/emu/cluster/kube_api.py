@@ -9,9 +9,9 @@ certificate is handed to it through the ASGI TLS extension (``scope["extensions"
 ``authentication`` reads. A listener is bound only while its control plane runs kube-apiserver: otherwise
 connections are refused, and closing it cuts the open ones (watches and streams too).
 
-Upgrades (WebSocket, SPDY/3.1: exec, attach, port-forward) reach the application as plain HTTP requests,
-with ``scope["extensions"]["herder.takeover"]``: a callable that hands the connection to the protocol the
-application accepted it for (``upgrades``), after which uvicorn neither answers nor reads it.
+Upgrades (WebSocket, SPDY/3.1: exec, attach, port-forward) reach the application as plain HTTP requests
+that may take their connection over (``krm.takeover``) for the protocol the application accepted them
+for (``upgrades``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 
 import uvicorn
 from cryptography import x509
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from herder.krm.takeover import TakeoverProtocol
 from herder.talos import pki
 from herder.talos.machine import tls as machine_tls
 from herder.talos.pki import CertificateAndKey, ExtUsage, Usage
@@ -71,23 +71,6 @@ def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[str, Any]:
     }
 
 
-TAKEOVER = "herder.takeover"
-
-TakeOver = Callable[[asyncio.BaseProtocol], None]
-"""Hand the connection of the request to that protocol (its ``connection_made`` is called)."""
-
-
-def _with_connection(app: _ASGI, tls: dict[str, Any], take_over: TakeOver) -> _ASGI:
-    extensions = {"tls": tls, TAKEOVER: take_over}
-
-    async def wrapped(scope: dict[str, Any], receive: _ASGI, send: _ASGI) -> None:
-        if scope["type"] == "http":
-            scope = {**scope, "extensions": {**(scope.get("extensions") or {}), **extensions}}
-        await app(scope, receive, send)
-
-    return wrapped
-
-
 def with_health_checks(app: _ASGI, etcd_ok: Callable[[], bool]) -> _ASGI:
     """``/healthz``, ``/livez`` and ``/readyz`` as kube-apiserver answers them, to anyone: ``ok``, or the
     failed check (etcd, for health and readiness; liveness does not depend on it)."""
@@ -109,29 +92,19 @@ def with_health_checks(app: _ASGI, etcd_ok: Callable[[], bool]) -> _ASGI:
     return wrapped
 
 
-class _Protocol(HttpToolsProtocol):
+class _Protocol(TakeoverProtocol):
     endpoint: ApiEndpoint
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if not self.endpoint.serving:
             transport.abort()
-            return
-        tls = tls_extension(transport.get_extra_info("ssl_object"))
-        self.app = _with_connection(self.app, tls, self._take_over)
 
-    def _unsupported_upgrade_warning(self) -> None:
-        """Every upgrade is the application's to accept (``TAKEOVER``): nothing to warn about."""
+    def extensions(self, transport: asyncio.Transport) -> dict[str, Any]:
+        return {"tls": tls_extension(transport.get_extra_info("ssl_object"))}
 
-    def _take_over(self, protocol: asyncio.BaseProtocol) -> None:
-        cycle = self.cycle
-        # The request's cycle ends without an answer of uvicorn's: the new protocol writes to the client.
-        cycle.response_started = cycle.response_complete = True
-        self.connections.discard(self)
-        self._unset_keepalive_if_required()
-        self.endpoint.adopt(self.transport)
-        self.transport.set_protocol(protocol)
-        protocol.connection_made(self.transport)
+    def adopted(self, transport: asyncio.Transport) -> None:
+        self.endpoint.adopt(transport)
 
 
 class ApiEndpoint:

@@ -34,9 +34,9 @@ from herder.emu.cluster.access import RbacPolicy
 from herder.emu.cluster.authorizer import Attributes
 from herder.emu.cluster.containers import Container, Logs, PortServer, Process, run
 from herder.emu.cluster.identity import KubeUser
-from herder.emu.cluster.kube_api import TAKEOVER, TakeOver
 from herder.emu.cluster.upgrades import SpdyConnection, WebSocket, request_head
 from herder.krm.status import ApiError, api_error
+from herder.krm.takeover import TAKEOVER, TakeOver
 from herder.resources import Resource
 from herder.resources.kubernetes import POD
 from herder.state.errors import NotFound

@@ -1,4 +1,4 @@
-"""Connections the emulated kube-apiserver took over from HTTP (``kube_api.TAKEOVER``) for a stream: a
+"""Connections the emulated kube-apiserver took over from HTTP (``krm.takeover``) for a stream: a
 WebSocket (RFC 6455, framed by wsproto) whose messages go to a handler, and SPDY/3.1 (``spdy``) on the raw
 connection. Both answer the upgrade themselves: the WebSocket handshake's 101 (with the subprotocol chosen),
 SPDY's 101 with ``X-Stream-Protocol-Version``."""
