@@ -35,6 +35,8 @@ class KubeFacts:
     service_subnet: str
     pod_subnet: str
     bootstrap_token: str
+    inline_manifests: tuple[str, ...] = ()
+    """The contents of the config's ``cluster.inlineManifests`` (multi-document YAML each)."""
 
     @property
     def kubelet_version(self) -> str:

@@ -9,7 +9,8 @@
 - the DaemonSets kube-proxy and kube-flannel run a pod per node, the CoreDNS Deployment two replicas on
   Ready nodes (a new image is a new ReplicaSet, hence new pod names), with the workloads' status counted
   from their pods;
-- what a fresh cluster has, once, with the default RBAC roles and bindings (``rbac_defaults``);
+- what a fresh cluster has, once, with the default RBAC roles and bindings (``rbac_defaults``), and the
+  objects of the config's ``cluster.inlineManifests``, created when missing, as Talos applies them;
 - pods anyone else creates are placed and run (``scheduler``).
 
 The objects are those of ``manifests``. Writes are skipped while etcd has no quorum (they would be refused)
@@ -19,8 +20,11 @@ and made once it is back.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
+
+import yaml
 
 from herder.emu.cluster import scheduler
 from herder.emu.cluster.kube_facts import KubeFacts
@@ -58,6 +62,8 @@ from herder.resources.kubernetes import CONFIG_MAP, DAEMON_SET, DEPLOYMENT, NODE
 from herder.state.errors import NotFound, StateError
 from herder.state.store import Store
 
+log = logging.getLogger(__name__)
+
 RETRY_DELAY = 0.5
 """Seconds before a sync cut short by a failed write runs again."""
 
@@ -72,6 +78,7 @@ class Components:
         self._resync = resync
         self._seeded = False
         self._rbac_seeded = False
+        self._manifests: tuple[str, ...] = ()
         self.ca_pem = ""
         """The cluster's Kubernetes CA certificate, which ``kube-root-ca.crt`` publishes."""
 
@@ -88,6 +95,9 @@ class Components:
             if not self._rbac_seeded:
                 await self._seed_rbac()
                 self._rbac_seeded = True
+            if cluster_facts is not None and cluster_facts.inline_manifests != self._manifests:
+                await self._apply_manifests(cluster_facts.inline_manifests)
+                self._manifests = cluster_facts.inline_manifests
         except StateError:
             # etcd lost quorum (the sync after it is back finishes the job), or someone changed an object
             # between its read and its write: then sync again, after a pause in case it keeps failing.
@@ -149,6 +159,31 @@ class Components:
             await self._create_missing(CLUSTER_ROLE, role)
         for binding in CLUSTER_ROLE_BINDINGS:
             await self._create_missing(CLUSTER_ROLE_BINDING, binding)
+
+    async def _apply_manifests(self, manifests: tuple[str, ...]) -> None:
+        """The config's inline manifests, as Talos applies them: each object created when it is missing,
+        never changed once it exists (an object of a kind this API does not serve is left out)."""
+        for text in manifests:
+            try:
+                documents = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+            except yaml.YAMLError as exc:
+                log.warning("cluster %s: an inline manifest is no YAML: %s", self.cluster.id, exc)
+                continue
+            for document in documents:
+                group, _, version = str(document.get("apiVersion") or "").rpartition("/")
+                kind = str(document.get("kind") or "")
+                if kind not in self.store.registry or self.store.registry.get(kind).group != group:
+                    log.info(
+                        "cluster %s: inline manifest of kind %s/%s is not served; left out",
+                        self.cluster.id,
+                        version,
+                        kind,
+                    )
+                    continue
+                info = self.store.registry.get(kind)
+                if info.namespaced:
+                    document.setdefault("metadata", {}).setdefault("namespace", "default")
+                await self._create_missing(info, document)
 
     async def _sync_nodes(self, kubelets: list[Kubelet]) -> list[Resource]:
         registering = {k.uuid: k for k in kubelets if k.facts.register_node}

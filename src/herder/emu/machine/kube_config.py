@@ -99,6 +99,15 @@ def _read(config: MachineConfig) -> KubeFacts:
             or "registry.k8s.io/coredns/coredns:v1.12.1"
         ),
         register_node=register,
+        # cluster.inlineManifests until 1.14, KubeInlineManifestConfig documents (one per manifest) since.
+        inline_manifests=(
+            *(
+                str(m.get("contents") or "")
+                for m in cluster.get("inlineManifests") or ()
+                if isinstance(m, dict)
+            ),
+            *(str(d.get("manifest") or "") for d in documents if d.get("kind") == "KubeInlineManifestConfig"),
+        ),
         labels=tuple(sorted(labels.items())),
         taints=tuple(taints),
         apiserver_sans=tuple(dict.fromkeys(str(s) for s in sans if s)),
