@@ -47,6 +47,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "ClusterMachineConfig": {"spec": {"config": "x", "hash": "0", "talosContract": "1.13"}},
     "ControlPlaneStatus": {},
     "ServiceAccount": {"spec": {"role": "Reader"}},
+    "AccessPolicy": {"spec": {}},
     "User": {"spec": {"role": "Reader", "email": "u@example.com"}},
     "Token": {"spec": {"subjectKind": "ServiceAccount", "subject": "admin"}},
     "TokenDigest": {"spec": {"sha256": "0" * 64}},
@@ -89,11 +90,12 @@ MADE_BY_HERDER = {
 # Objects herder makes only from a running cluster (an etcd backup and its key), which the matrix has no
 # machines for, and an offering, which needs a provider offering managed control planes: they are tried
 # on a name that does not exist, so an access allowed answers 404.
-NO_TARGET = frozenset({"EtcdBackup", "EtcdBackupKey", "ManagedControlPlaneOffering"})
+# The access policy is one object of a fixed name, which the matrix leaves to exist or not.
+NO_TARGET = frozenset({"EtcdBackup", "EtcdBackupKey", "ManagedControlPlaneOffering", "AccessPolicy"})
 # Objects whose name is given: an InfraProvider is named by the id of the provider under test.
-TARGET_NAMES = {"InfraProvider": PROVIDER}
+TARGET_NAMES = {"InfraProvider": PROVIDER, "AccessPolicy": "access-policy"}
 # Names a create must use to be valid (a machine set node is named by a free machine's UUID).
-NEW_NAMES = {"MachineSetNode": "spare-machine"}
+NEW_NAMES = {"MachineSetNode": "spare-machine", "AccessPolicy": "access-policy"}
 
 
 def body(info: KindInfo, name: str) -> dict[str, Any]:

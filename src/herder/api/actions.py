@@ -79,8 +79,10 @@ def _endpoint(
             obj = await store.get(info, name, namespace)
             if not policy.visible(who, info, obj.name, obj.metadata.labels):
                 raise NotFound(info.plural, name)
+            policy.authorize(who, access, obj)
+            role = policy.role_on(who, info, obj.name, obj.metadata.labels)
             try:
-                body = await action.handler(obj, who.name, who.role, options)
+                body = await action.handler(obj, who.name, role, options)
             except ActionFailed as exc:
                 raise ApiError(exc.code, str(exc)) from None
         except Exception as exc:

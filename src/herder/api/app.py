@@ -25,9 +25,11 @@ from herder.api import tokens
 from herder.api.actions import ObjectAction, action_routes
 from herder.api.policy import HerderPolicy
 from herder.api.roles import TOKEN_SUBRESOURCE
+from herder.api.self_reviews import ACCESS_PATH, AccessView, HerderReviews
 from herder.krm import app as krm
 from herder.krm import media
 from herder.krm.policy import Access, Denied, Identity
+from herder.krm.reviews import PATHS as REVIEW_PATHS
 from herder.krm.status import ApiError, api_error, causes_of, invalid
 from herder.resources.configuration import GROUP, VERSION
 from herder.state.errors import NotFound
@@ -122,9 +124,12 @@ def build_app(
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     api = krm.build_app(store.registry, store, policy, max_body_bytes=max_body_bytes)
+    reviews = HerderReviews(store, policy)
     return Starlette(
         routes=[
             Route("/metrics", metrics, methods=["GET"]),
+            *(Route(path, reviews) for path in REVIEW_PATHS),
+            Route(ACCESS_PATH, AccessView(store, policy), methods=["GET"]),
             Route(
                 f"/apis/{GROUP}/{VERSION}/{{plural}}/{{name}}/{TOKEN_SUBRESOURCE}",
                 issue_token,

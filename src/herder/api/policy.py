@@ -1,5 +1,10 @@
 """herder's access policy on ``krm``: bearer tokens (with the rate limit of failed ones), the roles'
-policy table, hidden and read-only objects, reserved names, herder-owned labels, and the audit trail.
+policy table with each identity's role per cluster (its own, raised by the AccessPolicy's rules), hidden
+and read-only objects, reserved names, herder-owned labels, and the audit trail.
+
+An object belongs to a cluster when it is the Cluster or is labelled ``herder.dev/cluster``; the
+identity's role on that cluster governs it, in every verb and in what lists and watches show. Objects of
+no cluster are governed by the identity's own role, so a ``None`` identity sees nothing but its clusters.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ from starlette.requests import Request
 from herder.api import roles, tokens
 from herder.api.audit import AuditLog
 from herder.api.auth_limit import AuthFailureLimit
+from herder.api.cluster_access import AccessPolicies, ClusterAccess, effective_role, higher, kubernetes_groups
 from herder.api.support import Support
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
 from herder.krm.status import ApiError, invalid
 from herder.resources import FieldError, KindInfo, Resource
 from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, READ_ONLY_ANNOTATION, RESERVED_PREFIX
+from herder.resources.machines import CLUSTER_LABEL
 from herder.state.store import Store
 
 # Hidden objects Support reached in the current request (a request runs in one task, so one context):
@@ -39,11 +46,41 @@ class HerderPolicy:
         audit: AuditLog,
         auth_limit: AuthFailureLimit | None = None,
         support: Support | None = None,
+        access: AccessPolicies | None = None,
     ) -> None:
         self._store = store
         self._audit = audit
         self._auth_limit = auth_limit or AuthFailureLimit()
         self._support = support or Support(store, None)
+        self._access = access
+
+    @property
+    def rules(self) -> ClusterAccess:
+        """The AccessPolicy in force."""
+        return self._access.current if self._access is not None else _NO_RULES
+
+    def cluster_role(self, who: Identity, cluster: str) -> str:
+        """``who``'s role on the cluster named ``cluster``."""
+        rules = self.rules
+        if rules.empty:
+            return who.role
+        return effective_role(who.role, rules.grant(who.name, who.labels, cluster))
+
+    def kubernetes_groups(self, who: Identity, cluster: str) -> tuple[str, ...]:
+        """The Kubernetes groups ``who`` acts in on the cluster named ``cluster`` (none: no access)."""
+        return kubernetes_groups(who.role, self.rules.grant(who.name, who.labels, cluster))
+
+    def role_on(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> str:
+        """``who``'s role on one object: on its cluster's, for an object of a cluster; else its own."""
+        cluster = name if kind.kind == "Cluster" else labels.get(CLUSTER_LABEL)
+        return self.cluster_role(who, cluster) if cluster else who.role
+
+    def _best_role(self, who: Identity) -> str:
+        """The highest role ``who`` holds anywhere: what it may do to some object of a kind."""
+        rules = self.rules
+        if rules.empty or who.role not in _LADDER:
+            return who.role
+        return higher(who.role, rules.best(who.name, who.labels))
 
     async def authenticate(self, request: Request) -> Identity:
         try:
@@ -67,10 +104,15 @@ class HerderPolicy:
         return await self._support.impersonated(who, request)
 
     def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
-        if not roles.allows(who.role, access):
-            raise Denied(_refusal(who, access))
         if obj is None:
+            # Before any object is read: whether the caller may do this to some object of the kind, on
+            # some cluster, so that a refusal says nothing of which objects exist.
+            if not roles.allows(self._best_role(who), access):
+                raise Denied(_refusal(who, access))
             return
+        role = self.role_on(who, access.kind, obj.name, obj.metadata.labels)
+        if not roles.allows(role, access):
+            raise Denied(_refusal(who, access, role))
         _note_hidden(who, obj.name, obj.metadata.labels)
         scope = roles.rule_for(access.kind).infra
         if who.role == "InfraProvider" and scope is not None:
@@ -108,10 +150,9 @@ class HerderPolicy:
         if current is None and not provider_hides:
             _refuse_reserved(who, access, new)
         rule = roles.rule_for(access.kind)
+        role = self.role_on(who, access.kind, new.name, new.metadata.labels)
         annotations = roles.USER_SETTABLE_ANNOTATIONS | {
-            key
-            for key, minimum in roles.ROLE_SETTABLE_ANNOTATIONS.items()
-            if roles.at_least(who.role, minimum)
+            key for key, minimum in roles.ROLE_SETTABLE_ANNOTATIONS.items() if roles.at_least(role, minimum)
         }
         labels = roles.USER_SETTABLE_LABELS - rule.owned_labels
         if who.role == "InfraProvider" and rule.infra is not None and rule.infra.labels is not None:
@@ -144,7 +185,12 @@ class HerderPolicy:
         _note_hidden(who, name, labels)
         hidden = HIDDEN_LABEL in labels and not roles.sees_hidden(who.role)
         if who.role != "InfraProvider":
-            return not hidden
+            if hidden:
+                return False
+            # A rule only raises a role: below Reader, the object's cluster must grant the caller more.
+            return roles.at_least(who.role, "Reader") or roles.at_least(
+                self.role_on(who, kind, name, labels), "Reader"
+            )
         scope = roles.rule_for(kind).infra
         if scope is None:
             # Kinds outside the provider's scope are refused whole (403) by ``authorize``, not hidden.
@@ -285,12 +331,18 @@ def _check_hidden_name(access: Access, current: Resource | None, new: Resource) 
         raise invalid(access.kind, name or "", [FieldError("metadata.labels", f"{HIDDEN_LABEL}: {why}")])
 
 
-def _refusal(who: Identity, access: Access) -> str:
-    """A Kubernetes-shaped refusal, naming the object only as the caller named it."""
+_NO_RULES = ClusterAccess()
+_LADDER = frozenset({"None", "Reader", "Operator", "Admin"})
+
+
+def _refusal(who: Identity, access: Access, role: str | None = None) -> str:
+    """A Kubernetes-shaped refusal, naming the object only as the caller named it (and the role the
+    caller holds where it asked, which may be one a rule gave it on the object's cluster)."""
     resource = access.kind.plural + (f"/{access.subresource}" if access.subresource else "")
     what = f'resource "{resource}" in API group "{access.kind.group}"'
     target = f' "{access.name}"' if access.name else ""
     where = f' in the namespace "{access.namespace}"' if access.namespace else ""
     if access.namespace is None and access.kind.namespaced and access.verb in roles.READ_VERBS:
         where = " at the cluster scope"
-    return f"{access.kind.plural}{target} is forbidden: {who.name} (role {who.role}) cannot {access.verb} {what}{where}"
+    held = role or who.role
+    return f"{access.kind.plural}{target} is forbidden: {who.name} (role {held}) cannot {access.verb} {what}{where}"

@@ -154,13 +154,15 @@ POLICY: dict[str, Rule] = {
     "MachineRegistration": _uniform("Reader", "Admin"),
     "ClusterMachine": HERDER_KIND,
     "ControlPlaneStatus": HERDER_KIND,
-    # A cluster's admin kubeconfig is for Operators; a talosconfig maps the caller's role to Talos's.
+    # A talosconfig maps the caller's role to Talos's.
     "Cluster": Rule(
         read="Reader",
         create="Operator",
         update="Operator",
         delete="Operator",
-        actions={"kubeconfig": "Operator", "talosconfig": "Reader", "backup": "Operator"},
+        # kubeconfig: break glass, the cluster's own admin credentials (users reach clusters through
+        # herder's Kubernetes proxy with their herder credentials).
+        actions={"kubeconfig": "Admin", "talosconfig": "Reader", "backup": "Operator"},
     ),
     # etcd backups: stores are an Admin's (S3 credentials); herder writes the backups, which outlive
     # their cluster until an Admin deletes them, and keeps each cluster's backup key sealed.
@@ -198,6 +200,8 @@ POLICY: dict[str, Rule] = {
     "TokenDigest": _uniform(None, None),
     # Append-only: the server writes audit events; nobody changes or removes them through the API.
     "AuditEvent": _uniform("Admin", None),
+    # Who may do what on which clusters: an Admin's (anyone reads the rules naming them: herder access show).
+    "AccessPolicy": ADMIN_KIND,
 }
 
 

@@ -17,26 +17,28 @@ import socket
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import uvicorn
 import yaml
 from starlette.applications import Starlette
 from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from herder.api import tokens
+from herder.api import cluster_access, tokens
 from herder.api.actions import ObjectAction
 from herder.api.app import build_app
 from herder.api.audit import AuditLog
 from herder.api.audit_retention import AuditPruner, Retention
+from herder.api.cluster_access import AccessPolicies
 from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
 from herder.api.policy import HerderPolicy
 from herder.api.support import Support, read_support_token
 from herder.api.tls import TlsFiles, ensure_tls
 from herder.krm.app import MAX_BODY_BYTES
 from herder.krm.policy import Unauthenticated
+from herder.krm.takeover import TakeoverProtocol
 from herder.resources import Resource
 from herder.resources.access import SERVICE_ACCOUNT
 from herder.resources.catalog import herder_registry
@@ -77,6 +79,37 @@ ServiceFactory = Callable[[Store, AuditLog], Background]
 # Makes an app served beside the API under ``UI_PATH`` (the web UI), from the API's own app and policy,
 # so that it reaches objects through exactly the API's authorization, admission and audit.
 UiFactory = Callable[[ASGIApp, HerderPolicy], ASGIApp]
+
+
+class Mounted(Protocol):
+    """An app served beside the API under its own ``prefix`` (the Kubernetes API proxy), with what it
+    holds to close when the server stops."""
+
+    prefix: str
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+# Makes a mounted app from the server's store, policy and audit trail.
+MountFactory = Callable[[Store, HerderPolicy, AuditLog], Mounted]
+
+
+class _Connections(TakeoverProtocol):
+    """The API's connections; those an application took over (the proxy's tunnels) are cut on stop."""
+
+    taken: ClassVar[set[asyncio.Transport]] = set()
+
+    def adopted(self, transport: asyncio.Transport) -> None:
+        _Connections.taken = {t for t in _Connections.taken if not t.is_closing()} | {transport}
+
+    @classmethod
+    def cut(cls) -> None:
+        for transport in cls.taken:
+            transport.abort()
+        cls.taken = set()
+
 
 UI_PATH = "/ui"
 
@@ -217,6 +250,7 @@ async def serve(
     actions: ActionsFactory | None = None,
     services: Sequence[ServiceFactory] = (),
     ui: UiFactory | None = None,
+    mounts: Sequence[MountFactory] = (),
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop the server, the services beside it and the background
     work, and close the store."""
@@ -231,15 +265,19 @@ async def serve(
     )
     for step in prepare:
         step(store)
+    cluster_access.register_admission(store.admission)
+    rules = AccessPolicies(store)
     pruner = AuditPruner(store, options.audit_retention)
     audit = AuditLog(store, options.data_dir / AUDIT_LOG, on_stored=pruner.recorded)
     workers: list[Background] = [pruner, *(make(store) for make in background)]
     tasks: list[asyncio.Task[None]] = []
+    mounted: list[Mounted] = []
     try:
         workers.extend(make(store, audit) for make in services)
         url = server_url(host, port)
         kubeconfig = await bootstrap(store, options.data_dir, url, tls.ca.read_bytes() if tls.ca else None)
-        policy = HerderPolicy(store, audit, support=Support(store, support_token))
+        await rules.start()
+        policy = HerderPolicy(store, audit, support=Support(store, support_token), access=rules)
         app: ASGIApp = build_app(
             store,
             policy,
@@ -248,8 +286,14 @@ async def serve(
         )
         if ui is not None:
             app = with_ui(app, policy, ui)
+        mounted = [make(store, policy, audit) for make in mounts]
+        if mounted:
+            app = Starlette(routes=[*(Mount(m.prefix, app=m) for m in mounted), Mount("", app=app)])
         config = uvicorn.Config(
             app,
+            # Applications may take connections over (the proxy's exec and port-forward tunnels).
+            http=_Connections,
+            ws="none",
             host=host,
             port=port,
             ssl_certfile=str(tls.cert),
@@ -285,6 +329,9 @@ async def serve(
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().remove_signal_handler(sig)
+        _Connections.cut()
+        for app_ in mounted:
+            await app_.close()
         for worker in workers:
             worker.stop()
         if tasks:
@@ -292,6 +339,7 @@ async def serve(
             for task in late:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        await rules.stop()
         audit.close()
         await store.close()
     log.info("herder stopped")

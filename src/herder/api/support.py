@@ -20,8 +20,6 @@ from starlette.requests import Request
 
 from herder.api import tokens
 from herder.krm.policy import Denied, Identity
-from herder.resources.access import INFRA_PROVIDER_LABEL, SERVICE_ACCOUNT, USER
-from herder.state.errors import NotFound
 from herder.state.store import Store
 
 SUPPORT_IDENTITY = "support:platform"
@@ -88,18 +86,7 @@ class Support:
         return replace(await self._account(target or ""), impersonator=who.name)
 
     async def _account(self, name: str) -> Identity:
-        """The ServiceAccount or User called ``name`` (``serviceaccount:NAME`` and ``user:NAME`` too)."""
-        prefix, _, bare = name.partition(":")
-        kinds = {"serviceaccount": (SERVICE_ACCOUNT,), "user": (USER,)}.get(prefix.lower()) if bare else None
-        candidates = kinds or (SERVICE_ACCOUNT, USER)
-        subject_name = bare if kinds else name
-        for kind in candidates:
-            try:
-                subject = await self._store.get(kind, subject_name)
-            except NotFound:
-                continue
-            _, model = tokens.SUBJECT_KINDS[kind.kind]
-            spec = kind.spec_of(subject, model)
-            scope = {INFRA_PROVIDER_LABEL: spec.provider_id} if spec.provider_id else {}
-            return Identity(tokens.identity_name(kind.kind, subject.name), spec.role, scope)
-        raise Denied(f"cannot impersonate {name!r}: no such ServiceAccount or User")
+        found = await tokens.account(self._store, name)
+        if found is None:
+            raise Denied(f"cannot impersonate {name!r}: no such ServiceAccount or User")
+        return found

@@ -66,6 +66,25 @@ def identity_name(kind: str, name: str) -> str:
     return f"{kind.lower()}:{name}"
 
 
+async def account(store: Store, name: str) -> Identity | None:
+    """The ServiceAccount or User called ``name`` (``serviceaccount:NAME`` and ``user:NAME`` too), as an
+    identity; None when there is none."""
+    prefix, _, bare = name.partition(":")
+    kinds = {"serviceaccount": (SERVICE_ACCOUNT,), "user": (USER,)}.get(prefix.lower()) if bare else None
+    for kind in kinds or (SERVICE_ACCOUNT, USER):
+        try:
+            subject = await store.get(kind, bare if kinds else name)
+        except NotFound:
+            continue
+        _, model = SUBJECT_KINDS[kind.kind]
+        spec = kind.spec_of(subject, model)
+        scope = {INFRA_PROVIDER_LABEL: spec.provider_id} if spec.provider_id else {}
+        return Identity(
+            identity_name(kind.kind, subject.name), spec.role, scope, labels=subject.metadata.labels
+        )
+    return None
+
+
 async def issue(
     store: Store,
     subject_kind: KindInfo,
@@ -152,4 +171,6 @@ async def authenticate(store: Store, token: str) -> Identity:
         raise Unauthenticated("invalid bearer token: its account no longer exists")
     identity = kind.spec_of(subject, model)
     scope = {INFRA_PROVIDER_LABEL: identity.provider_id} if identity.provider_id else {}
-    return Identity(identity_name(kind.kind, subject.name), identity.role, scope)
+    return Identity(
+        identity_name(kind.kind, subject.name), identity.role, scope, labels=subject.metadata.labels
+    )

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "infraprovider": ("herder.cli.infraproviders", "app", True),
     "machinerequest": ("herder.cli.infraproviders", "requests_app", True),
     "debug": ("herder.cli.debug", "app", True),
+    "access": ("herder.cli.access", "app", True),
 }
 
 

@@ -147,6 +147,13 @@ class Client:
 
     # verbs
 
+    async def access(self, user: str | None = None, cluster: str | None = None) -> dict[str, Any]:
+        """What herder's access policy gives the caller (or, asked by an Admin, ``user``) on each cluster
+        it sees (or on ``cluster``)."""
+        params = {k: v for k, v in (("user", user), ("cluster", cluster)) if v is not None}
+        answer: dict[str, Any] = await self._request("GET", "/apis/herder.dev/v1alpha1/access", params=params)
+        return answer
+
     async def get(self, kind: str | KindInfo, name: str, namespace: str | None = None) -> Resource:
         info = self.kind(kind)
         return Resource.from_dict(

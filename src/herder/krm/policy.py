@@ -28,6 +28,8 @@ class Identity:
     scope: dict[str, str] = field(default_factory=dict)
     # Who acts as this identity through impersonation (Kubernetes' Impersonate-User), if anyone.
     impersonator: str = ""
+    # What the identity is labelled with (a server's policies may select identities by them).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ from herder.resources.configuration import GROUP, VERSION
 from herder.resources.object import Resource
 from herder.resources.registry import KindInfo, PrinterColumn
 
-# The roles of DESIGN §7, weakest first; InfraProvider and Support stand outside the ladder.
-Role = Literal["Reader", "Operator", "Admin", "InfraProvider", "Support"]
-ROLES: tuple[Role, ...] = ("Reader", "Operator", "Admin", "InfraProvider", "Support")
+# The roles of DESIGN §7, weakest first; InfraProvider and Support stand outside the ladder. None sees
+# nothing but the clusters the AccessPolicy grants it.
+Role = Literal["None", "Reader", "Operator", "Admin", "InfraProvider", "Support"]
+ROLES: tuple[Role, ...] = ("None", "Reader", "Operator", "Admin", "InfraProvider", "Support")
 # The Talos role each role holds on the Talos API of its clusters' machines (InfraProvider holds none).
 TALOS_ROLES: dict[str, str] = {
     "Reader": "os:reader",
@@ -27,6 +28,19 @@ TALOS_ROLES: dict[str, str] = {
     "Admin": "os:admin",
     "Support": "os:admin",
 }
+
+# The Kubernetes group herder's proxy gives a Reader without a rule's groups: herder binds it to ClusterRole
+# ``view`` in every cluster it makes (READERS_BINDING, applied by Talos from the control planes' configs).
+READERS_GROUP = "herder:readers"
+READERS_BINDING = f"""apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {READERS_GROUP}
+  labels: {{app.kubernetes.io/managed-by: herder}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}}
+subjects:
+- {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "{READERS_GROUP}"}}
+"""
 
 # The label that scopes objects to one infra provider, and an InfraProvider identity to its objects.
 INFRA_PROVIDER_LABEL = "herder.dev/infra-provider-id"
@@ -70,7 +84,7 @@ class IdentitySpec(BaseModel):
 
     model_config = _STRICT
 
-    role: Role = Field(description="Reader, Operator, Admin, InfraProvider or Support")
+    role: Role = Field(description="None, Reader, Operator, Admin, InfraProvider or Support")
     provider_id: str | None = Field(
         default=None, alias="providerId", description="the infra provider id; required for role InfraProvider"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from herder.resources.access import ACCESS_KINDS
+from herder.resources.access_policy import ACCESS_POLICY
 from herder.resources.backups import BACKUP_KINDS
 from herder.resources.cluster_secrets import CLUSTER_SECRETS
 from herder.resources.clusters import CLUSTER_KINDS
@@ -31,5 +32,6 @@ def herder_registry() -> KindRegistry:
             *PROVISIONING_KINDS,
             MANAGED_CONTROL_PLANE_OFFERING,
             *ACCESS_KINDS,
+            ACCESS_POLICY,
         ]
     )

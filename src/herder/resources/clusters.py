@@ -23,6 +23,8 @@ _STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 
 Role = Literal["controlplane", "worker"]
 CONTROL_PLANE_SET_SUFFIX = "-control-planes"
+# When, and to whom, a cluster's own admin kubeconfig was last handed out (``--break-glass``).
+BREAK_GLASS_ANNOTATION = "herder.dev/break-glass-issued"
 # Marks the objects a cluster template made (``herder cluster template sync``); users may set it.
 MANAGED_BY_ANNOTATION = "herder.dev/managed-by"
 CLUSTER_TEMPLATES = "cluster-templates"

@@ -3,7 +3,8 @@ still exists (the same account, not one made again under its name), with the Tal
 the cluster the talosconfig is for, if the caller may still see it.
 
 A certificate never grants more than its account holds now: its Talos role is cut down to the one of the
-account's current role, and an account deleted (or Support, once the server holds no Support token)
+account's current role on the certificate's cluster (its own, raised by the AccessPolicy's rules), and
+an account deleted (or Support, once the server holds no Support token)
 leaves its certificates worthless at once, however long they were issued for.
 """
 
@@ -15,6 +16,7 @@ import grpc
 
 from herder.api import roles as herder_roles
 from herder.api import tokens
+from herder.api.cluster_access import AccessPolicies, ClusterAccess, effective_role
 from herder.api.support import SUPPORT_IDENTITY
 from herder.krm.policy import Identity
 from herder.resources import Resource
@@ -77,14 +79,16 @@ async def account(store: Store, name: str, *, support: bool) -> Account | None:
         return None
     spec = kind.spec_of(subject, model)
     return Account(
-        Identity(tokens.identity_name(kind.kind, subject.name), spec.role), subject.metadata.uid or ""
+        Identity(tokens.identity_name(kind.kind, subject.name), spec.role, labels=subject.metadata.labels),
+        subject.metadata.uid or "",
     )
 
 
 class Callers:
-    def __init__(self, store: Store, *, support: bool) -> None:
+    def __init__(self, store: Store, *, support: bool, rules: AccessPolicies | None = None) -> None:
         self._store = store
         self._support = support
+        self._rules = rules
 
     async def of(self, presented: ClientCertificate) -> Caller:
         """The caller, or ``Refused`` when the certificate's account is gone or holds no Talos role."""
@@ -95,13 +99,15 @@ class Callers:
                 f"{presented.identity}, whom this certificate names, no longer exists: "
                 "ask herder for a new talosconfig",
             )
-        role = TALOS_ROLES.get(held.identity.role)
+        who = held.identity
+        ref = presented.cluster
+        policy = self._rules.current if self._rules is not None else ClusterAccess()
+        role = TALOS_ROLES.get(effective_role(who.role, policy.grant(who.name, who.labels, ref.name)))
         granted = [r for r in presented.talos_roles if r in _STRENGTH]
         if role is None or not granted:
             raise Refused(grpc.StatusCode.PERMISSION_DENIED, roles.NOT_AUTHORIZED)
         # The weaker of what the certificate says and what the account holds now.
         talos_role = min(role, max(granted, key=_STRENGTH.__getitem__), key=_STRENGTH.__getitem__)
-        ref = presented.cluster
         cluster: Resource | None
         try:
             cluster = await self._store.get(CLUSTER, ref.name, ref.namespace)

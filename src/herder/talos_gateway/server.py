@@ -10,6 +10,7 @@ import logging
 import grpc
 
 from herder.api.audit import AuditLog
+from herder.api.cluster_access import AccessPolicies
 from herder.state.store import Store
 from herder.talos_gateway.authority import GatewayAuthority
 from herder.talos_gateway.callers import Callers
@@ -40,7 +41,9 @@ class GatewayServer:
         support: bool,
     ) -> None:
         self._upstreams = Upstreams(store)
-        self._relay = Relay(store, Callers(store, support=support), self._upstreams, CallTrail(audit))
+        self._rules = AccessPolicies(store)
+        callers = Callers(store, support=support, rules=self._rules)
+        self._relay = Relay(store, callers, self._upstreams, CallTrail(audit))
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         material = authority.serving([host])
         self._server = grpc.aio.server(
@@ -64,6 +67,7 @@ class GatewayServer:
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
+        await self._rules.start()
         await self._server.start()
         log.info("Talos API gateway serving on %s", self._address)
         try:
@@ -72,6 +76,7 @@ class GatewayServer:
             await self._server.stop(STOP_GRACE)
             await self._relay.drain()
             await self._upstreams.close()
+            await self._rules.stop()
 
     def stop(self) -> None:
         self._stopping.set()
