@@ -14,9 +14,10 @@ from typing import Annotated
 import typer
 
 from herder.cli import cluster_templates
-from herder.cli.common import KubeconfigOption, connect, err, out, run
+from herder.cli.common import KubeconfigOption, connect, err, kubeconfig_path, out, run
 from herder.cli.errors import fail, one_line_errors
 from herder.cli.files import STDOUT, write_private
+from herder.client.kubeconfig import proxied
 from herder.resources.clusters import CLUSTER
 
 app = typer.Typer(help="Clusters: their credentials, templates and operations.", no_args_is_help=True)
@@ -49,12 +50,43 @@ def _download(action: str, name: str, output: str, ttl: int, namespace: str, kub
 def kubeconfig(
     name: Annotated[str, typer.Argument(help="The cluster's name.")],
     output: OutputOption = STDOUT,
-    ttl: TtlOption = 3600,
+    ttl: Annotated[
+        int,
+        typer.Option(
+            "--ttl", help="With --break-glass: seconds until it expires.", min=1, max=30 * 24 * 3600
+        ),
+    ] = 3600,
     namespace: NamespaceOption = "default",
+    break_glass: Annotated[
+        bool,
+        typer.Option(
+            "--break-glass",
+            help="The cluster's own admin kubeconfig, straight to its API (Admin; audited, and marked on the "
+            "cluster): for when herder's proxy cannot serve. It stays valid for --ttl whatever happens.",
+        ),
+    ] = False,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """The cluster's admin kubeconfig (Operator and up), short-lived: an hour unless --ttl says otherwise."""
-    _download("kubeconfig", name, output, ttl, namespace, kubeconfig)
+    """A kubeconfig for the cluster's Kubernetes API through herder (https://HERDER/k8s/clusters/NS/NAME), as
+    you: with your herder credential, checked on every request, and the Kubernetes groups herder's access
+    policy gives you there. Access ends when your credential or your rights do."""
+    if break_glass:
+        _download("kubeconfig", name, output, ttl, namespace, kubeconfig)
+        return
+    path = kubeconfig_path(kubeconfig)
+
+    async def check() -> None:
+        async with connect(kubeconfig) as client:
+            await client.get(CLUSTER, name, namespace)  # it exists, and you may see it
+
+    run(check)
+    with one_line_errors():
+        data = proxied(path, name, namespace).encode()
+        if output == STDOUT:
+            sys.stdout.buffer.write(data)
+            return
+        write_private(Path(output), data)
+    err.print(f"kubeconfig of cluster {name} (through herder, as you) written to {output}", markup=False)
 
 
 @app.command()

@@ -132,6 +132,7 @@ def _run(
     # The server's imports (uvicorn, krm, the controllers) load only for the commands that serve.
     from herder.api.serve import serve
     from herder.controllers.catalog import register_admission
+    from herder.kube_proxy.proxy import KubeProxy
     from herder.talos_gateway.gateway import TalosGateway
     from herder.web.app import build as web_ui
 
@@ -154,6 +155,7 @@ def _run(
                 actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
                 services=[gateway.service],
                 ui=web_ui,
+                mounts=[KubeProxy],
             )
         )
     except (OSError, ValueError, StateError) as exc:

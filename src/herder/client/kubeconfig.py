@@ -62,3 +62,32 @@ def load(path: str | Path, context: str | None = None) -> Credentials:
     if not token and user.get("tokenFile"):
         token = Path(user["tokenFile"]).expanduser().read_text().strip()
     return Credentials(server.rstrip("/"), token, ca, bool(cluster.get("insecure-skip-tls-verify")))
+
+
+def proxied(path: str | Path, cluster: str, namespace: str, *, prefix: str = "/k8s/clusters") -> str:
+    """A kubeconfig for one cluster's Kubernetes API through herder's proxy, from the kubeconfig of
+    herder's API at ``path``: herder's server and CA with the cluster's path, and the same user (its
+    token, or its exec plugin) — so access lives and dies with that herder credential."""
+    path = Path(path).expanduser()
+    doc = yaml.safe_load(path.read_text())
+    ctx = _named(doc.get("contexts"), doc.get("current-context") or "", "context", path)
+    source = _named(doc.get("clusters"), ctx.get("cluster", ""), "cluster", path)
+    user = _named(doc.get("users"), ctx.get("user", ""), "user", path) if ctx.get("user") else {}
+    credentials = load(path)
+    entry: dict[str, Any] = {"server": f"{credentials.server}{prefix}/{namespace}/{cluster}"}
+    if credentials.ca_pem is not None:
+        entry["certificate-authority-data"] = base64.b64encode(credentials.ca_pem).decode()
+    if source.get("insecure-skip-tls-verify"):
+        entry["insecure-skip-tls-verify"] = True
+    if user.get("tokenFile") and not user.get("token"):
+        user = {**user, "tokenFile": str((path.parent / user["tokenFile"]).expanduser())}
+    name = f"{cluster}" if namespace == "default" else f"{namespace}-{cluster}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": entry}],
+        "users": [{"name": f"{name}-user", "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-user"}}],
+        "current-context": name,
+    }
+    return yaml.safe_dump(config, sort_keys=False)

@@ -40,6 +40,16 @@ def disk_encryption(contract: VersionContract) -> str:
     )
 
 
+def inline_manifest(contract: VersionContract, name: str, manifest: str) -> str:
+    """A Kubernetes manifest Talos applies to the cluster (on its control planes): ``cluster.inlineManifests``
+    before 1.14, a ``KubeInlineManifestConfig`` document since."""
+    if not contract.at_least(1, 14):
+        return dump_documents([{"cluster": {"inlineManifests": [{"name": name, "contents": manifest}]}}])
+    return dump_documents(
+        [{"apiVersion": "v1alpha1", "kind": "KubeInlineManifestConfig", "name": name, "manifest": manifest}]
+    )
+
+
 def kube_span(contract: VersionContract) -> str:
     """KubeSpan on: ``machine.network.kubespan`` before 1.13, the ``KubeSpanConfig`` document since."""
     if not contract.at_least(1, 13):

@@ -47,7 +47,7 @@ class ClusterKeys:
     cost a key generation each)."""
 
     def __init__(self, store: Store) -> None:
-        self._store = store
+        self.store = store
         self._views: dict[tuple[str, str], ClusterSecretsView] = {}
         self._loading: dict[tuple[str, str], asyncio.Lock] = {}
 
@@ -56,7 +56,7 @@ class ClusterKeys:
         namespace = cluster.namespace or "default"
         try:
             # Read, not decoded (nor opened: the bundle is sealed) unless its revision is new to us.
-            stored = await self._store.read(CLUSTER_SECRETS, cluster.name, namespace)
+            stored = await self.store.read(CLUSTER_SECRETS, cluster.name, namespace)
         except NotFound:
             return None
         key = (namespace, cluster.name)

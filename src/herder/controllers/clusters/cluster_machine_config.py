@@ -9,6 +9,7 @@ stays in place. The generated base config of a (cluster, role, version, disk) is
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -19,7 +20,7 @@ from herder.controllers.clusters.cluster_keys import ClusterKeys, ClusterSecrets
 from herder.controllers.clusters.members import cluster_changes, cluster_of, labelled, machine_of
 from herder.controllers.provisioning.installer import member_installer
 from herder.resources import Resource
-from herder.resources.access import READ_ONLY_ANNOTATION
+from herder.resources.access import READ_ONLY_ANNOTATION, READERS_BINDING
 from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_MACHINE,
@@ -57,11 +58,17 @@ from herder.talos.contracts import VersionContract
 from herder.talos.generate import ConfigInput, GenerateError, MachineType, generate_documents
 from herder.talos.patch_layers import LayeredPatch, PatchLayer, apply_layers
 from herder.talos.patches import PatchError
-from herder.talos.system_patches import disk_encryption
+from herder.talos.system_patches import disk_encryption, inline_manifest
 from herder.talos.validate import ConfigInvalid, validate_config
 
 DEFAULT_DISK = "/dev/sda"
 _CACHE = 512
+
+
+@functools.cache
+def _readers_binding(contract: VersionContract) -> str:
+    """What lets a Reader's proxied requests read (group herder:readers → ClusterRole view)."""
+    return inline_manifest(contract, "herder-readers", READERS_BINDING)
 
 
 @dataclass(frozen=True)
@@ -234,6 +241,8 @@ class ClusterMachineConfigController(Controller):
         layers = await self._patches(ctx, cluster, member)
         if spec.features.disk_encryption:
             layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-disk-encryption", disk_encryption(contract)))
+        if wanted.role == "controlplane":
+            layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-readers", _readers_binding(contract)))
         # Machines of one role usually share every patch: their config is made and validated once.
         final_key = (base_key, tuple(sorted((p.layer, p.name, p.text) for p in layers)))
         known = self._finals.get(final_key)

@@ -1,7 +1,9 @@
 """Credentials users download for a cluster, made from its secrets (which users never read themselves):
 
-- ``kubeconfig``: the cluster's admin kubeconfig, its client certificate naming the caller and expiring
-  after ``ttlSeconds`` (an hour by default);
+- ``kubeconfig``: break glass — the cluster's own admin kubeconfig, straight to its API, bypassing herder's
+  proxy: its client certificate (``system:masters``) names the caller and expires after ``ttlSeconds`` (an
+  hour by default), whatever happens to the caller meanwhile. Admin only; the Cluster is marked with
+  ``herder.dev/break-glass-issued`` (when, and to whom), and the request is audited;
 - ``talosconfig``: a talosconfig for herder's Talos API gateway, whose certificate names the caller and
   carries the Talos role of the caller's herder role (Reader → ``os:reader``, Operator → ``os:operator``,
   Admin and Support → ``os:admin``); the gateway, given in by the composition root, issues it.
@@ -17,7 +19,9 @@ from typing import Any, Protocol
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.resources import Resource
 from herder.resources.access import TALOS_ROLES
-from herder.resources.clusters import CLUSTER, ClusterSpec
+from herder.resources.clusters import BREAK_GLASS_ANNOTATION, CLUSTER, ClusterSpec
+from herder.runtime.controller import Context, ObjectKey
+from herder.runtime.outputs import Writes
 from herder.talos.kubeconfig import generate_admin_kubeconfig
 from herder.talos.talosconfig import Talosconfig, dump_talosconfig
 
@@ -50,6 +54,11 @@ class ClusterCredentials:
     def __init__(self, keys: ClusterKeys, talos: TalosGateway | None = None) -> None:
         self._keys = keys
         self._talos = talos
+        self._ctx = Context(
+            keys.store,
+            "BreakGlass",
+            (Writes(CLUSTER.kind, f"metadata.annotations[{BREAK_GLASS_ANNOTATION}]"),),
+        )
 
     async def kubeconfig(self, cluster: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
         lifetime = _ttl(options)
@@ -57,6 +66,12 @@ class ClusterCredentials:
         endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get("endpoint")
         if view is None or not endpoint:
             raise CredentialsUnavailable(f"cluster {cluster.name} has no secrets or endpoint yet")
+        issued = f"{self._ctx.clock.rfc3339()} {user}"
+
+        def mark(obj: Resource) -> None:
+            obj.metadata.annotations[BREAK_GLASS_ANNOTATION] = issued
+
+        await self._ctx.mutate(ObjectKey.of(cluster), mark)
         text = generate_admin_kubeconfig(
             view.bundle.k8s,
             cluster_name=cluster.name,

@@ -1,0 +1,109 @@
+"""Where the proxy sends a cluster's requests: the cluster's Kubernetes API endpoint, verified against the
+cluster's Kubernetes CA, with a client certificate herder issues itself from that CA (``system:masters``,
+allowed to impersonate), renewed at half its life and made again when the cluster's secrets change.
+One HTTP client per cluster keeps connections open between requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import httpx
+
+from herder.resources import Resource
+from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
+from herder.resources.clusters import CLUSTER, ClusterSpec
+from herder.state.errors import NotFound
+from herder.state.store import Store
+from herder.talos.kubeconfig import issue_admin_certificate
+from herder.talos.pki import load_cert_chain
+from herder.talos.secrets import load_secrets
+
+_LIFETIME = timedelta(days=7)
+# The certificate's name in the clusters' audit logs: herder's proxy, whoever it impersonates.
+PROXY_IDENTITY = "herder:kubernetes-proxy"
+KEEP = 256
+"""Clusters whose clients are kept open; the least recently used beyond are closed."""
+
+
+class NoUpstream(Exception):
+    """The cluster cannot be reached yet (no secrets, no endpoint)."""
+
+
+@dataclass
+class Upstream:
+    endpoint: str
+    client: httpx.AsyncClient
+    context: ssl.SSLContext
+    revision: str
+    made: float = field(default_factory=time.monotonic)
+
+
+class Upstreams:
+    def __init__(self, store: Store, keep: int = KEEP) -> None:
+        self._store = store
+        self._keep = keep
+        self._known: OrderedDict[tuple[str, str], Upstream] = OrderedDict()
+        self._loading: dict[tuple[str, str], asyncio.Lock] = {}
+
+    async def of(self, cluster: Resource) -> Upstream:
+        endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or str(
+            (cluster.status or {}).get("endpoint") or ""
+        )
+        try:
+            stored = await self._store.read(CLUSTER_SECRETS, cluster.name, cluster.namespace)
+        except NotFound:
+            raise NoUpstream(f"cluster {cluster.name} has no Kubernetes credentials yet") from None
+        if not endpoint:
+            raise NoUpstream(f"cluster {cluster.name} has no Kubernetes API endpoint yet")
+        key = (cluster.namespace or "", cluster.name)
+        revision = str(stored.rev)
+        known = self._known.get(key)
+        if not self._current(known, revision, endpoint):
+            async with self._loading.setdefault(key, asyncio.Lock()):
+                known = self._known.get(key)
+                if not self._current(known, revision, endpoint):
+                    made = await asyncio.to_thread(_upstream, stored.decode(), endpoint, revision)
+                    if known is not None:
+                        await known.client.aclose()
+                    known = self._known[key] = made
+                    while len(self._known) > self._keep:
+                        await self._known.popitem(last=False)[1].client.aclose()
+        assert known is not None
+        self._known.move_to_end(key)
+        return known
+
+    @staticmethod
+    def _current(known: Upstream | None, revision: str, endpoint: str) -> bool:
+        return (
+            known is not None
+            and known.revision == revision
+            and known.endpoint == endpoint
+            and time.monotonic() - known.made < _LIFETIME.total_seconds() / 2
+        )
+
+    async def close(self) -> None:
+        known, self._known = list(self._known.values()), OrderedDict()
+        for upstream in known:
+            await upstream.client.aclose()
+
+
+def _upstream(secrets: Resource, endpoint: str, revision: str) -> Upstream:
+    bundle = load_secrets(CLUSTER_SECRETS.spec_of(secrets, ClusterSecretsSpec).bundle, check_keys=False)
+    issued = issue_admin_certificate(bundle.k8s, common_name=PROXY_IDENTITY, lifetime=_LIFETIME)
+    context = ssl.create_default_context(cadata=bundle.k8s.crt.decode("ascii"))
+    context.set_alpn_protocols(["http/1.1"])
+    load_cert_chain(context, issued.crt, issued.key)
+    client = httpx.AsyncClient(
+        base_url=endpoint,
+        verify=context,
+        # Watches and followed logs go on as long as their callers keep them.
+        timeout=httpx.Timeout(connect=10.0, read=None, write=30.0, pool=30.0),
+        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+    )
+    return Upstream(endpoint, client, context, revision)
