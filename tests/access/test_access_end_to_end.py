@@ -166,6 +166,14 @@ def test_a_none_identity_sees_and_acts_on_its_cluster_only(site: Site, policy: N
     assert other.returncode != 0 and "NotFound" in other.stderr
     machines = kubectl(alice, "get", "machines", "-o", "name")
     assert len(machines.stdout.split()) == 2  # alpha's, not beta's
+    # A rule on a cluster reaches the cluster's objects only, not a kind of the account's labelled with it.
+    grab = (
+        "apiVersion: herder.dev/v1alpha1\nkind: MachineClass\n"
+        "metadata: {name: mine, namespace: default, labels: {herder.dev/cluster: alpha}}\n"
+        "spec: {selector: {matchLabels: {pool: a}}}\n"
+    )
+    refused = kubectl(alice, "create", "-f", "-", stdin=grab)
+    assert refused.returncode != 0 and "Forbidden" in refused.stderr, refused.stderr
 
 
 def test_through_the_proxy_the_cluster_rbac_decides(site: Site, policy: None, alice: Path) -> None:

@@ -71,14 +71,17 @@ class HerderPolicy:
         return kubernetes_groups(who.role, self.rules.grant(who.name, who.labels, cluster))
 
     def role_on(self, who: Identity, kind: KindInfo, name: str, labels: Mapping[str, str]) -> str:
-        """``who``'s role on one object: on its cluster's, for an object of a cluster; else its own."""
+        """``who``'s role on one object: on its cluster, for an object of a cluster's kind that belongs
+        to one; else its own."""
+        if kind.kind not in roles.CLUSTER_KINDS:
+            return who.role
         cluster = name if kind.kind == "Cluster" else labels.get(CLUSTER_LABEL)
         return self.cluster_role(who, cluster) if cluster else who.role
 
-    def _best_role(self, who: Identity) -> str:
-        """The highest role ``who`` holds anywhere: what it may do to some object of a kind."""
+    def _best_role(self, who: Identity, kind: KindInfo) -> str:
+        """The highest role ``who`` holds on some object of ``kind``: on some cluster, for a cluster's kind."""
         rules = self.rules
-        if rules.empty or who.role not in _LADDER:
+        if rules.empty or who.role not in _LADDER or kind.kind not in roles.CLUSTER_KINDS:
             return who.role
         return higher(who.role, rules.best(who.name, who.labels))
 
@@ -107,7 +110,7 @@ class HerderPolicy:
         if obj is None:
             # Before any object is read: whether the caller may do this to some object of the kind, on
             # some cluster, so that a refusal says nothing of which objects exist.
-            if not roles.allows(self._best_role(who), access):
+            if not roles.allows(self._best_role(who, access.kind), access):
                 raise Denied(_refusal(who, access))
             return
         role = self.role_on(who, access.kind, obj.name, obj.metadata.labels)

@@ -205,6 +205,27 @@ POLICY: dict[str, Rule] = {
 }
 
 
+# The kinds whose objects belong to a cluster (the Cluster, and those labelled herder.dev/cluster): the
+# caller's role on that cluster governs them. Every other kind — identities, tokens, providers, stores,
+# classes, the access policy — is governed by the caller's own role, whatever labels an object carries:
+# a rule on one cluster never reaches beyond it.
+CLUSTER_KINDS = frozenset(
+    {
+        "Cluster",
+        "MachineSet",
+        "MachineSetNode",
+        "ClusterMachine",
+        "ClusterMachineConfig",
+        "ClusterSecrets",
+        "ControlPlaneStatus",
+        "ConfigPatch",
+        "Machine",
+        "EtcdBackup",
+        "Event",
+    }
+)
+
+
 def rule_for(kind: KindInfo) -> Rule:
     """The kind's rule; a kind missing from the table is treated as a user kind, or Admin-only if sensitive."""
     return POLICY.get(kind.kind) or (ADMIN_KIND if kind.sensitive else USER_KIND)
