@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from herder.emu.errors import ApiError
-from herder.emu.machine.machine import Machine
+from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.resources import check_access, selects
 from herder.emu.machine.routing import Context, Fleet, Router
 from herder.talos.api.cosi import state_pb2, state_pb2_grpc

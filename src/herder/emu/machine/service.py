@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 from google.protobuf import empty_pb2
 
 from herder.emu.errors import ApiError
-from herder.emu.machine.machine import Machine
+from herder.emu.machine import api
+from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.network import Peer
 from herder.emu.machine.routing import Context, Fleet, Router
 from herder.talos.api.common import common_pb2
@@ -63,7 +64,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
 
     async def Version(self, request: empty_pb2.Empty, context: Context) -> pb.VersionResponse:
         return await self._unary(
-            "Version", context, lambda m, _p: m.version(), pb.Version, pb.VersionResponse
+            "Version", context, lambda m, _p: api.version(m), pb.Version, pb.VersionResponse
         )
 
     async def ApplyConfiguration(
@@ -72,39 +73,34 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "ApplyConfiguration",
             context,
-            lambda m, p: m.apply_configuration(request, p.roles),
+            lambda m, p: api.apply_configuration(m, request, p.roles),
             pb.ApplyConfiguration,
             pb.ApplyConfigurationResponse,
         )
 
     async def Bootstrap(self, request: pb.BootstrapRequest, context: Context) -> pb.BootstrapResponse:
-        def bootstrap(machine: Machine, _peer: Peer) -> pb.Bootstrap:
-            machine.bootstrap(request)
-            return pb.Bootstrap()
-
-        return await self._unary("Bootstrap", context, bootstrap, pb.Bootstrap, pb.BootstrapResponse)
+        return await self._unary(
+            "Bootstrap", context, lambda m, _p: api.bootstrap(m, request), pb.Bootstrap, pb.BootstrapResponse
+        )
 
     async def Upgrade(self, request: pb.UpgradeRequest, context: Context) -> pb.UpgradeResponse:
-        def upgrade(machine: Machine, _peer: Peer) -> pb.Upgrade:
-            return pb.Upgrade(ack="Upgrade request received", actor_id=machine.upgrade(request))
-
-        return await self._unary("Upgrade", context, upgrade, pb.Upgrade, pb.UpgradeResponse)
+        return await self._unary(
+            "Upgrade", context, lambda m, _p: api.upgrade(m, request), pb.Upgrade, pb.UpgradeResponse
+        )
 
     async def Reboot(self, request: pb.RebootRequest, context: Context) -> pb.RebootResponse:
-        return await self._unary(
-            "Reboot", context, lambda m, _p: pb.Reboot(actor_id=m.reboot()), pb.Reboot, pb.RebootResponse
-        )
+        return await self._unary("Reboot", context, lambda m, _p: api.reboot(m), pb.Reboot, pb.RebootResponse)
 
     async def Reset(self, request: pb.ResetRequest, context: Context) -> pb.ResetResponse:
         return await self._unary(
-            "Reset", context, lambda m, _p: pb.Reset(actor_id=m.reset(request)), pb.Reset, pb.ResetResponse
+            "Reset", context, lambda m, _p: api.reset(m, request), pb.Reset, pb.ResetResponse
         )
 
     async def Shutdown(self, request: pb.ShutdownRequest, context: Context) -> pb.ShutdownResponse:
         return await self._unary(
             "Shutdown",
             context,
-            lambda m, _p: pb.Shutdown(actor_id=m.shutdown()),
+            lambda m, _p: api.shutdown(m),
             pb.Shutdown,
             pb.ShutdownResponse,
         )
@@ -113,7 +109,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "ServiceList",
             context,
-            lambda m, _p: pb.ServiceList(services=m.services()),
+            lambda m, _p: api.services(m),
             pb.ServiceList,
             pb.ServiceListResponse,
         )
@@ -124,7 +120,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "EtcdMemberList",
             context,
-            lambda m, _p: pb.EtcdMembers(members=m.etcd_members()),
+            lambda m, _p: api.etcd_members(m),
             pb.EtcdMembers,
             pb.EtcdMemberListResponse,
         )
@@ -133,7 +129,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "EtcdStatus",
             context,
-            lambda m, _p: pb.EtcdStatus(member_status=m.etcd_status()),
+            lambda m, _p: api.etcd_status(m),
             pb.EtcdStatus,
             pb.EtcdStatusResponse,
         )
@@ -141,12 +137,12 @@ class MachineService(pb_grpc.MachineServiceServicer):
     async def EtcdLeaveCluster(
         self, request: pb.EtcdLeaveClusterRequest, context: Context
     ) -> pb.EtcdLeaveClusterResponse:
-        def leave(machine: Machine, _peer: Peer) -> pb.EtcdLeaveCluster:
-            machine.etcd_leave()
-            return pb.EtcdLeaveCluster()
-
         return await self._unary(
-            "EtcdLeaveCluster", context, leave, pb.EtcdLeaveCluster, pb.EtcdLeaveClusterResponse
+            "EtcdLeaveCluster",
+            context,
+            lambda m, _p: api.etcd_leave(m),
+            pb.EtcdLeaveCluster,
+            pb.EtcdLeaveClusterResponse,
         )
 
     async def EtcdForfeitLeadership(
@@ -155,7 +151,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "EtcdForfeitLeadership",
             context,
-            lambda m, _p: pb.EtcdForfeitLeadership(member=m.etcd_forfeit_leadership()),
+            lambda m, _p: api.etcd_forfeit_leadership(m),
             pb.EtcdForfeitLeadership,
             pb.EtcdForfeitLeadershipResponse,
         )
@@ -163,12 +159,12 @@ class MachineService(pb_grpc.MachineServiceServicer):
     async def EtcdRemoveMemberByID(
         self, request: pb.EtcdRemoveMemberByIDRequest, context: Context
     ) -> pb.EtcdRemoveMemberByIDResponse:
-        def remove(machine: Machine, _peer: Peer) -> pb.EtcdRemoveMemberByID:
-            machine.etcd_remove_member(request.member_id)
-            return pb.EtcdRemoveMemberByID()
-
         return await self._unary(
-            "EtcdRemoveMemberByID", context, remove, pb.EtcdRemoveMemberByID, pb.EtcdRemoveMemberByIDResponse
+            "EtcdRemoveMemberByID",
+            context,
+            lambda m, _p: api.etcd_remove_member(m, request),
+            pb.EtcdRemoveMemberByID,
+            pb.EtcdRemoveMemberByIDResponse,
         )
 
     # --- streams ---
@@ -189,11 +185,11 @@ class MachineService(pb_grpc.MachineServiceServicer):
     async def EtcdSnapshot(
         self, request: pb.EtcdSnapshotRequest, context: Context
     ) -> AsyncIterator[common_pb2.Data]:
-        async for chunk in self._data("EtcdSnapshot", context, lambda m: m.etcd_snapshot()):
+        async for chunk in self._data("EtcdSnapshot", context, api.etcd_snapshot):
             yield chunk
 
     async def Kubeconfig(self, request: empty_pb2.Empty, context: Context) -> AsyncIterator[common_pb2.Data]:
-        async for chunk in self._data("Kubeconfig", context, lambda m: m.kubeconfig()):
+        async for chunk in self._data("Kubeconfig", context, api.kubeconfig):
             yield chunk
 
     async def EtcdRecover(
@@ -202,7 +198,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         _peer, machine = await self.router.single(_method("EtcdRecover"), context)
         chunks = [chunk.bytes async for chunk in request_iterator]
         try:
-            machine.etcd_recover(b"".join(chunks))
+            api.etcd_recover(machine, b"".join(chunks))
         except ApiError as e:
             await self._abort(context, e)
         return pb.EtcdRecoverResponse(messages=[pb.EtcdRecover()])

@@ -1,5 +1,6 @@
-"""One emulated Talos machine: its lifecycle (maintenance → installing → booting → running, reboot, upgrade,
-reset, shutdown, power) and the machine API calls it answers.
+"""One emulated Talos machine and its lifecycle: maintenance → installing → booting → running, reboot,
+upgrade, reset, shutdown, power, faults. What it answers on the machine API is ``api``'s: that module checks a
+request and starts what it asks for here.
 
 Stages and events follow machined's (``MachineStatusEvent``, ``SequenceEvent``); the durations come from
 ``Timings``. Whatever a real machine keeps on disk (its config, whether it is installed, its version, its
@@ -11,13 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import hashlib
-import io
-import re
 import ssl
-import tarfile
-import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -26,14 +22,12 @@ import grpc
 
 from herder.emu.cluster.kubernetes import Kubelet
 from herder.emu.cluster.state import Cluster
-from herder.emu.errors import ApiError, invalid, not_authorized, precondition
+from herder.emu.errors import ApiError, precondition
 from herder.emu.machine import certs
 from herder.emu.machine.config import (
     ConfigError,
     MachineConfig,
-    config_diff,
     parse_config,
-    reboot_required_diff,
 )
 from herder.emu.machine.events import EventLog
 from herder.emu.machine.kube_config import kube_facts
@@ -49,14 +43,10 @@ from herder.emu.options import FAULTS
 from herder.emu.timings import Timings
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
-from herder.talos.kubeconfig import generate_admin_kubeconfig
-from herder.talos.machine import roles as talos_roles
 from herder.talos.machine import tls as machine_tls
 from herder.talos.machine.types import ApplyMode, MachineStage
 from herder.talos.pki import CertificateAndKey
 from herder.talos.versions import check_talos_upgrade
-
-_IMAGE_TAG = re.compile(r"^[^\s@]+:(v?\d+\.\d+\.\d+[0-9A-Za-z.\-+]*)$")
 
 
 class SequenceFailed(Exception):
@@ -469,70 +459,35 @@ class Machine:
             self._try_revert.cancel()
             self._try_revert = None
 
-    # --- machine API ---
+    # --- what the machine API starts (``api`` checks the request and answers) ---
 
-    def version(self) -> pb.Version:
-        tag = self.record.talos_version
-        return pb.Version(
-            version=pb.VersionInfo(
-                tag=tag,
-                sha=hashlib.sha1(tag.encode()).hexdigest()[:8],
-                built="",
-                go_version="go1.24.6",
-                os="linux",
-                arch="amd64",
-            ),
-            platform=pb.PlatformInfo(name="metal", mode="metal"),
-            features=pb.FeaturesInfo(rbac=self.config.rbac if self.config else True),
-        )
+    @property
+    def busy(self) -> bool:
+        """Whether a sequence (boot, install, reboot, upgrade…) is running."""
+        return self._busy()
 
-    def apply_configuration(
-        self, request: pb.ApplyConfigurationRequest, roles: frozenset[str]
-    ) -> pb.ApplyConfiguration:
-        mode = ApplyMode(request.mode)
-        if self.in_maintenance:
-            return self._apply_in_maintenance(request, mode)
-        if talos_roles.ADMIN not in roles:
-            raise not_authorized()
-        if self.stage in (MachineStage.INSTALLING, MachineStage.UPGRADING, MachineStage.RESETTING):
-            raise precondition(f"locked: the machine is {self.stage.name.lower()}")
-        new = self._parse_request(request)
-        current = self.config
-        assert current is not None
-        if mode is ApplyMode.TRY or mode is ApplyMode.NO_REBOOT or mode is ApplyMode.AUTO:
-            diff = reboot_required_diff(current, new)
-        else:
-            diff = ""
-        if mode is ApplyMode.AUTO:
-            mode = ApplyMode.REBOOT if diff else ApplyMode.NO_REBOOT
-        elif diff:
-            raise invalid(f"this config change can't be applied in immediate mode\ndiff:\n{diff}")
-        details = {
-            ApplyMode.REBOOT: "Applied configuration with a reboot",
-            ApplyMode.NO_REBOOT: "Applied configuration without a reboot",
-            ApplyMode.STAGED: "Staged configuration to be applied after the next reboot",
-            ApplyMode.TRY: "Applied configuration without a reboot",
-        }[mode]
-        if diff and mode is ApplyMode.REBOOT:
-            details += f": this config change can't be applied in immediate mode\ndiff:\n{diff}"
-        if request.dry_run:
-            changes = config_diff(current.text, new.text) or "No changes."
-            return pb.ApplyConfiguration(
-                mode=int(mode),  # type: ignore[arg-type]
-                mode_details=f"Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{changes}",
-                warnings=list(new.warnings),
-            )
-        if mode is not ApplyMode.TRY:
-            self._cancel_try()
+    def require_running(self) -> MachineConfig:
+        if self.config is None or self.stage is not MachineStage.RUNNING:
+            raise precondition("the machine is not running")
+        return self.config
+
+    def reject_config(self, error: ConfigError) -> None:
+        """A config that does not validate was offered: machined says so in its events."""
+        self.events.publish(pb.ConfigValidationErrorEvent(error=str(error)))
+
+    def install(self, new: MachineConfig) -> None:
+        """Take a config in maintenance mode: persist it and install (the install sequence starts)."""
+        self.record.config, self.record.staged_config = new.raw, None
+        self._persist()
+        self.config = new
+        self._run("install", self._configured_boot)
+
+    def apply(self, new: MachineConfig, mode: ApplyMode, *, try_timeout: float) -> None:
+        """Take a config on a configured machine in a mode already decided (not AUTO): tried for
+        ``try_timeout`` seconds, staged for the next boot, or persisted, with a reboot in REBOOT mode."""
+        self._cancel_try()
         if mode is ApplyMode.TRY:
-            timeout = self.host.timings.try_timeout
-            if request.HasField("try_mode_timeout"):
-                timeout = request.try_mode_timeout.ToTimedelta().total_seconds()
-            details += (
-                f"\nThe config is applied in 'try' mode and will be automatically reverted back in {timeout}s"
-            )
-            self._cancel_try()
-            self._try_revert = asyncio.get_running_loop().call_later(timeout, self._revert_try)
+            self._try_revert = asyncio.get_running_loop().call_later(try_timeout, self._revert_try)
             self.config = new
         elif mode is ApplyMode.STAGED:
             self.record.staged_config = new.raw
@@ -546,61 +501,15 @@ class Machine:
                 self._run("reboot", self._reboot_body, takeover=True)
         # Its kubelet and static pods follow a config applied without a reboot at once.
         self.host.machine_changed(self)
-        return pb.ApplyConfiguration(mode=int(mode), mode_details=details, warnings=list(new.warnings))  # type: ignore[arg-type]
-
-    def _apply_in_maintenance(
-        self, request: pb.ApplyConfigurationRequest, mode: ApplyMode
-    ) -> pb.ApplyConfiguration:
-        if mode in (ApplyMode.STAGED, ApplyMode.TRY):
-            name = mode.name.lower().replace("_", "-")
-            raise ApiError(
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"apply configuration --mode='{name}' is not supported in maintenance mode",
-            )
-        new = self._parse_request(request)
-        if request.dry_run:
-            return pb.ApplyConfiguration(
-                mode=int(ApplyMode.NO_REBOOT),  # type: ignore[arg-type]
-                mode_details="Dry run summary:\nNode is running in maintenance mode and does not have a config yet.",
-                warnings=list(new.warnings),
-            )
-        if self._busy():
-            raise precondition("another apply configuration is already in progress")
-        self.record.config, self.record.staged_config = new.raw, None
-        self._persist()
-        self.config = new
-        self._run("install", self._configured_boot)
-        return pb.ApplyConfiguration(
-            mode=int(ApplyMode.NO_REBOOT),  # type: ignore[arg-type]
-            mode_details="Applied configuration without a reboot",
-            warnings=list(new.warnings),
-        )
-
-    def _parse_request(self, request: pb.ApplyConfigurationRequest) -> MachineConfig:
-        try:
-            new = parse_config(request.data, self.record.talos_version)
-        except ConfigError as e:
-            self.events.publish(pb.ConfigValidationErrorEvent(error=str(e)))
-            raise invalid(str(e)) from None
-        if self.config is not None and new.machine_type != self.config.machine_type:
-            raise invalid(
-                f"1 error occurred:\n\t* machine type can't be changed from {self.config.machine_type!r} "
-                f"to {new.machine_type!r}\n\n"
-            )
-        return new
 
     def _revert_try(self) -> None:
         self._try_revert = None
         self.config = self._parse_persisted()
         self.events.publish(pb.TaskEvent(task="rollbackConfig", action=pb.TaskEvent.STOP))
 
-    def _require_running(self) -> MachineConfig:
-        if self.config is None or self.stage is not MachineStage.RUNNING:
-            raise precondition("the machine is not running")
-        return self.config
-
     def reboot(self) -> str:
-        self._require_running()
+        """Start the reboot sequence; its actor id is returned."""
+        self.require_running()
         actor = str(uuidlib.uuid4())
         self._run("reboot", self._reboot_body, actor_id=actor)
         return actor
@@ -622,16 +531,13 @@ class Machine:
             self._persist()
         return self._parse_persisted()
 
-    def upgrade(self, request: pb.UpgradeRequest) -> str:
-        self._require_running()
-        match = _IMAGE_TAG.match(request.image)
-        if match is None:
-            raise invalid(f"invalid installer image reference {request.image!r}: expected NAME:vX.Y.Z")
-        target = match.group(1) if match.group(1).startswith("v") else "v" + match.group(1)
+    def upgrade(self, target: str, *, stage: bool) -> str:
+        """Start the upgrade sequence to Talos ``target`` (``vX.Y.Z``); its actor id is returned."""
+        self.require_running()
         actor = str(uuidlib.uuid4())
 
         async def body() -> None:
-            if request.stage:
+            if stage:
                 # A staged upgrade runs early in the next boot, before the system starts: reboot first.
                 await self._reboot_steps()
             previous = self.record.talos_version
@@ -661,13 +567,15 @@ class Machine:
         self._run("upgrade", body, actor_id=actor)
         return actor
 
-    def reset(self, request: pb.ResetRequest) -> str:
-        config = self._require_running()
+    def reset(self, *, graceful: bool, reboot: bool, wipe_state: bool) -> str:
+        """Start the reset sequence (leaving etcd first when ``graceful``; wiping the config with
+        ``wipe_state``); its actor id is returned."""
+        config = self.require_running()
         actor = str(uuidlib.uuid4())
 
         async def body() -> None:
             cluster = self.cluster
-            if request.graceful and config.is_control_plane and cluster is not None:
+            if graceful and config.is_control_plane and cluster is not None:
                 member = cluster.member_of(self.uuid)
                 if member is not None:
                     try:
@@ -679,9 +587,9 @@ class Machine:
             self._set_stage(MachineStage.RESETTING)
             await self._sleep("reset")
             self._cancel_try()
-            if not _wipes_state(request):
+            if not wipe_state:
                 # Only other partitions (e.g. EPHEMERAL) are wiped: the config on STATE survives.
-                if request.reboot:
+                if reboot:
                     await self._reboot_body()
                 else:
                     await self._power_down()
@@ -692,7 +600,7 @@ class Machine:
             self._persist()
             self.config = None
             self.recover_snapshot = None
-            if request.reboot:
+            if reboot:
                 await self._reboot_steps()
                 await self._serve_maintenance()
                 self._set_stage(MachineStage.MAINTENANCE)
@@ -703,6 +611,7 @@ class Machine:
         return actor
 
     def shutdown(self) -> str:
+        """Start the shutdown sequence; its actor id is returned."""
         if self.stage not in (MachineStage.RUNNING, MachineStage.MAINTENANCE, MachineStage.BOOTING):
             raise precondition(f"locked: the machine is {self.stage.name.lower()}")
         actor = str(uuidlib.uuid4())
@@ -722,135 +631,6 @@ class Machine:
         self._persist()
         self._set_stage(MachineStage.UNKNOWN)
 
-    def services(self) -> list[pb.ServiceInfo]:
-        running = self.stage is MachineStage.RUNNING
-        names = ["apid", "machined", "udevd"]
-        if self.config is not None:
-            names += ["containerd", "cri", "kubelet"]
-            if self.config.is_control_plane:
-                names += ["etcd", "trustd"]
-        infos = []
-        for name in sorted(names):
-            healthy = running or name in ("apid", "machined", "udevd")
-            if name == "etcd":
-                cluster = self.cluster
-                healthy = running and cluster is not None and cluster.member_healthy(self.uuid)
-            state = "Running" if healthy else "Preparing"
-            message = (
-                "" if healthy else ("waiting for etcd bootstrap" if name == "etcd" else "waiting for boot")
-            )
-            infos.append(
-                pb.ServiceInfo(
-                    id=name,
-                    state=state,
-                    health=pb.ServiceHealth(unknown=False, healthy=healthy, last_message=message),
-                )
-            )
-        return infos
-
-    # --- etcd and Kubernetes ---
-
-    def _control_plane(self, operation: str) -> tuple[MachineConfig, Cluster]:
-        config = self._require_running()
-        cluster = self.cluster
-        if not config.is_control_plane or cluster is None:
-            raise precondition(f"{operation} is only supported on control plane nodes")
-        return config, cluster
-
-    def _etcd_member(self, operation: str) -> tuple[Cluster, int]:
-        _config, cluster = self._control_plane(operation)
-        member = cluster.member_of(self.uuid)
-        if member is None:
-            raise precondition("etcd is not running on this node")
-        return cluster, member.id
-
-    def bootstrap(self, request: pb.BootstrapRequest) -> None:
-        if self.config is None or self.stage is not MachineStage.RUNNING:
-            raise precondition("bootstrap is not available yet")
-        config, cluster = self._control_plane("bootstrap")
-        if not config.has_etcd_ca:
-            raise invalid("etcd is not configured, bootstrap is not possible")
-        snapshot = None
-        if request.recover_etcd:
-            if self.recover_snapshot is None:
-                raise precondition("etcd snapshot is not uploaded, use EtcdRecover first")
-            snapshot = self.recover_snapshot
-        cluster.bootstrap(self.uuid, self.hostname, self.address, snapshot)
-        self.recover_snapshot = None
-        for peer in self.host.machines_of(cluster.id):
-            if (
-                peer.config is not None
-                and peer.config.is_control_plane
-                and peer.stage is MachineStage.RUNNING
-            ):
-                cluster.join(peer.uuid, peer.hostname, peer.address)
-        self.host.store.save_cluster(cluster)
-
-    def etcd_members(self) -> list[pb.EtcdMember]:
-        cluster, _member = self._etcd_member("etcd members")
-        return [
-            pb.EtcdMember(id=m.id, hostname=m.hostname, peer_urls=m.peer_urls, client_urls=m.client_urls)
-            for m in cluster.members.values()
-        ]
-
-    def etcd_status(self) -> pb.EtcdMemberStatus:
-        cluster, member = self._etcd_member("etcd status")
-        leader, size, index, term = cluster.status_of(member)
-        return pb.EtcdMemberStatus(
-            member_id=member,
-            leader=leader,
-            db_size=size,
-            db_size_in_use=size,
-            raft_index=index,
-            raft_term=term,
-            raft_applied_index=index,
-            protocol_version="3.5.0",
-            storage_version="3.5.0",
-        )
-
-    def etcd_leave(self) -> None:
-        cluster, member = self._etcd_member("etcd leave")
-        cluster.remove(member)
-        self.host.store.save_cluster(cluster)
-
-    def etcd_forfeit_leadership(self) -> str:
-        cluster, _member = self._etcd_member("etcd forfeit leadership")
-        leader = cluster.forfeit_leadership(self.uuid)
-        self.host.store.save_cluster(cluster)
-        return leader
-
-    def etcd_remove_member(self, member_id: int) -> None:
-        cluster, _member = self._etcd_member("etcd remove member")
-        cluster.remove(member_id)
-        self.host.store.save_cluster(cluster)
-
-    def etcd_snapshot(self) -> bytes:
-        cluster, _member = self._etcd_member("etcd snapshot")
-        return cluster.snapshot()
-
-    def etcd_recover(self, snapshot: bytes) -> None:
-        self._control_plane("etcd recover")
-        self.recover_snapshot = snapshot
-
-    def kubeconfig(self) -> bytes:
-        config, _cluster = self._control_plane("kubeconfig")
-        if config.kubernetes_ca is None or not config.endpoint:
-            raise precondition("k8s API server CA config is not set")
-        # As Talos: the cluster endpoint of the config (a control plane's https://IP:6443, or a load
-        # balancer in front of them), which the emulator does not serve itself.
-        text = generate_admin_kubeconfig(
-            config.kubernetes_ca, cluster_name=config.cluster_name or "talos", endpoint=config.endpoint
-        )
-        return _tar_gz("kubeconfig", text.encode())
-
-
-def _wipes_state(request: pb.ResetRequest) -> bool:
-    """Whether a reset wipes the STATE partition (where the config lives): by default it wipes everything."""
-    if request.mode == pb.ResetRequest.USER_DISKS:
-        return False
-    labels = [p.label for p in request.system_partitions_to_wipe if p.wipe]
-    return not request.system_partitions_to_wipe or "STATE" in labels
-
 
 def _maintenance_context(address: str, hostname: str) -> ssl.SSLContext:
     cert = certs.maintenance_certificate(address, hostname)
@@ -862,14 +642,3 @@ def _api_context(
 ) -> ssl.SSLContext:
     cert = certs.api_certificate(issuing_ca, address, hostname, sans)
     return machine_tls.server_context(cert.crt, cert.key, client_ca=client_ca)
-
-
-def _tar_gz(name: str, content: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = len(content)
-        info.mode = 0o600
-        info.mtime = int(time.time())
-        tar.addfile(info, io.BytesIO(content))
-    return gzip.compress(buffer.getvalue())
