@@ -21,13 +21,20 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import duration_pb2, empty_pb2
 
+import herder.talos.machine.resources as res
+import herder.talos.machine.tls as machine_tls
 from herder.talos.api.common import common_pb2
 from herder.talos.api.cosi import state_pb2, state_pb2_grpc
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
-from herder.talos.machine import errors
-from herder.talos.machine import resources as res
-from herder.talos.machine import tls as machine_tls
+from herder.talos.machine.errors import (
+    InvalidArgument,
+    MachineAPIError,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+    from_status,
+)
 from herder.talos.machine.tunnel import ClientTunnel, RefusedAfterHandshake
 from herder.talos.machine.types import (
     ApplyMode,
@@ -181,7 +188,7 @@ class MachineClient:
                 try:
                     context = machine_tls.client_context(creds.ca, creds.crt, creds.key)
                 except (ssl.SSLError, ValueError) as e:
-                    raise errors.Unauthenticated(f"unusable Talos client credentials: {e}") from None
+                    raise Unauthenticated(f"unusable Talos client credentials: {e}") from None
             tunnel = ClientTunnel(
                 self._host,
                 self._port,
@@ -212,7 +219,7 @@ class MachineClient:
         assert self._channel is not None
         return self._channel
 
-    def explain(self, exc: grpc.aio.AioRpcError, *, node: str | None = None) -> errors.MachineAPIError:
+    def explain(self, exc: grpc.aio.AioRpcError, *, node: str | None = None) -> MachineAPIError:
         """A failed call made on ``channel()``, as this client reports its own: a machine that refused the
         client's certificate, one that could not be reached (and why), or the machine's answer."""
         return self._error(exc, node)
@@ -221,20 +228,20 @@ class MachineClient:
         target = node if node is not None else self.node
         return (("node", target),) if target else ()
 
-    def _error(self, exc: grpc.aio.AioRpcError, node: str | None) -> errors.MachineAPIError:
+    def _error(self, exc: grpc.aio.AioRpcError, node: str | None) -> MachineAPIError:
         target = node or self.node or self._host
         code = exc.code()
         if code == grpc.StatusCode.UNAVAILABLE and self._tunnel is not None:
             cause = self._tunnel.last_error
             if isinstance(cause, ssl.SSLError):
-                return errors.Unauthenticated(
+                return Unauthenticated(
                     f"TLS with {self._host}:{self._port} failed: {cause.reason or cause}", node=target
                 )
             if isinstance(cause, RefusedAfterHandshake):
-                return errors.Unauthenticated(f"{self._host}:{self._port}: {cause}", node=target)
+                return Unauthenticated(f"{self._host}:{self._port}: {cause}", node=target)
             if cause is not None:
-                return errors.Unavailable(f"cannot reach {self._host}:{self._port}: {cause}", node=target)
-        return errors.from_status(code, exc.details() or "", node=target)
+                return Unavailable(f"cannot reach {self._host}:{self._port}: {cause}", node=target)
+        return from_status(code, exc.details() or "", node=target)
 
     async def _call(
         self,
@@ -252,7 +259,7 @@ class MachineClient:
                 return await invoke(stubs, self._metadata(node))
             except grpc.aio.AioRpcError as e:
                 error = self._error(e, node)
-                if isinstance(error, errors.Unavailable) and attempt + 1 < attempts:
+                if isinstance(error, Unavailable) and attempt + 1 < attempts:
                     await asyncio.sleep(self.retry_backoff * 2**attempt)
                     continue
                 raise error from None
@@ -260,10 +267,10 @@ class MachineClient:
 
     def _first(self, messages: Any, node: str | None) -> Any:
         if not messages:
-            raise errors.MachineAPIError("empty reply", node=node or self.node or self._host)
+            raise MachineAPIError("empty reply", node=node or self.node or self._host)
         message = messages[0]
         if message.metadata.error:
-            raise errors.MachineAPIError(
+            raise MachineAPIError(
                 message.metadata.error, node=message.metadata.hostname or node or self.node or ""
             )
         return message
@@ -461,7 +468,7 @@ class MachineClient:
                     raise KeyError("kubeconfig")
                 return member.read()
         except (OSError, tarfile.TarError, KeyError, EOFError) as e:
-            raise errors.MachineAPIError(
+            raise MachineAPIError(
                 f"malformed kubeconfig archive: {e}", node=node or self.node or ""
             ) from None
 
@@ -565,11 +572,9 @@ class MachineClient:
         matched = [d for d in await self.resource_definitions(node=node) if wanted in d.names()]
         if len(matched) > 1:
             types = ", ".join(d.type for d in matched)
-            raise errors.InvalidArgument(
-                f"resource type {name!r} is ambiguous: {types}", node=self._target(node)
-            )
+            raise InvalidArgument(f"resource type {name!r} is ambiguous: {types}", node=self._target(node))
         if not matched:
-            raise errors.NotFound(f"resource {name!r} is not registered", node=self._target(node))
+            raise NotFound(f"resource {name!r} is not registered", node=self._target(node))
         return matched[0]
 
     async def _specs(self, kind: str, spec: type[res.S], node: str | None) -> list[res.S]:
