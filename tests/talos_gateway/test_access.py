@@ -11,18 +11,16 @@ from typing import Any
 
 import grpc
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from herder.krm.policy import Identity
 from herder.resources import Resource
 from herder.resources.catalog import herder_registry
 from herder.state.store import SYSTEM, Store
 from herder.state.url import open_store
-from herder.talos_gateway.authority import (
-    ClusterRef,
-    ForeignCertificate,
-    GatewayAuthority,
-    read_client_certificate,
-)
+from herder.talos_gateway.authority import ClusterRef, ForeignCertificate, GatewayAuthority
+from herder.talos_gateway.authority import read_client_certificate as read_der
 from herder.talos_gateway.callers import Caller, Callers, Refused
 from herder.talos_gateway.targets import find
 
@@ -33,6 +31,11 @@ def _object(kind: str, name: str, spec: dict[str, Any], **meta: Any) -> Resource
     if info.namespaced:
         body["metadata"].setdefault("namespace", "default")
     return Resource.model_validate({**body, "spec": spec})
+
+
+def read_client_certificate(pem: bytes) -> Any:
+    """What the gateway reads of a certificate its TLS front verified (which hands it over as DER)."""
+    return read_der(x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER))
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +18,13 @@ import grpc
 import pytest
 from google.protobuf import empty_pb2
 
+from herder.talos import pki
 from herder.talos.api.common import common_pb2
 from herder.talos.api.cosi import state_pb2, state_pb2_grpc
 from herder.talos.api.machine import machine_pb2, machine_pb2_grpc
 from herder.talos.machine import MachineClient, PermissionDenied
 from herder.talos.machine import resources as res
-from herder.talos.talosconfig import Talosconfig, load_talosconfig_file
+from herder.talos.talosconfig import Talosconfig, issue_client_certificate, load_talosconfig_file
 from tests.api.server import HERDER, free_port, support_token_file
 from tests.clusters.site import Site, cluster, machine_set, running_site
 
@@ -407,6 +410,55 @@ def test_a_client_without_a_talosconfig_certificate_does_not_get_in(site: Site, 
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         asyncio.run(call())
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def _tls_refusal(gateway_port: int, ca: bytes, client: tuple[bytes, bytes] | None) -> str:
+    """How the gateway's TLS ends a connection with the client certificate given (or none): the alert the
+    client reads (in TLS 1.3 the server judges the client's certificate after the client's handshake)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cadata=ca.decode())
+    context.set_alpn_protocols(["h2"])
+    if client is not None:
+        pki.load_cert_chain(context, *client)
+    raw = socket.create_connection(("127.0.0.1", gateway_port), timeout=10)
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls, pytest.raises(ssl.SSLError) as refused:
+        tls.recv(1)
+    return str(refused.value.reason)
+
+
+def test_a_refused_client_certificate_is_told_why_by_a_tls_alert(site: Site, gateway_port: int) -> None:
+    ca = load_talosconfig_file(site.workdir / "reader.talosconfig").current().ca
+    assert _tls_refusal(gateway_port, ca, None) == "TLSV13_ALERT_CERTIFICATE_REQUIRED"
+    stranger = pki.new_ca(pki.KeyType.ECDSA_P256, organization="elsewhere")
+    theirs = issue_client_certificate(stranger, ("os:admin",))
+    assert _tls_refusal(gateway_port, ca, (theirs.crt, theirs.key)) == "TLSV1_ALERT_UNKNOWN_CA"
+
+
+def test_a_call_the_gateway_does_not_have_is_answered_as_talos_answers_and_audited(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    async def call(path: str) -> grpc.aio.AioRpcError:
+        async with _channel(talosconfigs["Operator"]) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await channel.unary_unary(path)(b"", metadata=(("node", _nodes(site)["worker"]),), timeout=20)
+            return refused.value
+
+    unknown = asyncio.run(call("/machine.MachineService/NoSuchCall"))
+    assert unknown.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert unknown.details() == "unknown method NoSuchCall for service machine.MachineService"
+    service = asyncio.run(call("/nowhere.Service/Call"))
+    assert (
+        service.code() == grpc.StatusCode.UNIMPLEMENTED
+        and service.details() == "unknown service nowhere.Service"
+    )
+    events = site.until(
+        lambda: [
+            e for e in _audit(site, "serviceaccount.gw-operator") if e["verb"] in ("NoSuchCall", "Call")
+        ],
+        what="the unknown calls in the audit trail",
+    )
+    assert {e["code"] for e in events} == {501}, events
+    assert any("/machine.MachineService/NoSuchCall: UNIMPLEMENTED" in e["message"] for e in events), events
 
 
 def test_calls_show_in_the_audit_trail(site: Site, talosconfigs: dict[str, Path]) -> None:
