@@ -27,7 +27,14 @@ from herder.talos.machine import resources as res
 from herder.talos.machine.resources import ResourceEvent, ResourceEventType
 from herder.talos.talosconfig import dump_talosconfig
 from tests.emu.clusters import eventually
-from tests.emu.support import ClusterConfigs, admin, bring_up, herder_cli, raw_channel, wait_stage
+from tests.emu.support import (
+    ClusterConfigs,
+    admin,
+    bring_up,
+    herder_cli,
+    raw_channel,
+    wait_stage,
+)
 
 
 async def test_a_machine_in_maintenance_tells_what_it_is(emulator: Emulator) -> None:
@@ -263,3 +270,23 @@ async def test_herder_talos_get(emulator: Emulator, cluster_a: ClusterConfigs, t
     assert code == 1 and "doesn't exist" in err
     code, _out, err = await herder_cli("talos", "get", "disks", "-o", "xml", *auth)
     assert code == 1 and "unknown output 'xml'" in err
+
+
+async def test_the_hostname_is_the_configs_or_made_up_as_talos_makes_it_up(
+    emulator: Emulator, cluster_a: ClusterConfigs
+) -> None:
+    machine = next(iter(emulator.machines.values()))
+    await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
+    async with MachineClient.insecure(machine.record.endpoint) as client:
+        made_up = await client.hostname_status()
+        assert made_up.hostname == machine.hostname and made_up.hostname.startswith("talos-")
+        assert (await client.resolve_resource_type("hostname")).type == res.HOSTNAME_STATUS
+    named = cluster_a.controlplane.replace(
+        "kind: HostnameConfig\nauto: stable", "kind: HostnameConfig\nhostname: cp-one"
+    )
+    assert "hostname: cp-one" in named
+    await bring_up(emulator, machine, named)
+    async with admin(cluster_a, machine) as client:
+        assert (await client.hostname_status()).hostname == "cp-one" == machine.hostname
+        item = await client.get_resource(res.NETWORK, res.HOSTNAME_STATUS, res.HOSTNAME_STATUS_ID)
+        assert item.metadata.owner == "network.HostnameStatusController"

@@ -159,6 +159,20 @@ def test_every_role_reads_its_machines_through_herder(site: Site, talosconfigs: 
         assert len(events.splitlines()) >= 3, events
 
 
+def test_a_node_is_named_by_its_hostname_as_talos_reports_it(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    worker = site.machines[1]
+    machines = asyncio.run(site.emulator.control("GET", "/machines"))
+    hostname = next(m["hostname"] for m in machines if m["uuid"] == worker["uuid"])
+    site.until(
+        lambda: site.get("machine", worker["uuid"]).get("status", {}).get("hostname") == hostname,
+        what="the worker's hostname on its Machine",
+    )
+    version = _ok(_talos(talosconfigs["Reader"], "-n", hostname, "version"))
+    assert "Tag:" in version and hostname in version, version
+
+
 def test_a_resource_watch_and_an_event_stream_relay_as_they_come(
     site: Site, talosconfigs: dict[str, Path]
 ) -> None:

@@ -37,6 +37,7 @@ from herder.emu.machine.resources import (
     ResourceState,
     address_resources,
     hardware_resources,
+    hostname_resource,
     status_resource,
 )
 from herder.emu.options import FAULTS
@@ -139,9 +140,17 @@ class Machine:
                 *hardware_resources(self.uuid, self.record.hardware),
                 *address_resources(self.address),
                 status_resource(self.stage, self.ready, self.unmet),
+                hostname_resource(self.hostname),
             ):
                 self._resources.put(*item)
         return self._resources
+
+    def _refresh_resources(self) -> None:
+        """What the resources tell of the machine's stage and config, as it is now (a resource whose spec
+        did not change keeps its version)."""
+        if self._resources is not None:
+            self._resources.put(*status_resource(self.stage, self.ready, self.unmet))
+            self._resources.put(*hostname_resource(self.hostname))
 
     @property
     def in_maintenance(self) -> bool:
@@ -261,8 +270,7 @@ class Machine:
             ],
         )
         self.events.publish(pb.MachineStatusEvent(stage=int(stage), status=status))  # type: ignore[arg-type]
-        if self._resources is not None:
-            self._resources.put(*status_resource(stage, ready, unmet))
+        self._refresh_resources()
         self.host.machine_changed(self)
 
     async def _sleep(self, step: str) -> None:
@@ -500,11 +508,13 @@ class Machine:
             if mode is ApplyMode.REBOOT:
                 self._run("reboot", self._reboot_body, takeover=True)
         # Its kubelet and static pods follow a config applied without a reboot at once.
+        self._refresh_resources()
         self.host.machine_changed(self)
 
     def _revert_try(self) -> None:
         self._try_revert = None
         self.config = self._parse_persisted()
+        self._refresh_resources()
         self.events.publish(pb.TaskEvent(task="rollbackConfig", action=pb.TaskEvent.STOP))
 
     def reboot(self) -> str:

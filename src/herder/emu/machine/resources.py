@@ -31,6 +31,7 @@ OWNERS = {
     res.DISK: "block.DisksController",
     res.NODE_ADDRESS: "network.NodeAddressController",
     res.MACHINE_STATUS: "runtime.MachineStatusController",
+    res.HOSTNAME_STATUS: "network.HostnameStatusController",
 }
 """The controller of machined that writes each type."""
 
@@ -275,6 +276,15 @@ def address_resources(address: str) -> list[tuple[str, str, str, Spec]]:
     """(namespace, type, id, spec) of a machine's address sets: its one address, in each."""
     spec = res.NodeAddressSpec(addresses=(f"{address}/32",))
     return [(res.NETWORK, res.NODE_ADDRESS, id, spec) for id in res.NODE_ADDRESS_IDS]
+
+
+def hostname_resource(hostname: str) -> tuple[str, str, str, Spec]:
+    return (
+        res.NETWORK,
+        res.HOSTNAME_STATUS,
+        res.HOSTNAME_STATUS_ID,
+        res.HostnameStatusSpec(hostname=hostname),
+    )
 
 
 def status_resource(

@@ -602,6 +602,11 @@ class MachineClient:
         item = await self.get_resource(res.NETWORK, res.NODE_ADDRESS, id, node=node)
         return item.typed(res.NodeAddressSpec)
 
+    async def hostname_status(self, *, node: str | None = None) -> res.HostnameStatusSpec:
+        """The machine's hostname (and domain name), as its HostnameStatus resource says."""
+        item = await self.get_resource(res.NETWORK, res.HOSTNAME_STATUS, res.HOSTNAME_STATUS_ID, node=node)
+        return item.typed(res.HostnameStatusSpec)
+
     async def machine_status(self, *, node: str | None = None) -> MachineStatus:
         """The machine's stage and readiness, as its MachineStatus resource says."""
         item = await self.get_resource(res.RUNTIME, res.MACHINE_STATUS, res.MACHINE_STATUS_ID, node=node)

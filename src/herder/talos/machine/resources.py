@@ -47,9 +47,11 @@ MEMORY_MODULE = "MemoryModules.hardware.talos.dev"
 DISK = "Disks.block.talos.dev"
 NODE_ADDRESS = "NodeAddresses.net.talos.dev"
 MACHINE_STATUS = "MachineStatuses.runtime.talos.dev"
+HOSTNAME_STATUS = "HostnameStatuses.net.talos.dev"
 
 SYSTEM_INFORMATION_ID = "systeminformation"
 MACHINE_STATUS_ID = "machine"
+HOSTNAME_STATUS_ID = "hostname"
 NODE_ADDRESS_IDS = ("default", "current", "routed", "accumulative")
 """default: the one address the node publishes (etcd's peer address); current: the addresses of its up
 links now; routed: current without external and SideroLink addresses; accumulative: every address it had."""
@@ -199,6 +201,19 @@ class NodeAddressSpec(Spec):
             "ADDRESS_SORT_ALGORITHM_" + self.sort_algorithm.upper()
         )
         return network_pb2.NodeAddressSpec(addresses=prefixes, sort_algorithm=algorithm)
+
+
+class HostnameStatusSpec(Spec):
+    """``HostnameStatuses.net.talos.dev`` (namespace ``network``, id ``hostname``): the node's hostname, as
+    its config sets it or as Talos makes it up (``talos-xxx-yyy``)."""
+
+    always_marshalled = frozenset({"hostname", "domainname"})
+
+    hostname: str = ""
+    domainname: str = ""
+
+    def to_proto(self) -> Message:
+        return network_pb2.HostnameStatusSpec(hostname=self.hostname, domainname=self.domainname)
 
 
 class UnmetConditionSpec(Spec):
@@ -418,6 +433,13 @@ KINDS: dict[str, ResourceKind] = {
             NETWORK,
             NodeAddressSpec,
             print_columns=(("Addresses", "{.addresses}"), ("SortAlgorithm", "{.sortAlgorithm}")),
+        ),
+        ResourceKind(
+            HOSTNAME_STATUS,
+            NETWORK,
+            HostnameStatusSpec,
+            aliases=("hostname",),
+            print_columns=(("Hostname", "{.hostname}"), ("Domainname", "{.domainname}")),
         ),
         ResourceKind(
             MACHINE_STATUS,

@@ -26,7 +26,7 @@ from herder.talos.api.common import common_pb2 as herder_dot_talos_dot_api_dot_c
 from herder.talos.api.resource.definitions.enums import enums_pb2 as herder_dot_talos_dot_api_dot_resource_dot_definitions_dot_enums_dot_enums__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n;herder/talos/api/resource/definitions/network/network.proto\x12\"talos.resource.definitions.network\x1a$herder/talos/api/common/common.proto\x1a\x37herder/talos/api/resource/definitions/enums/enums.proto\"\x93\x01\n\x0fNodeAddressSpec\x12&\n\taddresses\x18\x01 \x03(\x0b\x32\x13.common.NetIPPrefix\x12X\n\x0esort_algorithm\x18\x02 \x01(\x0e\x32@.talos.resource.definitions.enums.NethelpersAddressSortAlgorithmb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n;herder/talos/api/resource/definitions/network/network.proto\x12\"talos.resource.definitions.network\x1a$herder/talos/api/common/common.proto\x1a\x37herder/talos/api/resource/definitions/enums/enums.proto\"\x93\x01\n\x0fNodeAddressSpec\x12&\n\taddresses\x18\x01 \x03(\x0b\x32\x13.common.NetIPPrefix\x12X\n\x0esort_algorithm\x18\x02 \x01(\x0e\x32@.talos.resource.definitions.enums.NethelpersAddressSortAlgorithm\":\n\x12HostnameStatusSpec\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x12\n\ndomainname\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,4 +35,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_NODEADDRESSSPEC']._serialized_start=195
   _globals['_NODEADDRESSSPEC']._serialized_end=342
+  _globals['_HOSTNAMESTATUSSPEC']._serialized_start=344
+  _globals['_HOSTNAMESTATUSSPEC']._serialized_end=402
 # @@protoc_insertion_point(module_scope)

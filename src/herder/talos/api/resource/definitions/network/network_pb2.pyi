@@ -15,3 +15,11 @@ class NodeAddressSpec(_message.Message):
     addresses: _containers.RepeatedCompositeFieldContainer[_common_pb2.NetIPPrefix]
     sort_algorithm: _enums_pb2.NethelpersAddressSortAlgorithm
     def __init__(self, addresses: _Optional[_Iterable[_Union[_common_pb2.NetIPPrefix, _Mapping]]] = ..., sort_algorithm: _Optional[_Union[_enums_pb2.NethelpersAddressSortAlgorithm, str]] = ...) -> None: ...
+
+class HostnameStatusSpec(_message.Message):
+    __slots__ = ("hostname", "domainname")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    DOMAINNAME_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    domainname: str
+    def __init__(self, hostname: _Optional[str] = ..., domainname: _Optional[str] = ...) -> None: ...
