@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import ssl
+import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from herder.emu.machine.config import (
 )
 from herder.emu.machine.events import EventLog
 from herder.emu.machine.kube_config import kube_facts
+from herder.emu.machine.logs import LogLine, MachineLogs, boot_messages
 from herder.emu.machine.network import GRACE, Network
 from herder.emu.machine.record import MachineRecord
 from herder.emu.machine.resources import (
@@ -100,6 +102,11 @@ class Machine:
         self.unmet: tuple[tuple[str, str], ...] = ()
         self.faults: set[str] = set()
         self.events = EventLog()
+        self.booted_at = time.time()
+        """When the machine last began to boot (what its uptime counts from)."""
+        self.logs = MachineLogs(self._boot_messages)
+        self.stopped_services: set[str] = set()
+        """Services stopped through the API (``talosctl service kubelet stop``) until the next boot."""
         self._resources: ResourceState | None = None
         self.last_error = ""
         self.recover_snapshot: bytes | None = None
@@ -237,12 +244,16 @@ class Machine:
 
     async def _sequence_body(self, name: str, body: Callable[[], Awaitable[None]], actor_id: str) -> None:
         self.events.publish(pb.SequenceEvent(sequence=name, action=pb.SequenceEvent.START), actor_id)
+        self.logs.write("machined", f"{name} sequence: started")
         error = None
         try:
             await body()
         except SequenceFailed as e:
             error = str(e)
             self.last_error = error
+        self.logs.write(
+            "machined", f"{name} sequence: failed: {error}" if error else f"{name} sequence: done"
+        )
         self.events.publish(
             pb.SequenceEvent(
                 sequence=name,
@@ -259,9 +270,21 @@ class Machine:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def _boot_messages(self, booted_at: float) -> list[LogLine]:
+        return boot_messages(self.record.hardware, self.address, self.record.talos_version, booted_at)
+
     def _set_stage(
         self, stage: MachineStage, *, ready: bool = False, unmet: tuple[tuple[str, str], ...] = ()
     ) -> None:
+        if stage is MachineStage.BOOTING and self.stage is not MachineStage.BOOTING:
+            # A new boot: the kernel and machined start afresh, with empty logs.
+            self.booted_at = time.time()
+            self.logs.boot(self.booted_at)
+            self.stopped_services.clear()
+        if stage is not self.stage:
+            self.logs.write("machined", f"machine stage: {stage.name.lower().replace('_', ' ')}")
+        for name, reason in unmet:
+            self.logs.write("machined", f"service[{name}](Waiting): {reason}")
         self.stage, self.ready, self.unmet = stage, ready, unmet
         status = pb.MachineStatusEvent.MachineStatus(
             ready=ready,
@@ -291,6 +314,9 @@ class Machine:
         context = await asyncio.to_thread(_maintenance_context, self.address, self.hostname)
         self.api_secure = False
         await self.host.network.serve(self.uuid, self.address, self.record.port, context, authenticated=False)
+        self.logs.write(
+            "machined", f"entering maintenance service: waiting for a config on {self.record.endpoint}"
+        )
 
     async def _serve_secure(self, issuing_ca: CertificateAndKey) -> None:
         assert self.config is not None
@@ -303,6 +329,9 @@ class Machine:
         context = self._api_context[1]
         self.api_secure = True
         await self.host.network.serve(self.uuid, self.address, self.record.port, context, authenticated=True)
+        self.logs.write(
+            "apid", f"apid listening on {self.record.endpoint} (mutual TLS with the cluster's Talos CA)"
+        )
 
     def _api_down(self, *, grace: float = GRACE) -> None:
         self.api_secure = False
@@ -396,11 +425,33 @@ class Machine:
         if not self.api_secure:
             await self._serve_secure(issuing)
         self._set_stage(MachineStage.RUNNING, ready=True)
+        self._log_services_up(config)
         if config.is_control_plane:
             cluster.trustd.set()
             if cluster.bootstrapped and cluster.member_of(self.uuid) is None:
-                cluster.join(self.uuid, self.hostname, self.address)
+                member = cluster.join(self.uuid, self.hostname, self.address)
                 self.host.store.save_cluster(cluster)
+                if member is not None:
+                    self.logs.write(
+                        "etcd", f"joined the etcd cluster as member {member.id:x} ({self.hostname})"
+                    )
+
+    def _log_services_up(self, config: MachineConfig) -> None:
+        """What the services say as they come up on a configured machine."""
+        logs = self.logs
+        services = ["containerd", "cri", "kubelet"] + (["etcd", "trustd"] if config.is_control_plane else [])
+        for name in services:
+            logs.write(
+                "machined", f"service[{name}](Running): Started task {name} (PID {_pid(self.uuid, name)})"
+            )
+        logs.write("containerd", "containerd successfully booted")
+        logs.write("cri", "serving CRI on /run/containerd/containerd.sock")
+        if config.is_control_plane:
+            logs.write(
+                "trustd", "trustd listening on :50001: issuing API certificates to the cluster's workers"
+            )
+        logs.write("kubelet", f'"Attempting to register node" node="{self.hostname}"')
+        logs.write("kubelet", f'"Successfully registered node" node="{self.hostname}"')
 
     def _register_with_cluster(self) -> None:
         config, cluster = self.config, self.cluster
@@ -488,11 +539,15 @@ class Machine:
         self.record.config, self.record.staged_config = new.raw, None
         self._persist()
         self.config = new
+        self.logs.write(
+            "machined", f"apply config request: {new.machine_type} config taken in maintenance mode"
+        )
         self._run("install", self._configured_boot)
 
     def apply(self, new: MachineConfig, mode: ApplyMode, *, try_timeout: float) -> None:
         """Take a config on a configured machine in a mode already decided (not AUTO): tried for
         ``try_timeout`` seconds, staged for the next boot, or persisted, with a reboot in REBOOT mode."""
+        self.logs.write("machined", f"apply config request: mode {mode.name.lower().replace('_', '-')}")
         self._cancel_try()
         if mode is ApplyMode.TRY:
             self._try_revert = asyncio.get_running_loop().call_later(try_timeout, self._revert_try)
@@ -640,6 +695,11 @@ class Machine:
         self.record.powered_on = False
         self._persist()
         self._set_stage(MachineStage.UNKNOWN)
+
+
+def _pid(uuid: str, service: str) -> int:
+    """A process id of the service, the same on every boot of the machine."""
+    return 400 + int(hashlib.sha256((uuid + service).encode()).hexdigest()[:4], 16) % 3000
 
 
 def _maintenance_context(address: str, hostname: str) -> ssl.SSLContext:

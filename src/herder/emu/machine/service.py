@@ -15,6 +15,7 @@ from google.protobuf import empty_pb2
 from herder.emu.errors import ApiError
 from herder.emu.machine import api
 from herder.emu.machine.lifecycle import Machine
+from herder.emu.machine.logs import dmesg_line
 from herder.emu.machine.network import Peer
 from herder.emu.machine.routing import Context, Fleet, Router
 from herder.talos.api.common import common_pb2
@@ -167,6 +168,119 @@ class MachineService(pb_grpc.MachineServiceServicer):
             pb.EtcdRemoveMemberByIDResponse,
         )
 
+    # --- what talosctl reads to see inside a machine ---
+
+    async def _read(
+        self,
+        method: str,
+        context: Context,
+        answer: Callable[[Machine], Any],
+        message: Callable[..., Any],
+        reply: Callable[..., _R],
+    ) -> _R:
+        return await self._unary(method, context, lambda m, _p: answer(m), message, reply)
+
+    async def Hostname(self, request: empty_pb2.Empty, context: Context) -> pb.HostnameResponse:
+        return await self._read("Hostname", context, api.hostname, pb.Hostname, pb.HostnameResponse)
+
+    async def Memory(self, request: empty_pb2.Empty, context: Context) -> pb.MemoryResponse:
+        return await self._read("Memory", context, api.memory, pb.Memory, pb.MemoryResponse)
+
+    async def LoadAvg(self, request: empty_pb2.Empty, context: Context) -> pb.LoadAvgResponse:
+        return await self._read("LoadAvg", context, api.load_avg, pb.LoadAvg, pb.LoadAvgResponse)
+
+    async def Processes(self, request: empty_pb2.Empty, context: Context) -> pb.ProcessesResponse:
+        return await self._read("Processes", context, api.processes, pb.Process, pb.ProcessesResponse)
+
+    async def SystemStat(self, request: empty_pb2.Empty, context: Context) -> pb.SystemStatResponse:
+        return await self._read("SystemStat", context, api.system_stat, pb.SystemStat, pb.SystemStatResponse)
+
+    async def CPUInfo(self, request: empty_pb2.Empty, context: Context) -> pb.CPUInfoResponse:
+        return await self._read("CPUInfo", context, api.cpu_info, pb.CPUsInfo, pb.CPUInfoResponse)
+
+    async def DiskStats(self, request: empty_pb2.Empty, context: Context) -> pb.DiskStatsResponse:
+        return await self._read("DiskStats", context, api.disk_stats, pb.DiskStats, pb.DiskStatsResponse)
+
+    async def NetworkDeviceStats(
+        self, request: empty_pb2.Empty, context: Context
+    ) -> pb.NetworkDeviceStatsResponse:
+        return await self._read(
+            "NetworkDeviceStats",
+            context,
+            api.network_device_stats,
+            pb.NetworkDeviceStats,
+            pb.NetworkDeviceStatsResponse,
+        )
+
+    async def Mounts(self, request: empty_pb2.Empty, context: Context) -> pb.MountsResponse:
+        return await self._read("Mounts", context, api.mounts, pb.Mounts, pb.MountsResponse)
+
+    async def Containers(self, request: pb.ContainersRequest, context: Context) -> pb.ContainersResponse:
+        return await self._read(
+            "Containers", context, lambda m: api.containers(m, request), pb.Container, pb.ContainersResponse
+        )
+
+    async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
+        return await self._read("Stats", context, lambda m: api.stats(m, request), pb.Stats, pb.StatsResponse)
+
+    async def Netstat(self, request: pb.NetstatRequest, context: Context) -> pb.NetstatResponse:
+        return await self._read(
+            "Netstat", context, lambda m: api.netstat(m, request), pb.Netstat, pb.NetstatResponse
+        )
+
+    async def EtcdAlarmList(self, request: empty_pb2.Empty, context: Context) -> pb.EtcdAlarmListResponse:
+        return await self._read(
+            "EtcdAlarmList", context, api.etcd_alarms, pb.EtcdAlarm, pb.EtcdAlarmListResponse
+        )
+
+    # --- what an operator does to a running machine ---
+
+    async def EtcdAlarmDisarm(self, request: empty_pb2.Empty, context: Context) -> pb.EtcdAlarmDisarmResponse:
+        return await self._read(
+            "EtcdAlarmDisarm", context, api.etcd_alarm_disarm, pb.EtcdAlarmDisarm, pb.EtcdAlarmDisarmResponse
+        )
+
+    async def EtcdDefragment(self, request: empty_pb2.Empty, context: Context) -> pb.EtcdDefragmentResponse:
+        return await self._read(
+            "EtcdDefragment", context, api.etcd_defragment, pb.EtcdDefragment, pb.EtcdDefragmentResponse
+        )
+
+    async def Restart(self, request: pb.RestartRequest, context: Context) -> pb.RestartResponse:
+        return await self._read(
+            "Restart", context, lambda m: api.restart(m, request), pb.Restart, pb.RestartResponse
+        )
+
+    async def ServiceStart(
+        self, request: pb.ServiceStartRequest, context: Context
+    ) -> pb.ServiceStartResponse:
+        return await self._read(
+            "ServiceStart",
+            context,
+            lambda m: api.service_start(m, request),
+            pb.ServiceStart,
+            pb.ServiceStartResponse,
+        )
+
+    async def ServiceStop(self, request: pb.ServiceStopRequest, context: Context) -> pb.ServiceStopResponse:
+        return await self._read(
+            "ServiceStop",
+            context,
+            lambda m: api.service_stop(m, request),
+            pb.ServiceStop,
+            pb.ServiceStopResponse,
+        )
+
+    async def ServiceRestart(
+        self, request: pb.ServiceRestartRequest, context: Context
+    ) -> pb.ServiceRestartResponse:
+        return await self._read(
+            "ServiceRestart",
+            context,
+            lambda m: api.service_restart(m, request),
+            pb.ServiceRestart,
+            pb.ServiceRestartResponse,
+        )
+
     # --- streams ---
 
     async def _data(
@@ -191,6 +305,63 @@ class MachineService(pb_grpc.MachineServiceServicer):
     async def Kubeconfig(self, request: empty_pb2.Empty, context: Context) -> AsyncIterator[common_pb2.Data]:
         async for chunk in self._data("Kubeconfig", context, api.kubeconfig):
             yield chunk
+
+    async def Read(self, request: pb.ReadRequest, context: Context) -> AsyncIterator[common_pb2.Data]:
+        async for chunk in self._data("Read", context, lambda m: api.read(m, request)):
+            yield chunk
+
+    async def _messages(
+        self, method: str, context: Context, produce: Callable[[Machine], list[Any]]
+    ) -> AsyncIterator[Any]:
+        _peer, machine = await self.router.single(_method(method), context)
+        try:
+            messages = produce(machine)
+        except ApiError as e:
+            await self._abort(context, e)
+            return
+        for message in messages:
+            yield message
+
+    async def List(self, request: pb.ListRequest, context: Context) -> AsyncIterator[pb.FileInfo]:
+        async for info in self._messages("List", context, lambda m: api.list_files(m, request)):
+            yield info
+
+    async def DiskUsage(
+        self, request: pb.DiskUsageRequest, context: Context
+    ) -> AsyncIterator[pb.DiskUsageInfo]:
+        async for info in self._messages("DiskUsage", context, lambda m: api.disk_usage(m, request)):
+            yield info
+
+    async def Logs(self, request: pb.LogsRequest, context: Context) -> AsyncIterator[common_pb2.Data]:
+        _peer, machine = await self.router.single(_method("Logs"), context)
+        try:
+            source, lines = api.log_source(machine, request)
+        except ApiError as e:
+            await self._abort(context, e)
+            return
+        if source is None:
+            for line in lines:
+                yield common_pb2.Data(bytes=line)
+            return
+        tail = request.tail_lines
+        if not request.follow:
+            for entry in source.tail(tail):
+                yield common_pb2.Data(bytes=api.log_text(entry))
+            return
+        async for entry in source.follow(tail=tail):
+            yield common_pb2.Data(bytes=api.log_text(entry))
+
+    async def Dmesg(self, request: pb.DmesgRequest, context: Context) -> AsyncIterator[common_pb2.Data]:
+        _peer, machine = await self.router.single(_method("Dmesg"), context)
+        kernel = machine.logs.kernel()
+        # ``tail``: from now on only (with ``follow``).
+        backlog = 0 if request.tail else -1
+        if not request.follow:
+            for line in kernel.tail(backlog):
+                yield common_pb2.Data(bytes=dmesg_line(line))
+            return
+        async for line in kernel.follow(tail=backlog):
+            yield common_pb2.Data(bytes=dmesg_line(line))
 
     async def EtcdRecover(
         self, request_iterator: AsyncIterator[common_pb2.Data], context: Context

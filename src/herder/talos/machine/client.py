@@ -482,18 +482,150 @@ class MachineClient:
         node: str | None = None,
     ) -> AsyncIterator[MachineEvent]:
         """The machine's events: the requested backlog, then live ones until the caller stops iterating."""
-        stubs = await self._connect()
         request = pb.EventsRequest(
             tail_events=tail_events, tail_id=tail_id, tail_seconds=tail_seconds, with_actor_id=actor_id
         )
-        call = stubs.machine.Events(request, metadata=self._metadata(node))
+        async for event in self._stream("Events", request, node):
+            yield decode_event(event, node or self.node or "")
+
+    # --- inside a machine: what talosctl reads (Talos's own messages) ---
+
+    async def hostname(self, *, node: str | None = None) -> str:
+        m = await self._unary("Hostname", empty_pb2.Empty(), idempotent=True, node=node)
+        return str(m.hostname)
+
+    async def memory(self, *, node: str | None = None) -> pb.MemInfo:
+        """``/proc/meminfo`` (KiB)."""
+        m = await self._unary("Memory", empty_pb2.Empty(), idempotent=True, node=node)
+        return m.meminfo  # type: ignore[no-any-return]
+
+    async def load_avg(self, *, node: str | None = None) -> pb.LoadAvg:
+        return await self._unary("LoadAvg", empty_pb2.Empty(), idempotent=True, node=node)  # type: ignore[no-any-return]
+
+    async def processes(self, *, node: str | None = None) -> list[pb.ProcessInfo]:
+        m = await self._unary("Processes", empty_pb2.Empty(), idempotent=True, node=node)
+        return list(m.processes)
+
+    async def system_stat(self, *, node: str | None = None) -> pb.SystemStat:
+        """``/proc/stat``: CPU seconds since boot, interrupts, context switches."""
+        return await self._unary("SystemStat", empty_pb2.Empty(), idempotent=True, node=node)  # type: ignore[no-any-return]
+
+    async def cpu_info(self, *, node: str | None = None) -> list[pb.CPUInfo]:
+        m = await self._unary("CPUInfo", empty_pb2.Empty(), idempotent=True, node=node)
+        return list(m.cpu_info)
+
+    async def disk_stats(self, *, node: str | None = None) -> pb.DiskStats:
+        return await self._unary("DiskStats", empty_pb2.Empty(), idempotent=True, node=node)  # type: ignore[no-any-return]
+
+    async def network_device_stats(self, *, node: str | None = None) -> pb.NetworkDeviceStats:
+        return await self._unary("NetworkDeviceStats", empty_pb2.Empty(), idempotent=True, node=node)  # type: ignore[no-any-return]
+
+    async def mounts(self, *, node: str | None = None) -> list[pb.MountStat]:
+        m = await self._unary("Mounts", empty_pb2.Empty(), idempotent=True, node=node)
+        return list(m.stats)
+
+    async def containers(
+        self, *, kubernetes: bool = False, node: str | None = None
+    ) -> list[pb.ContainerInfo]:
+        """The system services' containers, or with ``kubernetes`` the CRI's (``talosctl containers -k``)."""
+        request = pb.ContainersRequest(**_runtime(kubernetes))
+        m = await self._unary("Containers", request, idempotent=True, node=node)
+        return list(m.containers)
+
+    async def stats(self, *, kubernetes: bool = False, node: str | None = None) -> list[pb.Stat]:
+        request = pb.StatsRequest(**_runtime(kubernetes))
+        m = await self._unary("Stats", request, idempotent=True, node=node)
+        return list(m.stats)
+
+    async def netstat(
+        self, *, listening: bool = False, pids: bool = False, node: str | None = None
+    ) -> list[pb.ConnectRecord]:
+        request = pb.NetstatRequest(
+            filter=pb.NetstatRequest.LISTENING if listening else pb.NetstatRequest.ALL,
+            feature=pb.NetstatRequest.Feature(pid=pids),
+        )
+        m = await self._unary("Netstat", request, idempotent=True, node=node)
+        return list(m.connectrecord)
+
+    async def etcd_alarms(self, *, node: str | None = None) -> list[pb.EtcdMemberAlarm]:
+        m = await self._unary("EtcdAlarmList", empty_pb2.Empty(), idempotent=True, node=node)
+        return list(m.member_alarms)
+
+    async def etcd_alarm_disarm(self, *, node: str | None = None) -> list[pb.EtcdMemberAlarm]:
+        m = await self._unary("EtcdAlarmDisarm", empty_pb2.Empty(), idempotent=False, node=node)
+        return list(m.member_alarms)
+
+    async def etcd_defragment(self, *, node: str | None = None) -> None:
+        await self._unary("EtcdDefragment", empty_pb2.Empty(), idempotent=False, node=node)
+
+    async def restart(self, id: str, *, kubernetes: bool = False, node: str | None = None) -> None:
+        """Restart a container (``talosctl restart ID``)."""
+        request = pb.RestartRequest(id=id, **_runtime(kubernetes))
+        await self._unary("Restart", request, idempotent=False, node=node)
+
+    async def service(self, id: str, action: str, *, node: str | None = None) -> str:
+        """``start``, ``stop`` or ``restart`` a service; returns what the machine says it did."""
+        calls = {
+            "start": ("ServiceStart", pb.ServiceStartRequest),
+            "stop": ("ServiceStop", pb.ServiceStopRequest),
+            "restart": ("ServiceRestart", pb.ServiceRestartRequest),
+        }
+        if action not in calls:
+            raise ValueError(f"unknown service action {action!r}: expected start, stop or restart")
+        method, request = calls[action]
+        m = await self._unary(method, request(id=id), idempotent=False, node=node)
+        return str(m.resp)
+
+    async def _stream(self, method: str, request: Any, node: str | None) -> AsyncIterator[Any]:
+        """The messages of a server stream as they come, until it ends or the caller stops iterating."""
+        stubs = await self._connect()
+        call = getattr(stubs.machine, method)(request, metadata=self._metadata(node))
         try:
-            async for event in call:
-                yield decode_event(event, node or self.node or "")
+            async for message in call:
+                self._first([message], node)
+                yield message
         except grpc.aio.AioRpcError as e:
             raise self._error(e, node) from None
         finally:
             call.cancel()
+
+    async def read(self, path: str, *, node: str | None = None) -> AsyncIterator[bytes]:
+        """A file's bytes as they stream (``talosctl read``)."""
+        async for message in self._stream("Read", pb.ReadRequest(path=path), node):
+            yield message.bytes
+
+    async def list_files(
+        self, root: str = "/", *, recurse: bool = False, depth: int = 0, node: str | None = None
+    ) -> list[pb.FileInfo]:
+        """A directory's entries (``talosctl list``); with ``recurse``, ``depth`` levels (0: all)."""
+        request = pb.ListRequest(root=root, recurse=recurse, recursion_depth=depth)
+        return [m async for m in self._stream("List", request, node)]
+
+    async def disk_usage(self, *paths: str, node: str | None = None) -> list[pb.DiskUsageInfo]:
+        request = pb.DiskUsageRequest(paths=list(paths) or ["/"])
+        return [m async for m in self._stream("DiskUsage", request, node)]
+
+    async def logs(
+        self,
+        id: str,
+        *,
+        follow: bool = False,
+        tail: int = -1,
+        kubernetes: bool = False,
+        node: str | None = None,
+    ) -> AsyncIterator[bytes]:
+        """A service's log (or with ``kubernetes`` a container's), as it streams: its last ``tail`` lines
+        (-1: all), then with ``follow`` new ones until the caller stops."""
+        request = pb.LogsRequest(id=id, follow=follow, tail_lines=tail, **_runtime(kubernetes))
+        async for message in self._stream("Logs", request, node):
+            yield message.bytes
+
+    async def dmesg(
+        self, *, follow: bool = False, tail: bool = False, node: str | None = None
+    ) -> AsyncIterator[str]:
+        """The kernel's messages, one per item; with ``tail`` only new ones (with ``follow``)."""
+        async for message in self._stream("Dmesg", pb.DmesgRequest(follow=follow, tail=tail), node):
+            yield message.bytes.decode("utf-8", "replace")
 
     # --- resources (cosi.resource.State) ---
 
@@ -616,6 +748,13 @@ class MachineClient:
             ready=spec.status.ready,
             unmet_conditions=tuple(UnmetCondition(c.name, c.reason) for c in spec.status.unmet_conditions),
         )
+
+
+def _runtime(kubernetes: bool) -> dict[str, Any]:
+    """The namespace and driver of a containers call: the CRI's (Kubernetes) or containerd's system one."""
+    if kubernetes:
+        return {"namespace": "k8s.io", "driver": common_pb2.CRI}
+    return {"namespace": "system", "driver": common_pb2.CONTAINERD}
 
 
 def _action(enum_type: Any, value: int) -> str:
