@@ -18,21 +18,31 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2
+from herder.talos.api.resource.config import config_pb2
 from herder.talos.api.resource.definitions.block import block_pb2
+from herder.talos.api.resource.definitions.cluster import cluster_pb2
 from herder.talos.api.resource.definitions.enums import enums_pb2
+from herder.talos.api.resource.definitions.extensions import extensions_pb2
 from herder.talos.api.resource.definitions.hardware import hardware_pb2
+from herder.talos.api.resource.definitions.k8s import k8s_pb2
 from herder.talos.api.resource.definitions.network import network_pb2
 from herder.talos.api.resource.definitions.runtime import runtime_pb2
+from herder.talos.api.resource.definitions.v1alpha1 import v1alpha1_pb2
 from tests.data import TALOS_PROTOS
 
 HERDER: tuple[ModuleType, ...] = (
     common_pb2,
     machine_pb2,
     block_pb2,
+    cluster_pb2,
+    config_pb2,
     enums_pb2,
+    extensions_pb2,
     hardware_pb2,
+    k8s_pb2,
     network_pb2,
     runtime_pb2,
+    v1alpha1_pb2,
 )
 """herder's generated protos that stand for Talos's."""
 

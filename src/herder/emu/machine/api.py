@@ -178,35 +178,15 @@ def shutdown(machine: Machine) -> pb.Shutdown:
     return pb.Shutdown(actor_id=machine.shutdown())
 
 
-def _service_names(machine: Machine) -> list[str]:
-    names = ["apid", "machined", "udevd"]
-    if machine.config is not None:
-        names += ["containerd", "cri", "kubelet"]
-        if machine.config.is_control_plane:
-            names += ["etcd", "trustd"]
-    return sorted(names)
-
-
 def service_infos(machine: Machine) -> list[pb.ServiceInfo]:
-    running = machine.stage is MachineStage.RUNNING
-    infos = []
-    for name in _service_names(machine):
-        healthy = running or name in ("apid", "machined", "udevd")
-        if name == "etcd":
-            cluster = machine.cluster
-            healthy = running and cluster is not None and cluster.member_healthy(machine.uuid)
-        state = "Running" if healthy else "Preparing"
-        message = "" if healthy else ("waiting for etcd bootstrap" if name == "etcd" else "waiting for boot")
-        if name in machine.stopped_services:
-            healthy, state, message = False, "Finished", "Service finished successfully"
-        infos.append(
-            pb.ServiceInfo(
-                id=name,
-                state=state,
-                health=pb.ServiceHealth(unknown=False, healthy=healthy, last_message=message),
-            )
+    return [
+        pb.ServiceInfo(
+            id=state.name,
+            state=state.state,
+            health=pb.ServiceHealth(unknown=False, healthy=state.healthy, last_message=state.message),
         )
-    return infos
+        for state in machine.service_states()
+    ]
 
 
 def services(machine: Machine) -> pb.ServiceList:
@@ -220,7 +200,7 @@ _API_CONTROLLED = frozenset({"kubelet"})
 
 def _service(machine: Machine, name: str) -> bool:
     """Whether the service runs (``not defined`` if the machine has no such service)."""
-    if name not in _service_names(machine):
+    if name not in machine.service_names():
         raise ApiError(grpc.StatusCode.UNKNOWN, f'service "{name}" not defined')
     return name not in machine.stopped_services and machine.stage is MachineStage.RUNNING
 
@@ -236,6 +216,7 @@ def service_start(machine: Machine, request: pb.ServiceStartRequest) -> pb.Servi
         if request.id not in _API_CONTROLLED:
             raise _refuse(request.id, "start")
         machine.stopped_services.discard(request.id)
+        machine.refresh_resources()
         machine.logs.write("machined", f"service[{request.id}](Running): Started by the API")
     return pb.ServiceStart(resp=f'Service "{request.id}" started')
 
@@ -245,6 +226,7 @@ def service_stop(machine: Machine, request: pb.ServiceStopRequest) -> pb.Service
         if request.id not in _API_CONTROLLED:
             raise _refuse(request.id, "stop")
         machine.stopped_services.add(request.id)
+        machine.refresh_resources()
         machine.logs.write("machined", f"service[{request.id}](Finished): Service finished successfully")
     return pb.ServiceStop(resp=f'Service "{request.id}" stopped')
 
@@ -269,7 +251,7 @@ def service_restart(machine: Machine, request: pb.ServiceRestartRequest) -> pb.S
 
 def host_of(machine: Machine) -> Host:
     config = machine.config
-    running = tuple(i.id for i in service_infos(machine) if i.state == "Running")
+    running = tuple(s.name for s in machine.service_states() if s.running)
     return Host(
         uuid=machine.uuid,
         hostname=machine.hostname,
@@ -368,7 +350,7 @@ def log_source(machine: Machine, request: pb.LogsRequest) -> tuple[LogBuffer | N
     if (
         request.namespace in ("", SYSTEM_NAMESPACE) and request.driver != common_pb2.CRI
     ) or request.id == "kubelet":
-        if request.id not in _service_names(machine):
+        if request.id not in machine.service_names():
             raise ApiError(grpc.StatusCode.NOT_FOUND, f'log "{request.id}" was not registered')
         return machine.logs.service(request.id) or LogBuffer(), []
     host = host_of(machine)

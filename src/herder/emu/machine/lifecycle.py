@@ -17,6 +17,7 @@ import ssl
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -54,6 +55,21 @@ from herder.talos.versions import check_talos_upgrade
 
 class SequenceFailed(Exception):
     """A sequence ended in error; the machine reports it in the sequence's stop event."""
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """A service of the machine as machined reports it."""
+
+    name: str
+    state: str
+    """``Running``, ``Preparing``, ``Finished``."""
+    healthy: bool
+    message: str
+
+    @property
+    def running(self) -> bool:
+        return self.state == "Running"
 
 
 class MachineStore(Protocol):
@@ -152,12 +168,13 @@ class Machine:
                 self._resources.put(*item)
         return self._resources
 
-    def _refresh_resources(self) -> None:
+    def refresh_resources(self) -> None:
         """What the resources tell of the machine's stage and config, as it is now (a resource whose spec
         did not change keeps its version)."""
         if self._resources is not None:
             self._resources.put(*status_resource(self.stage, self.ready, self.unmet))
             self._resources.put(*hostname_resource(self.hostname))
+            self._resources.refresh()
 
     @property
     def in_maintenance(self) -> bool:
@@ -293,7 +310,7 @@ class Machine:
             ],
         )
         self.events.publish(pb.MachineStatusEvent(stage=int(stage), status=status))  # type: ignore[arg-type]
-        self._refresh_resources()
+        self.refresh_resources()
         self.host.machine_changed(self)
 
     async def _sleep(self, step: str) -> None:
@@ -518,6 +535,35 @@ class Machine:
             self._try_revert.cancel()
             self._try_revert = None
 
+    # --- services ---
+
+    def service_names(self) -> list[str]:
+        """The services machined runs on this machine (more once it has a config; etcd and trustd on a
+        control plane)."""
+        names = ["apid", "machined", "udevd"]
+        if self.config is not None:
+            names += ["containerd", "cri", "kubelet"]
+            if self.config.is_control_plane:
+                names += ["etcd", "trustd"]
+        return sorted(names)
+
+    def service_states(self) -> list[ServiceState]:
+        running = self.stage is MachineStage.RUNNING
+        states = []
+        for name in self.service_names():
+            healthy = running or name in ("apid", "machined", "udevd")
+            if name == "etcd":
+                cluster = self.cluster
+                healthy = running and cluster is not None and cluster.member_healthy(self.uuid)
+            state = "Running" if healthy else "Preparing"
+            message = (
+                "" if healthy else ("waiting for etcd bootstrap" if name == "etcd" else "waiting for boot")
+            )
+            if name in self.stopped_services:
+                healthy, state, message = False, "Finished", "Service finished successfully"
+            states.append(ServiceState(name, state, healthy, message))
+        return states
+
     # --- what the machine API starts (``api`` checks the request and answers) ---
 
     @property
@@ -563,13 +609,13 @@ class Machine:
             if mode is ApplyMode.REBOOT:
                 self._run("reboot", self._reboot_body, takeover=True)
         # Its kubelet and static pods follow a config applied without a reboot at once.
-        self._refresh_resources()
+        self.refresh_resources()
         self.host.machine_changed(self)
 
     def _revert_try(self) -> None:
         self._try_revert = None
         self.config = self._parse_persisted()
-        self._refresh_resources()
+        self.refresh_resources()
         self.events.publish(pb.TaskEvent(task="rollbackConfig", action=pb.TaskEvent.STOP))
 
     def reboot(self) -> str:
