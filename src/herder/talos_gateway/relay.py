@@ -30,7 +30,7 @@ import grpc
 from herder.state.store import Store
 from herder.talos.machine import roles
 from herder.talos.machine.tunnel import TLSPeer
-from herder.talos_gateway import replies
+from herder.talos_gateway import methods, replies
 from herder.talos_gateway.authority import ForeignCertificate, read_client_certificate
 from herder.talos_gateway.callers import Caller, Callers, Refused
 from herder.talos_gateway.methods import METHODS, Method
@@ -147,6 +147,8 @@ class Relay:
         caller: Caller | None = None
         try:
             caller = await self._caller(context)
+            if methods.known(method):
+                raise Refused(grpc.StatusCode.PERMISSION_DENIED, methods.refusal(method))
             raise Refused(grpc.StatusCode.UNIMPLEMENTED, _unknown_method(method))
         except Refused as e:
             self._record(call, caller, None, e.code, e.message)
@@ -160,6 +162,8 @@ class Relay:
         caller: Caller | None = None
         try:
             caller = await self._caller(context)
+            if not methods.let_through(method):
+                raise Refused(grpc.StatusCode.PERMISSION_DENIED, methods.refusal(method))
             allowed = caller.may_call(method.path)
             try:
                 nodes, many = _nodes(method, metadata)
