@@ -167,3 +167,19 @@ async def test_hidden_machines_do_not_exist_below_support_and_managed_ones_are_r
 
     gone = Caller(Identity("serviceaccount:r", "Reader"), "os:reader", None, alpha)
     assert all(t.refused is not None for t in await find(store, gone, nodes))
+
+
+def test_grpc_s_own_tls_speaks_for_the_gateway_s_certificates_not_for_talos_s(tmp_path: Path) -> None:
+    """The gateway's talosconfigs (ECDSA) need no tunnel in herder's client; a Talos machine's (Ed25519) do."""
+    from herder.talos import pki
+    from herder.talos.machine import tls
+    from herder.talos.talosconfig import issue_client_certificate
+
+    authority = GatewayAuthority(tmp_path)
+    issued = authority.issue(
+        "serviceaccount:ci", "uid", "os:reader", ClusterRef("d", "a", "u"), timedelta(hours=1)
+    )
+    assert tls.native(authority.ca_certificate, issued.crt, issued.key)
+    talos = pki.new_ca(pki.KeyType.ED25519, organization="talos")
+    client = issue_client_certificate(talos, ("os:admin",))
+    assert not tls.native(talos.crt, client.crt, client.key)

@@ -23,7 +23,7 @@ from herder.talos import pki
 from herder.talos.api.common import common_pb2
 from herder.talos.api.cosi import state_pb2, state_pb2_grpc
 from herder.talos.api.machine import machine_pb2, machine_pb2_grpc
-from herder.talos.machine import MachineClient, PermissionDenied
+from herder.talos.machine import Credentials, MachineClient, PermissionDenied, Unauthenticated
 from herder.talos.machine import resources as res
 from herder.talos.talosconfig import Talosconfig, issue_client_certificate, load_talosconfig_file
 from tests.api.server import HERDER, free_port, support_token_file
@@ -559,12 +559,23 @@ def _tls_refusal(gateway_port: int, ca: bytes, client: tuple[bytes, bytes] | Non
     return str(refused.value.reason)
 
 
-def test_a_refused_client_certificate_is_told_why_by_a_tls_alert(site: Site, gateway_port: int) -> None:
-    ca = load_talosconfig_file(site.workdir / "reader.talosconfig").current().ca
+def test_a_refused_client_certificate_is_told_why_by_a_tls_alert(
+    site: Site, gateway_port: int, talosconfigs: dict[str, Path]
+) -> None:
+    ca = load_talosconfig_file(talosconfigs["Reader"]).current().ca
     assert _tls_refusal(gateway_port, ca, None) == "TLSV13_ALERT_CERTIFICATE_REQUIRED"
     stranger = pki.new_ca(pki.KeyType.ECDSA_P256, organization="elsewhere")
     theirs = issue_client_certificate(stranger, ("os:admin",))
     assert _tls_refusal(gateway_port, ca, (theirs.crt, theirs.key)) == "TLSV1_ALERT_UNKNOWN_CA"
+    # herder's client (which speaks grpc's own TLS to the gateway) says why, and does not retry.
+
+    async def call() -> None:
+        credentials = Credentials(ca, theirs.crt, theirs.key)
+        async with MachineClient(f"127.0.0.1:{gateway_port}", credentials=credentials, node="x") as client:
+            await client.version()
+
+    with pytest.raises(Unauthenticated, match="refused the client certificate"):
+        asyncio.run(call())
 
 
 def test_a_call_the_gateway_does_not_have_is_answered_as_talos_answers_and_audited(

@@ -182,6 +182,24 @@ class MachineClient:
             if self._stubs is not None:
                 return self._stubs
             creds = self._credentials
+            options = [
+                ("grpc.default_authority", f"{self._host}:{self._port}"),
+                ("grpc.max_receive_message_length", 32 << 20),
+                ("grpc.enable_retries", 0),
+            ]
+            if creds is not None and machine_tls.native(creds.ca, creds.crt, creds.key):
+                # grpc's TLS can use these keys (a gateway's, not a Talos machine's Ed25519 ones): no
+                # tunnel, nothing of the connection in Python.
+                self._channel = grpc.aio.secure_channel(
+                    f"{self._host}:{self._port}",
+                    grpc.ssl_channel_credentials(creds.ca, creds.key, creds.crt),
+                    options=[*options, ("grpc.ssl_target_name_override", self._host)],
+                )
+                self._stubs = _Stubs(
+                    pb_grpc.MachineServiceStub(self._channel),  # type: ignore[no-untyped-call]
+                    state_pb2_grpc.StateStub(self._channel),  # type: ignore[no-untyped-call]
+                )
+                return self._stubs
             if creds is None:
                 context: ssl.SSLContext = machine_tls.insecure_client_context()
             else:
@@ -198,14 +216,7 @@ class MachineClient:
             )
             port = await tunnel.start()
             self._tunnel = tunnel
-            self._channel = grpc.aio.insecure_channel(
-                f"127.0.0.1:{port}",
-                options=[
-                    ("grpc.default_authority", f"{self._host}:{self._port}"),
-                    ("grpc.max_receive_message_length", 32 << 20),
-                    ("grpc.enable_retries", 0),
-                ],
-            )
+            self._channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
             self._stubs = _Stubs(
                 pb_grpc.MachineServiceStub(self._channel),  # type: ignore[no-untyped-call]
                 state_pb2_grpc.StateStub(self._channel),  # type: ignore[no-untyped-call]
@@ -231,6 +242,13 @@ class MachineClient:
     def _error(self, exc: grpc.aio.AioRpcError, node: str | None) -> MachineAPIError:
         target = node or self.node or self._host
         code = exc.code()
+        details = exc.details() or ""
+        if code == grpc.StatusCode.UNAVAILABLE and self._tunnel is None and _refused_by_tls(details):
+            # grpc's own TLS (no tunnel) reports a server's alert only as a failed handshake or record.
+            return Unauthenticated(
+                f"TLS with {self._host}:{self._port} failed: the server refused the client certificate ({details})",
+                node=target,
+            )
         if code == grpc.StatusCode.UNAVAILABLE and self._tunnel is not None:
             cause = self._tunnel.last_error
             if isinstance(cause, ssl.SSLError):
@@ -748,6 +766,12 @@ class MachineClient:
             ready=spec.status.ready,
             unmet_conditions=tuple(UnmetCondition(c.name, c.reason) for c in spec.status.unmet_conditions),
         )
+
+
+def _refused_by_tls(details: str) -> bool:
+    """Whether grpc's report of a failed connection says the TLS handshake was refused (an alert)."""
+    lowered = details.lower()
+    return any(word in lowered for word in ("alert", "certificate", "handshake", "unwrap failed"))
 
 
 def _runtime(kubernetes: bool) -> dict[str, Any]:
