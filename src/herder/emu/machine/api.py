@@ -18,6 +18,7 @@ import grpc
 
 from herder.emu.cluster.state import Cluster
 from herder.emu.errors import ApiError, invalid, not_authorized, precondition
+from herder.emu.machine import files as machine_files
 from herder.emu.machine import system
 from herder.emu.machine.config import (
     ConfigError,
@@ -370,7 +371,7 @@ def log_text(line: LogLine) -> bytes:
 # --- files ---
 
 
-def _files(machine: Machine) -> dict[str, system.File]:
+def _files(machine: Machine) -> dict[str, machine_files.File]:
     host, now = host_of(machine), time.time()
     info = system.memory(host, now)
     meminfo = "".join(
@@ -386,7 +387,7 @@ def _files(machine: Machine) -> dict[str, system.File]:
         f"cpu MHz\t\t: {c.cpu_mhz}\ncpu cores\t: {c.cpu_cores}\nflags\t\t: {' '.join(c.flags)}\n"
         for c in system.cpu_info(host)
     )
-    return system.files(host, now, memory_text=meminfo, loadavg_text=loadavg, cpuinfo_text=cpuinfo)
+    return machine_files.files(host, now, memory_text=meminfo, loadavg_text=loadavg, cpuinfo_text=cpuinfo)
 
 
 _MEMINFO_NAMES = {
@@ -421,7 +422,7 @@ def read(machine: Machine, request: pb.ReadRequest) -> bytes:
     return file.content()
 
 
-def _under(files: dict[str, system.File], root: str, depth: int) -> list[tuple[str, int]]:
+def _under(files: dict[str, machine_files.File], root: str, depth: int) -> list[tuple[str, int]]:
     """The paths below ``root`` (itself first), each with its depth, to ``depth`` levels (0: all)."""
     prefix = root.rstrip("/") + "/"
     out = [(root, 0)]
