@@ -26,9 +26,14 @@ def test_machine_add_registers_by_uuid_with_hardware(site: Site) -> None:
     assert sorted(added.stdout.split()) == sorted(
         [first["uuid"], first["endpoint"], second["uuid"], second["endpoint"]]
     )
+    # The link writes what it read of the machine, then its stage as the watch tells it: wait for both.
     machine = site.until(
-        lambda: (m := site.get("machine", first["uuid"])).get("status", {}).get("hardware") and m,
-        what="the machine's hardware",
+        lambda: (
+            (m := site.get("machine", first["uuid"])).get("status", {}).get("hardware")
+            and m["status"].get("stage") == "Maintenance"
+            and m
+        ),
+        what="the machine's hardware and stage",
     )
     assert machine["spec"]["endpoint"] == first["endpoint"]
     status = machine["status"]

@@ -19,7 +19,7 @@ import yaml
 from herder.emu.cluster.state import Cluster
 from herder.emu.control import formation
 from herder.emu.control.emulator import Emulator
-from herder.emu.machine.machine import Machine
+from herder.emu.machine.lifecycle import Machine
 from herder.talos.contracts import VersionContract
 from herder.talos.machine import MachineStage
 from tests.emu.support import CONTRACT, ClusterConfigs, admin, cluster_configs, edit_config

@@ -18,7 +18,7 @@ from herder.cli.main import build
 from herder.emu.control import formation
 from herder.emu.control.emulator import Emulator
 from herder.emu.control.formation import ClusterConfigs, bring_up
-from herder.emu.machine.machine import Machine
+from herder.emu.machine.lifecycle import Machine
 from herder.emu.options import EmulatorOptions
 from herder.emu.timings import Timings
 from herder.talos.contracts import VersionContract

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from herder.emu.control.emulator import Emulator
-from herder.emu.machine.machine import Machine
+from herder.emu.machine.lifecycle import Machine
 from herder.talos.contracts import VersionContract
 from herder.talos.kubeconfig import generate_admin_kubeconfig
 from herder.talos.machine import AlreadyExists

@@ -175,6 +175,38 @@ def test_gen_config_without_secrets_uses_fresh_ones(tmp_path: Path) -> None:
     )
 
 
+def test_gen_config_writes_a_talosconfig_whose_key_openssl_loads(tmp_path: Path) -> None:
+    result = herder(
+        "config", "c1", "https://10.0.0.1:6443", "--talos-version", "1.14", "--kubernetes-version", "1.32.4",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    context = load_talosconfig_file(tmp_path / "talosconfig").current()
+    (tmp_path / "client.key").write_bytes(context.key)
+    (tmp_path / "client.crt").write_bytes(context.crt)
+    loaded = subprocess.run(
+        ["openssl", "pkey", "-in", str(tmp_path / "client.key"), "-noout", "-text"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert loaded.returncode == 0 and "ED25519 Private-Key" in loaded.stdout, loaded.stderr
+    # The key is the certificate's: OpenSSL pairs them.
+    paired = subprocess.run(
+        ["openssl", "x509", "-in", str(tmp_path / "client.crt"), "-noout", "-pubkey"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    public = subprocess.run(
+        ["openssl", "pkey", "-in", str(tmp_path / "client.key"), "-pubout"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert paired.stdout == public.stdout and paired.stdout.startswith("-----BEGIN PUBLIC KEY-----")
+
+
 GOOD = ["base", "https://base:6443", "--talos-version", "1.14", "--kubernetes-version", "1.28.0"]
 
 

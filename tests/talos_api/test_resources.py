@@ -27,7 +27,14 @@ from herder.talos.machine import resources as res
 from herder.talos.machine.resources import ResourceEvent, ResourceEventType
 from herder.talos.talosconfig import dump_talosconfig
 from tests.emu.clusters import eventually
-from tests.emu.support import ClusterConfigs, admin, bring_up, herder_cli, raw_channel, wait_stage
+from tests.emu.support import (
+    ClusterConfigs,
+    admin,
+    bring_up,
+    herder_cli,
+    raw_channel,
+    wait_stage,
+)
 
 
 async def test_a_machine_in_maintenance_tells_what_it_is(emulator: Emulator) -> None:
@@ -85,7 +92,11 @@ async def test_types_resolve_by_alias_as_talosctl_resolves_them(emulator: Emulat
         with pytest.raises(NotFound, match="'nothing' is not registered"):
             await client.resolve_resource_type("nothing")
         namespaces = {n.metadata.id for n in await client.list_resources(res.META, res.NAMESPACE)}
-        assert namespaces == {res.META, res.HARDWARE, res.RUNTIME, res.NETWORK}
+        assert (
+            namespaces
+            == set(res.NAMESPACES)
+            >= {res.META, res.HARDWARE, res.RUNTIME, res.NETWORK, res.CLUSTER}
+        )
 
 
 async def test_a_configured_machine_answers_its_cluster_only(
@@ -263,3 +274,102 @@ async def test_herder_talos_get(emulator: Emulator, cluster_a: ClusterConfigs, t
     assert code == 1 and "doesn't exist" in err
     code, _out, err = await herder_cli("talos", "get", "disks", "-o", "xml", *auth)
     assert code == 1 and "unknown output 'xml'" in err
+
+
+async def test_the_hostname_is_the_configs_or_made_up_as_talos_makes_it_up(
+    emulator: Emulator, cluster_a: ClusterConfigs
+) -> None:
+    machine = next(iter(emulator.machines.values()))
+    await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
+    async with MachineClient.insecure(machine.record.endpoint) as client:
+        made_up = await client.hostname_status()
+        assert made_up.hostname == machine.hostname and made_up.hostname.startswith("talos-")
+        assert (await client.resolve_resource_type("hostname")).type == res.HOSTNAME_STATUS
+    named = cluster_a.controlplane.replace(
+        "kind: HostnameConfig\nauto: stable", "kind: HostnameConfig\nhostname: cp-one"
+    )
+    assert "hostname: cp-one" in named
+    await bring_up(emulator, machine, named)
+    async with admin(cluster_a, machine) as client:
+        assert (await client.hostname_status()).hostname == "cp-one" == machine.hostname
+        item = await client.get_resource(res.NETWORK, res.HOSTNAME_STATUS, res.HOSTNAME_STATUS_ID)
+        assert item.metadata.owner == "network.HostnameStatusController"
+
+
+async def test_what_talosctl_get_and_dashboard_read_of_a_cluster(
+    emulator: Emulator, cluster_a: ClusterConfigs
+) -> None:
+    cp, worker = list(emulator.machines.values())[:2]
+    await asyncio.gather(
+        bring_up(emulator, cp, cluster_a.controlplane), bring_up(emulator, worker, cluster_a.worker)
+    )
+    async with admin(cluster_a, cp) as client:
+        members = {
+            m.metadata.id: m.typed(res.MemberSpec)
+            for m in await client.list_resources(res.CLUSTER, res.MEMBER)
+        }
+        assert set(members) == {cp.hostname, worker.hostname}
+        assert (
+            members[cp.hostname].machine_type == "controlplane"
+            and members[worker.hostname].machine_type == "worker"
+        )
+        assert members[worker.hostname].addresses == (worker.address,)
+        assert (
+            members[cp.hostname].control_plane is not None and members[worker.hostname].control_plane is None
+        )
+        info = await client.get_resource(res.CLUSTER, res.CLUSTER_INFO, res.CLUSTER_INFO_ID)
+        assert info.spec["clusterName"] == "alpha"
+        services = {s.metadata.id: s.spec for s in await client.list_resources(res.RUNTIME, res.SERVICE)}
+        assert services["etcd"] == {"running": False, "healthy": False, "unknown": False}  # not bootstrapped
+        assert services["kubelet"]["running"] is True
+        await client.bootstrap()
+        await eventually(lambda: cp.cluster is not None and cp.cluster.member_healthy(cp.uuid))
+        etcd = await client.get_resource(res.RUNTIME, res.SERVICE, "etcd")
+        assert etcd.spec["healthy"] is True and etcd.metadata.version != "1"  # it changed since
+        kind = await client.get_resource(res.CONFIG, res.MACHINE_TYPE, res.MACHINE_TYPE_ID)
+        assert kind.spec == "controlplane"
+        version = await client.get_resource(res.RUNTIME, res.VERSION, res.VERSION_ID)
+        assert version.spec["version"] == cp.record.talos_version
+        routes = [
+            r.typed(res.RouteStatusSpec) for r in await client.list_resources(res.NETWORK, res.ROUTE_STATUS)
+        ]
+        default = next(r for r in routes if not r.dst)
+        assert default.out_link_name == "eth0" and default.gateway.startswith(cp.address.rsplit(".", 1)[0])
+        links = {
+            link.metadata.id: link.typed(res.LinkStatusSpec)
+            for link in await client.list_resources(res.NETWORK, res.LINK_STATUS)
+        }
+        assert links["eth0"].operational_state == "up" and links["lo"].type == "loopback"
+        pods = {p.metadata.id: p.spec for p in await client.list_resources(res.K8S, res.STATIC_POD_STATUS)}
+        assert pods[f"kube-system/kube-apiserver-{cp.hostname}"]["phase"] == "Running"
+        assert await client.list_resources(res.RUNTIME, res.EXTENSION_STATUS) == []
+        for type, id in (
+            (res.NETWORK_STATUS, res.NETWORK_STATUS_ID),
+            (res.RESOLVER_STATUS, res.RESOLVER_STATUS_ID),
+            (res.TIME_SERVER_STATUS, res.TIME_SERVER_STATUS_ID),
+        ):
+            assert (await client.get_resource(res.NETWORK, type, id)).spec
+        # The proto_spec is Talos's message too (what talosctl -o yaml does not show, but a Go client reads).
+        item = await client.get_resource(res.K8S, res.KUBELET_SPEC, res.KUBELET_SPEC_ID)
+        assert item.spec["expectedNodename"] == cp.hostname
+    # A sensitive type is os:admin's only, as machined decides it.
+    reader = MachineClient.from_talosconfig(cluster_a.talosconfig_with("os:reader"), endpoint=cp.address)
+    async with reader:
+        with pytest.raises(PermissionDenied, match="not authorized"):
+            await reader.get_resource(res.K8S, res.KUBELET_SPEC, res.KUBELET_SPEC_ID)
+        assert (await reader.get_resource(res.RUNTIME, res.SERVICE, "etcd")).spec["running"] is True
+
+
+async def test_a_watch_of_services_follows_a_service_stopped_and_started(
+    emulator: Emulator, cluster_a: ClusterConfigs
+) -> None:
+    cp = next(iter(emulator.machines.values()))
+    await bring_up(emulator, cp, cluster_a.controlplane)
+    async with admin(cluster_a, cp) as client:
+        changes = client.watch_resources(res.RUNTIME, res.SERVICE, "kubelet")
+        first = await asyncio.wait_for(anext(changes), 10)
+        assert first.resource is not None and first.resource.spec["running"] is True
+        await client.service("kubelet", "stop")
+        stopped = await asyncio.wait_for(anext(changes), 10)
+        assert stopped.type is ResourceEventType.UPDATED and stopped.resource.spec["running"] is False  # type: ignore[union-attr]
+        await changes.aclose()

@@ -11,18 +11,16 @@ from typing import Any
 
 import grpc
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from herder.krm.policy import Identity
 from herder.resources import Resource
 from herder.resources.catalog import herder_registry
 from herder.state.store import SYSTEM, Store
 from herder.state.url import open_store
-from herder.talos_gateway.authority import (
-    ClusterRef,
-    ForeignCertificate,
-    GatewayAuthority,
-    read_client_certificate,
-)
+from herder.talos_gateway.authority import ClusterRef, ForeignCertificate, GatewayAuthority
+from herder.talos_gateway.authority import read_client_certificate as read_der
 from herder.talos_gateway.callers import Caller, Callers, Refused
 from herder.talos_gateway.targets import find
 
@@ -33,6 +31,11 @@ def _object(kind: str, name: str, spec: dict[str, Any], **meta: Any) -> Resource
     if info.namespaced:
         body["metadata"].setdefault("namespace", "default")
     return Resource.model_validate({**body, "spec": spec})
+
+
+def read_client_certificate(pem: bytes) -> Any:
+    """What the gateway reads of a certificate its TLS front verified (which hands it over as DER)."""
+    return read_der(x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER))
 
 
 @pytest.fixture
@@ -164,3 +167,19 @@ async def test_hidden_machines_do_not_exist_below_support_and_managed_ones_are_r
 
     gone = Caller(Identity("serviceaccount:r", "Reader"), "os:reader", None, alpha)
     assert all(t.refused is not None for t in await find(store, gone, nodes))
+
+
+def test_grpc_s_own_tls_speaks_for_the_gateway_s_certificates_not_for_talos_s(tmp_path: Path) -> None:
+    """The gateway's talosconfigs (ECDSA) need no tunnel in herder's client; a Talos machine's (Ed25519) do."""
+    from herder.talos import pki
+    from herder.talos.machine import tls
+    from herder.talos.talosconfig import issue_client_certificate
+
+    authority = GatewayAuthority(tmp_path)
+    issued = authority.issue(
+        "serviceaccount:ci", "uid", "os:reader", ClusterRef("d", "a", "u"), timedelta(hours=1)
+    )
+    assert tls.native(authority.ca_certificate, issued.crt, issued.key)
+    talos = pki.new_ca(pki.KeyType.ED25519, organization="talos")
+    client = issue_client_certificate(talos, ("os:admin",))
+    assert not tls.native(talos.crt, client.crt, client.key)

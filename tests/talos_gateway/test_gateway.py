@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import ssl
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,14 +19,16 @@ import grpc
 import pytest
 from google.protobuf import empty_pb2
 
+from herder.talos import pki
 from herder.talos.api.common import common_pb2
 from herder.talos.api.cosi import state_pb2, state_pb2_grpc
 from herder.talos.api.machine import machine_pb2, machine_pb2_grpc
-from herder.talos.machine import MachineClient, PermissionDenied
+from herder.talos.machine import Credentials, MachineClient, PermissionDenied, Unauthenticated
 from herder.talos.machine import resources as res
-from herder.talos.talosconfig import Talosconfig, load_talosconfig_file
+from herder.talos.talosconfig import Talosconfig, issue_client_certificate, load_talosconfig_file
 from tests.api.server import HERDER, free_port, support_token_file
 from tests.clusters.site import Site, cluster, machine_set, running_site
+from tests.data import TALOS_PROTOS
 
 ROLES = ("Reader", "Operator", "Admin")
 TALOS_ROLES = {"Reader": "os:reader", "Operator": "os:operator", "Admin": "os:admin", "Support": "os:admin"}
@@ -156,6 +161,20 @@ def test_every_role_reads_its_machines_through_herder(site: Site, talosconfigs: 
         assert len(events.splitlines()) >= 3, events
 
 
+def test_a_node_is_named_by_its_hostname_as_talos_reports_it(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    worker = site.machines[1]
+    machines = asyncio.run(site.emulator.control("GET", "/machines"))
+    hostname = next(m["hostname"] for m in machines if m["uuid"] == worker["uuid"])
+    site.until(
+        lambda: site.get("machine", worker["uuid"]).get("status", {}).get("hostname") == hostname,
+        what="the worker's hostname on its Machine",
+    )
+    version = _ok(_talos(talosconfigs["Reader"], "-n", hostname, "version"))
+    assert "Tag:" in version and hostname in version, version
+
+
 def test_a_resource_watch_and_an_event_stream_relay_as_they_come(
     site: Site, talosconfigs: dict[str, Path]
 ) -> None:
@@ -177,26 +196,143 @@ def test_a_resource_watch_and_an_event_stream_relay_as_they_come(
     assert event.id
 
 
-def test_an_admin_streams_the_kubeconfig_and_an_etcd_snapshot(
+def test_what_herder_manages_is_refused_to_every_role_naming_the_call(
     site: Site, talosconfigs: dict[str, Path]
 ) -> None:
-    cp = _nodes(site)["cp"]
-    kubeconfig, snapshot = site.workdir / "alpha.kubeconfig", site.workdir / "alpha.snapshot"
-    _ok(_talos(talosconfigs["Admin"], "-n", cp, "kubeconfig", str(kubeconfig)))
-    assert "clusters:" in kubeconfig.read_text()
-    _ok(_talos(talosconfigs["Admin"], "-n", cp, "etcd", "snapshot", str(snapshot)))
-    assert snapshot.stat().st_size > 0
+    """As Omni's proxy: configs, upgrades, resets, bootstrap, etcd membership and snapshots, the admin
+    kubeconfig are herder's to do; the gateway refuses them to everyone, Support too."""
+    nodes = _nodes(site)
+    config = site.workdir / "empty-config.yaml"
+    config.write_text("version: v1alpha1\n")
+    for role in ("Admin", "Support"):
+        for args, call in (
+            (("kubeconfig", str(site.workdir / "k")), "Kubeconfig"),
+            (("etcd", "snapshot", str(site.workdir / "s")), "EtcdSnapshot"),
+            (("apply-config", "-f", str(config)), "ApplyConfiguration"),
+            (("upgrade", "--image", "ghcr.io/siderolabs/installer:v1.13.10"), "Upgrade"),
+            (("reset",), "Reset"),
+            (("bootstrap",), "Bootstrap"),
+            (("etcd", "leave"), "EtcdLeaveCluster"),
+        ):
+            refused = _talos(talosconfigs[role], "-n", nodes["cp"], *args)
+            assert refused.returncode == 1, (role, args, refused.stdout)
+            assert f"/machine.MachineService/{call} is not allowed through herder's Talos API gateway" in (
+                refused.stderr
+            ), (role, refused.stderr)
+    assert not (site.workdir / "k").exists() and not (site.workdir / "s").exists()
+    assert site.stage_of(site.machines[0]["uuid"]) == "Running"
+    refusals = site.until(
+        lambda: [
+            e
+            for e in _audit(site, "serviceaccount.gw-admin")
+            if e["verb"] == "Kubeconfig" and e["code"] == 403 and "not allowed" in e["message"]
+        ],
+        what="the refused Kubeconfig in the audit trail",
+    )
+    assert refusals[0]["result"] == "Failure"
 
 
 def test_the_machine_still_enforces_what_talos_enforces_per_role(
     site: Site, talosconfigs: dict[str, Path]
 ) -> None:
-    """Talos's table lets a Reader apply a config, which a machine allows only in maintenance mode: the
-    gateway reaches the machine with the Reader's role, not with herder's os:admin, so the machine says no."""
-    config = site.workdir / "empty-config.yaml"
-    config.write_text("version: v1alpha1\n")
-    refused = _talos(talosconfigs["Reader"], "-n", _nodes(site)["worker"], "apply-config", "-f", str(config))
+    """Talos's table lets a Reader read resources, but a sensitive type only os:admin: the gateway reaches the
+    machine with the Reader's role, not with herder's os:admin, so the machine says no."""
+    cp = _nodes(site)["cp"]
+    refused = _talos(talosconfigs["Reader"], "-n", cp, "get", "kubeletspecs")
     assert refused.returncode == 1 and "not authorized" in refused.stderr, refused.stderr
+    spec = json.loads(_ok(_talos(talosconfigs["Admin"], "-n", cp, "get", "kubeletspecs", "-o", "json")))
+    assert spec["spec"]["image"].startswith("ghcr.io/siderolabs/kubelet:")
+
+
+def test_an_admin_acts_on_services_and_etcd_and_a_reader_may_not(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    cp = _nodes(site)["cp"]
+    assert 'Service "kubelet" restarted' in _ok(
+        _talos(talosconfigs["Admin"], "-n", cp, "service", "kubelet", "restart")
+    )
+    assert "etcd defragmented" in _ok(_talos(talosconfigs["Admin"], "-n", cp, "etcd", "defrag"))
+    assert "no alarms to disarm" in _ok(_talos(talosconfigs["Admin"], "-n", cp, "etcd", "alarm", "disarm"))
+    assert "no alarms" in _ok(_talos(talosconfigs["Reader"], "-n", cp, "etcd", "alarm", "list"))
+    for args in (("service", "kubelet", "restart"), ("etcd", "defrag")):
+        refused = _talos(talosconfigs["Reader"], "-n", cp, *args)
+        assert refused.returncode == 1 and "not authorized" in refused.stderr, refused.stderr
+
+
+def _streamed(talosconfig: Path, *args: str, lines: int) -> list[str]:
+    """The first lines a following ``herder talos`` command prints, then it is interrupted."""
+    process = subprocess.Popen(
+        [HERDER, "talos", "--talosconfig", str(talosconfig), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        got = [process.stdout.readline() for _ in range(lines)]
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        return got
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_logs_and_dmesg_stream_through_herder(site: Site, talosconfigs: dict[str, Path]) -> None:
+    nodes = _nodes(site)
+    kubelet = _streamed(talosconfigs["Reader"], "-n", nodes["worker"], "logs", "kubelet", "-f", lines=2)
+    assert all(line.startswith(f"{nodes['worker']}: I") for line in kubelet), kubelet
+    assert any("Successfully registered node" in line for line in kubelet), kubelet
+    kernel = _streamed(talosconfigs["Reader"], "-n", nodes["worker"], "dmesg", "-f", lines=3)
+    assert "Linux version" in kernel[0] and kernel[0].startswith(f"{nodes['worker']}: kern:"), kernel
+    # Not following: the whole log, then the command ends.
+    machined = _ok(_talos(talosconfigs["Reader"], "-n", nodes["cp"], "logs", "machined", "--tail", "2"))
+    assert len(machined.splitlines()) == 2 and "[talos]" in machined
+
+
+def test_a_talos_client_that_is_not_herders_reads_every_read_only_call(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    """Bindings generated from Talos's own machine.proto, plain grpc, a talosconfig from herder: every
+    read-only call of the machine API through the gateway, decoded as Talos's messages."""
+    nodes = _nodes(site)
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "talos_client.py"), str(TALOS_PROTOS),
+         str(site.workdir / "talos-bindings"), str(talosconfigs["Admin"]), nodes["cp"], nodes["worker"]],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    cp = next(m for m in asyncio.run(site.emulator.control("GET", "/machines")) if m["node"] == nodes["cp"])
+    assert seen["hostname"] == cp["hostname"] == seen["read_hostname"].strip()
+    assert seen["version"] == cp["talos_version"]
+    first, second = seen["memory"]
+    assert int(first["memtotal"]) == cp["hardware"]["memory_mib"] * 1024
+    assert 0 < int(second["memfree"]) < int(second["memtotal"]) and first["memfree"] != second["memfree"]
+    assert 0 < seen["loadavg"]["load1"] < cp["hardware"]["cpus"]
+    commands = {p["command"] for p in seen["processes"]}
+    assert {"machined", "apid", "etcd", "kubelet", "kube-apiserver"} <= commands
+    assert len(seen["systemstat"]["cpu"]) == len(seen["cpuinfo"]) == cp["hardware"]["cpus"]
+    assert int(seen["systemstat"]["boot_time"]) > 0 and seen["systemstat"]["cpu_total"]["user"] > 0
+    assert seen["diskstats"]["devices"][0]["name"] == "sda"
+    assert {d["name"] for d in seen["netdev"]["devices"]} == {"lo", "eth0"}
+    assert "/var" in {m["mounted_on"] for m in seen["mounts"]}
+    assert {c["name"] for c in seen["containers"]} >= {"kube-apiserver"}
+    assert {s["id"] for s in seen["stats"]} == {"apid", "trustd", "etcd"}
+    assert {(r["localport"], r["process"]["name"]) for r in seen["netstat"]} >= {
+        (50000, "apid"),
+        (2379, "etcd"),
+    }
+    assert seen["etcd_status"]["member_id"] and not seen["etcd_alarms"].get("member_alarms")
+    assert [m["hostname"] for m in seen["etcd_members"]] == [cp["hostname"]]
+    assert "kubelet" in seen["services"] and "etcd" not in seen["services"]  # the worker's
+    assert len(seen["logs_tail"].splitlines()) == 1 and "registered node" in seen["logs_tail"]
+    assert seen["logs_follow"] and seen["logs_follow"][0].startswith("[talos] ")
+    assert seen["dmesg"][0].startswith("kern:  notice: [") and "Linux version" in seen["dmesg"][0]
+    assert len(seen["dmesg_follow"]) == 2
+    assert seen["read"] == 10 << 20
+    assert "/etc/hostname" in seen["list"]
+    assert seen["usage"]["/usr"] >= (10 << 20)
+    assert len(seen["events"]) == 3 and all(t.startswith("talos/runtime/machine.") for t in seen["events"])
 
 
 def test_a_reader_is_refused_what_changes_a_machine_and_an_admin_is_not(
@@ -212,8 +348,8 @@ def test_a_reader_is_refused_what_changes_a_machine_and_an_admin_is_not(
 
     with pytest.raises(PermissionDenied, match="not authorized"):
         asyncio.run(reader_reboots())
-    # An Operator may read the cluster's kubeconfig? No: Talos keeps it to os:admin.
-    refused = _talos(talosconfigs["Operator"], "-n", nodes["cp"], "kubeconfig", str(site.workdir / "k"))
+    # An Operator may not read a file: Talos keeps Read to os:admin.
+    refused = _talos(talosconfigs["Operator"], "-n", nodes["cp"], "read", "/etc/hostname")
     assert refused.returncode == 1 and "not authorized" in refused.stderr, refused.stderr
 
     _ok(_talos(talosconfigs["Admin"], "-n", nodes["worker"], "reboot"))
@@ -407,6 +543,71 @@ def test_a_client_without_a_talosconfig_certificate_does_not_get_in(site: Site, 
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         asyncio.run(call())
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def _tls_refusal(gateway_port: int, ca: bytes, client: tuple[bytes, bytes] | None) -> str:
+    """How the gateway's TLS ends a connection with the client certificate given (or none): the alert the
+    client reads (in TLS 1.3 the server judges the client's certificate after the client's handshake)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cadata=ca.decode())
+    context.set_alpn_protocols(["h2"])
+    if client is not None:
+        pki.load_cert_chain(context, *client)
+    raw = socket.create_connection(("127.0.0.1", gateway_port), timeout=10)
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls, pytest.raises(ssl.SSLError) as refused:
+        tls.recv(1)
+    return str(refused.value.reason)
+
+
+def test_a_refused_client_certificate_is_told_why_by_a_tls_alert(
+    site: Site, gateway_port: int, talosconfigs: dict[str, Path]
+) -> None:
+    ca = load_talosconfig_file(talosconfigs["Reader"]).current().ca
+    assert _tls_refusal(gateway_port, ca, None) == "TLSV13_ALERT_CERTIFICATE_REQUIRED"
+    stranger = pki.new_ca(pki.KeyType.ECDSA_P256, organization="elsewhere")
+    theirs = issue_client_certificate(stranger, ("os:admin",))
+    assert _tls_refusal(gateway_port, ca, (theirs.crt, theirs.key)) == "TLSV1_ALERT_UNKNOWN_CA"
+    # herder's client (which speaks grpc's own TLS to the gateway) says why, and does not retry.
+
+    async def call() -> None:
+        credentials = Credentials(ca, theirs.crt, theirs.key)
+        async with MachineClient(f"127.0.0.1:{gateway_port}", credentials=credentials, node="x") as client:
+            await client.version()
+
+    with pytest.raises(Unauthenticated, match="refused the client certificate"):
+        asyncio.run(call())
+
+
+def test_a_call_the_gateway_does_not_have_is_answered_as_talos_answers_and_audited(
+    site: Site, talosconfigs: dict[str, Path]
+) -> None:
+    async def call(path: str) -> grpc.aio.AioRpcError:
+        async with _channel(talosconfigs["Operator"]) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await channel.unary_unary(path)(b"", metadata=(("node", _nodes(site)["worker"]),), timeout=20)
+            return refused.value
+
+    talos_only = asyncio.run(call("/machine.MachineService/Copy"))
+    assert talos_only.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "/machine.MachineService/Copy is not allowed through herder's Talos API gateway" in (
+        talos_only.details() or ""
+    )
+    unknown = asyncio.run(call("/machine.MachineService/NoSuchCall"))
+    assert unknown.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert unknown.details() == "unknown method NoSuchCall for service machine.MachineService"
+    service = asyncio.run(call("/nowhere.Service/Call"))
+    assert (
+        service.code() == grpc.StatusCode.UNIMPLEMENTED
+        and service.details() == "unknown service nowhere.Service"
+    )
+    events = site.until(
+        lambda: [
+            e for e in _audit(site, "serviceaccount.gw-operator") if e["verb"] in ("NoSuchCall", "Call")
+        ],
+        what="the unknown calls in the audit trail",
+    )
+    assert {e["code"] for e in events} == {501}, events
+    assert any("/machine.MachineService/NoSuchCall: UNIMPLEMENTED" in e["message"] for e in events), events
 
 
 def test_calls_show_in_the_audit_trail(site: Site, talosconfigs: dict[str, Path]) -> None:

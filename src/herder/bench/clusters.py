@@ -250,11 +250,13 @@ async def processes(
 
 
 @asynccontextmanager
-async def fleet(prefix: str, clusters: int, timeout: float) -> AsyncIterator[Fleet]:
-    """A server and an emulator with machines for ``clusters`` clusters, registered (as ``herder machine
-    add`` registers them) and connected."""
+async def fleet(
+    prefix: str, clusters: int, timeout: float, *, serve: Sequence[str] = ()
+) -> AsyncIterator[Fleet]:
+    """A server (with the flags ``serve``) and an emulator with machines for ``clusters`` clusters,
+    registered (as ``herder machine add`` registers them) and connected."""
     machines = clusters * (CONTROL_PLANES + WORKERS)
-    async with processes(prefix, machines=machines, clusters=clusters) as running:
+    async with processes(prefix, machines=machines, clusters=clusters, serve=serve) as running:
         started = time.monotonic()
         client = running.client
         published = running.emulator.published()

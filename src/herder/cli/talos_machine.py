@@ -114,7 +114,7 @@ class _Defaults:
     nodes: list[str] | None = None
 
 
-def _target(
+def target(
     ctx: typer.Context,
     talosconfig: Path | None,
     insecure: bool,
@@ -150,7 +150,7 @@ def _connection_options(
     ctx.obj = _Defaults(talosconfig, insecure, endpoints, nodes)
 
 
-def _run(
+def run(
     target: Target, call: Callable[[MachineClient, str | None], Awaitable[None]], *, single: bool = False
 ) -> None:
     """Run ``call`` once per target node (a node of None means the endpoint itself)."""
@@ -171,7 +171,7 @@ def _run(
         raise typer.Exit(130) from None
 
 
-def _label(client: MachineClient, node: str | None) -> str:
+def label(client: MachineClient, node: str | None) -> str:
     return node or client.endpoint
 
 
@@ -203,10 +203,10 @@ def version(
     async def call(client: MachineClient, node: str | None) -> None:
         v = await client.version(node=node)
         typer.echo(
-            f"{_label(client, node)}\tTag: {v.tag}\tSHA: {v.sha}\tOS/Arch: {v.os}/{v.arch}\tPlatform: {v.platform}"
+            f"{label(client, node)}\tTag: {v.tag}\tSHA: {v.sha}\tOS/Arch: {v.os}/{v.arch}\tPlatform: {v.platform}"
         )
 
-    _run(_target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
+    run(target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
 
 
 def apply_config(
@@ -242,10 +242,10 @@ def apply_config(
             data, mode=apply_mode, dry_run=dry_run, try_timeout=try_seconds, node=node
         )
         for warning in result.warnings:
-            typer.echo(f"{_label(client, node)}: warning: {warning}", err=True)
-        typer.echo(f"{_label(client, node)}: {result.details}")
+            typer.echo(f"{label(client, node)}: warning: {warning}", err=True)
+        typer.echo(f"{label(client, node)}: {result.details}")
 
-    _run(_target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
+    run(target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
 
 
 def bootstrap(
@@ -262,9 +262,9 @@ def bootstrap(
 
     async def call(client: MachineClient, node: str | None) -> None:
         await client.bootstrap(recover_etcd=recover_etcd, node=node)
-        typer.echo(f"{_label(client, node)}: bootstrapped")
+        typer.echo(f"{label(client, node)}: bootstrapped")
 
-    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
+    run(target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
 
 
 def upgrade(
@@ -287,17 +287,17 @@ def upgrade(
 
     async def call(client: MachineClient, node: str | None) -> None:
         result = await client.upgrade(image, preserve=preserve, stage=stage, force=force, node=node)
-        typer.echo(f"{_label(client, node)}: {result.ack} (actor {result.actor_id})")
+        typer.echo(f"{label(client, node)}: {result.ack} (actor {result.actor_id})")
 
-    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call)
+    run(target(ctx, talosconfig, False, endpoints, nodes, timeout), call)
 
 
 def _action(name: str, invoke: Callable[[MachineClient, str | None], Awaitable[str]], target: Target) -> None:
     async def call(client: MachineClient, node: str | None) -> None:
         actor = await invoke(client, node)
-        typer.echo(f"{_label(client, node)}: {name} (actor {actor})")
+        typer.echo(f"{label(client, node)}: {name} (actor {actor})")
 
-    _run(target, call)
+    run(target, call)
 
 
 def reboot(
@@ -316,7 +316,7 @@ def reboot(
     _action(
         "rebooting",
         lambda c, n: c.reboot(mode=reboot_mode, node=n),
-        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
+        target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
@@ -337,7 +337,7 @@ def reset(
     _action(
         "resetting",
         lambda c, n: c.reset(graceful=graceful, reboot=reboot_after, node=n),
-        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
+        target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
@@ -353,7 +353,7 @@ def shutdown(
     _action(
         "shutting down",
         lambda c, n: c.shutdown(force=force, node=n),
-        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
+        target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
@@ -403,7 +403,7 @@ def events(
             async with asyncio.timeout(duration or None):
                 await follow(client, node)
 
-    _run(_target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call, single=True)
+    run(target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call, single=True)
 
 
 def services(
@@ -419,9 +419,9 @@ def services(
     async def call(client: MachineClient, node: str | None) -> None:
         for s in await client.service_list(node=node):
             health = "?" if s.health_unknown else ("OK" if s.healthy else "Fail")
-            typer.echo(f"{_label(client, node)}\t{s.id}\t{s.state}\t{health}\t{s.last_message}".rstrip())
+            typer.echo(f"{label(client, node)}\t{s.id}\t{s.state}\t{health}\t{s.last_message}".rstrip())
 
-    _run(_target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
+    run(target(ctx, talosconfig, insecure, endpoints, nodes, timeout), call)
 
 
 def kubeconfig(
@@ -437,9 +437,9 @@ def kubeconfig(
     async def call(client: MachineClient, node: str | None) -> None:
         data = await client.kubeconfig(node=node)
         write_private(file, data)
-        typer.echo(f"{_label(client, node)}: kubeconfig written to {file}")
+        typer.echo(f"{label(client, node)}: kubeconfig written to {file}")
 
-    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
+    run(target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
 
 
 def get(
@@ -469,7 +469,7 @@ def get(
     """Print resources of the nodes, as talosctl get: one by id, or all of a type."""
     if output not in ("table", "yaml", "json"):
         raise fail(f"unknown output {output!r}: expected table, yaml or json")
-    target = _target(ctx, talosconfig, insecure, endpoints, nodes, timeout)
+    where_to = target(ctx, talosconfig, insecure, endpoints, nodes, timeout)
     found: list[TalosResource] = []
     definitions: list[ResourceDefinitionSpec] = []
 
@@ -484,7 +484,7 @@ def get(
         else:
             found.append(await client.get_resource(where, definition.type, id_, node=node))
 
-    _run(target, call)
+    run(where_to, call)
     if output == "table":
         typer.echo(_resource_table(definitions[0], found), nl=False)
     elif output == "yaml":
@@ -581,10 +581,10 @@ def etcd_members(
         for m in await client.etcd_member_list(node=node):
             learner = "true" if m.is_learner else "false"
             typer.echo(
-                f"{_label(client, node)}\t{m.id:x}\t{m.hostname}\t{','.join(m.peer_urls)}\t{','.join(m.client_urls)}\t{learner}"
+                f"{label(client, node)}\t{m.id:x}\t{m.hostname}\t{','.join(m.peer_urls)}\t{','.join(m.client_urls)}\t{learner}"
             )
 
-    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call)
+    run(target(ctx, talosconfig, False, endpoints, nodes, timeout), call)
 
 
 def _etcd_call(
@@ -593,9 +593,9 @@ def _etcd_call(
     async def call(client: MachineClient, node: str | None) -> None:
         result = await invoke(client, node)
         suffix = f": {result}" if isinstance(result, str) and result else ""
-        typer.echo(f"{_label(client, node)}: {name}{suffix}")
+        typer.echo(f"{label(client, node)}: {name}{suffix}")
 
-    _run(target, call)
+    run(target, call)
 
 
 @etcd_app.command("leave")
@@ -610,7 +610,7 @@ def etcd_leave(
     _etcd_call(
         "left etcd",
         lambda c, n: c.etcd_leave_cluster(node=n),
-        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
+        target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
@@ -626,7 +626,7 @@ def etcd_forfeit_leadership(
     _etcd_call(
         "leadership forfeited",
         lambda c, n: c.etcd_forfeit_leadership(node=n),
-        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
+        target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
@@ -649,7 +649,7 @@ def etcd_remove_member(
     _etcd_call(
         f"removed member {member_id}",
         lambda c, n: c.etcd_remove_member_by_id(ident, node=n),
-        _target(ctx, talosconfig, False, endpoints, nodes, timeout),
+        target(ctx, talosconfig, False, endpoints, nodes, timeout),
     )
 
 
@@ -667,9 +667,9 @@ def etcd_snapshot(
     async def call(client: MachineClient, node: str | None) -> None:
         data = await client.etcd_snapshot(node=node)
         write_private(file, data)
-        typer.echo(f"{_label(client, node)}: etcd snapshot saved to {file} ({len(data)} bytes)")
+        typer.echo(f"{label(client, node)}: etcd snapshot saved to {file} ({len(data)} bytes)")
 
-    _run(_target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
+    run(target(ctx, talosconfig, False, endpoints, nodes, timeout), call, single=True)
 
 
 def register(app: typer.Typer) -> None:

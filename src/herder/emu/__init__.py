@@ -11,5 +11,5 @@ Its subpackages import only downward, never in a circle (``tests/emu/test_layers
   control API, and how it runs: as a process, in the demo, forming clusters the operator's way.
 
 A lower layer never knows the one above it: what it needs of it is a small ``Protocol`` it owns
-(``cluster.services.ClusterMachines``, ``machine.machine.MachineHost``, ``machine.routing.Fleet``).
+(``cluster.services.ClusterMachines``, ``machine.lifecycle.MachineHost``, ``machine.routing.Fleet``).
 """

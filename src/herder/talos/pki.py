@@ -102,12 +102,20 @@ def encode_private_key(key: PrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, none)
 
 
+def standard_label(pem: bytes) -> bytes:
+    """A PEM private key under the label OpenSSL and Go's ``tls.X509KeyPair`` (talosctl) load: an Ed25519
+    key as Talos writes it (its own label) becomes plain PKCS#8; other keys are returned as they are."""
+    return pem.replace(b"BEGIN " + _ED25519_LABEL, b"BEGIN " + _PKCS8_LABEL).replace(
+        b"END " + _ED25519_LABEL, b"END " + _PKCS8_LABEL
+    )
+
+
 def load_private_key(pem: bytes) -> PrivateKey:
     """Decode a PEM private key of a type Talos uses (Ed25519 under either label, ECDSA, RSA)."""
     if not pem.strip():
         raise PKIError("private key is empty")
     try:
-        key = serialization.load_pem_private_key(pem.replace(_ED25519_LABEL, _PKCS8_LABEL), password=None)
+        key = serialization.load_pem_private_key(standard_label(pem), password=None)
     except (ValueError, TypeError) as e:
         raise PKIError(f"not a PEM private key: {first_line(e)}") from None
     if not isinstance(key, ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
@@ -280,7 +288,7 @@ def _general_name(name: str) -> x509.GeneralName:
 
 def load_cert_chain(context: ssl.SSLContext, crt: bytes, key: bytes) -> None:
     """Give an SSL context a certificate and key held in memory (PEM; Talos's Ed25519 label is read too)."""
-    pem = crt.rstrip(b"\n") + b"\n" + key.replace(_ED25519_LABEL, _PKCS8_LABEL)
+    pem = crt.rstrip(b"\n") + b"\n" + standard_label(key)
     # ssl loads certificates and keys from files only: an anonymous memory file where Linux has them,
     # else a private temporary file.
     if hasattr(os, "memfd_create"):

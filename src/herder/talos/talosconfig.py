@@ -100,7 +100,8 @@ def generate_talosconfig(
     lifetime: timedelta = CLIENT_CERT_LIFETIME,
     now: datetime | None = None,
 ) -> Talosconfig:
-    """A talosconfig with one context named after the cluster, as ``talosctl gen config`` writes it."""
+    """A talosconfig with one context named after the cluster, as ``talosctl gen config`` writes it. Its
+    client key is under the standard PKCS#8 label (which OpenSSL and talosctl load), not Talos's own."""
     client = issue_client_certificate(secrets.os, roles, lifetime=lifetime, now=now)
     return Talosconfig(
         context=context,
@@ -110,7 +111,7 @@ def generate_talosconfig(
                 nodes=tuple(nodes),
                 ca=secrets.os.crt,
                 crt=client.crt,
-                key=client.key,
+                key=pki.standard_label(client.key),
             )
         },
     )

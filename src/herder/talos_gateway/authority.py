@@ -109,11 +109,11 @@ class GatewayAuthority:
 
 
 @functools.lru_cache(maxsize=1024)
-def read_client_certificate(pem: bytes) -> ClientCertificate:
-    """What a presented certificate (already verified by TLS) binds; ``ForeignCertificate`` when it is not
-    a talosconfig's. Cached: every call of one client presents the same bytes."""
+def read_client_certificate(der: bytes) -> ClientCertificate:
+    """What a presented certificate (DER, already verified by TLS) binds; ``ForeignCertificate`` when it is
+    not a talosconfig's. Cached: every call of one client presents the same bytes."""
     try:
-        cert = x509.load_pem_x509_certificate(pem)
+        cert = x509.load_der_x509_certificate(der)
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except (ValueError, x509.ExtensionNotFound):
         raise ForeignCertificate("the client certificate binds no herder identity") from None

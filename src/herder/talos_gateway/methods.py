@@ -1,9 +1,17 @@
-"""The methods the gateway relays: the Talos machine API (``machine.MachineService``) and the resource API
-(``cosi.resource.State``) that herder speaks, each with the shape of its messages, read from the protos.
+"""The methods the gateway knows: the Talos machine API (``machine.MachineService``) and the resource API
+(``cosi.resource.State``) that herder speaks, each with the shape of its messages, read from the protos,
+and which of them the gateway lets through.
 
 The gateway relays raw messages and never decodes them; what it needs of a method is whether its requests
 and its replies stream, and whether apid fans it out to several nodes (``nodes`` metadata): the machine
 API yes, the resource API no.
+
+What goes through, as Omni lets calls through its Talos API proxy: every call that only reads, and of the
+calls that change a machine only those that leave its configuration as herder made it (reboot, shutdown,
+restart a container, start, stop or restart a service, etcd's leadership, alarms and defragmentation).
+Everything else (applying a config, upgrading, resetting, bootstrapping, leaving etcd, taking its
+snapshot, the admin kubeconfig…) is herder's to do and is refused to every caller, naming the call; within
+what goes through, Talos's role table still says who may call what.
 """
 
 from __future__ import annotations
@@ -51,3 +59,52 @@ def _methods(module: Any, service: str) -> list[Method]:
 METHODS: dict[str, Method] = {
     m.path: m for m in [*_methods(machine_pb2, "MachineService"), *_methods(state_pb2, "State")]
 }
+
+READ_ONLY = frozenset(
+    {
+        "Containers", "CPUInfo", "DiskStats", "DiskUsage", "Dmesg", "EtcdAlarmList", "EtcdMemberList",
+        "EtcdStatus", "Events", "Hostname", "List", "LoadAvg", "Logs", "Memory", "Mounts", "Netstat",
+        "NetworkDeviceStats", "Processes", "Read", "ServiceList", "Stats", "SystemStat", "Version",
+        "Get", "Watch",
+    }
+)  # fmt: skip
+"""The calls that only read (of both services; the resource API's Get, List and Watch)."""
+
+WRITES = frozenset(
+    {
+        "Reboot", "Shutdown", "Restart", "ServiceStart", "ServiceStop", "ServiceRestart",
+        "EtcdForfeitLeadership", "EtcdAlarmDisarm", "EtcdDefragment",
+    }
+)  # fmt: skip
+"""The calls that change a machine and still go through: none touches what herder manages."""
+
+TALOS_ONLY = frozenset(
+    {
+        "CPUFreqStats", "Copy", "EtcdDowngradeCancel", "EtcdDowngradeEnable", "EtcdDowngradeValidate",
+        "GenerateClientConfiguration", "ImageList", "ImagePull", "LogsContainers", "MetaDelete", "MetaWrite",
+        "PacketCapture", "Rollback",
+    }
+)  # fmt: skip
+"""The machine API's other methods, which herder does not speak: refused like the calls herder manages,
+rather than answered as unknown."""
+
+_SERVICES = frozenset({roles.SERVICE, roles.RESOURCE_SERVICE})
+
+
+def let_through(method: Method) -> bool:
+    """Whether the gateway relays the method (to callers whose Talos role allows it)."""
+    return method.service in _SERVICES and method.name in READ_ONLY | WRITES
+
+
+def refusal(method: Method) -> str:
+    """Why a known method is not relayed (PERMISSION_DENIED), naming it."""
+    return (
+        f"{method.path} is not allowed through herder's Talos API gateway: herder manages what it changes. "
+        "Allowed are the calls that read, and Reboot, Shutdown, Restart, ServiceStart, ServiceStop, "
+        "ServiceRestart, EtcdForfeitLeadership, EtcdAlarmDisarm and EtcdDefragment"
+    )
+
+
+def known(method: Method) -> bool:
+    """Whether the method is one of the Talos API's (relayed or refused), rather than unknown."""
+    return method.path in METHODS or (method.service == roles.SERVICE and method.name in TALOS_ONLY)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,8 @@ import grpc
 
 from herder.state.store import Store
 from herder.talos.machine import roles
-from herder.talos_gateway import replies
+from herder.talos.machine.tunnel import TLSPeer
+from herder.talos_gateway import methods, replies
 from herder.talos_gateway.authority import ForeignCertificate, read_client_certificate
 from herder.talos_gateway.callers import Caller, Callers, Refused
 from herder.talos_gateway.methods import METHODS, Method
@@ -60,22 +61,34 @@ class _Call:
 
 
 class Relay:
-    def __init__(self, store: Store, callers: Callers, upstreams: Upstreams, trail: CallTrail) -> None:
+    def __init__(
+        self,
+        store: Store,
+        callers: Callers,
+        upstreams: Upstreams,
+        trail: CallTrail,
+        peers: Mapping[str, TLSPeer],
+    ) -> None:
+        """``peers``: who is behind each connection of the gateway's TLS front (``server``), by the peer
+        name gRPC gives the relayed connection."""
         self._store = store
+        self._peers = peers
         self._callers = callers
         self._upstreams = upstreams
         self._trail = trail
         self._recording: set[asyncio.Task[None]] = set()
 
     def handlers(self) -> list[Any]:
-        """The gRPC handlers of every method relayed, one generic handler per service (a method not
-        among them is answered UNIMPLEMENTED, as a machine answers a method it does not have)."""
+        """The gRPC handlers of every method relayed, one generic handler per service, and last one for
+        every other method: it is answered UNIMPLEMENTED as a Talos machine answers a method it does not
+        have, and recorded in the audit trail as every call is."""
         services: dict[str, dict[str, Any]] = {}
         for method in METHODS.values():
             services.setdefault(method.service, {})[method.name] = grpc.stream_stream_rpc_method_handler(
                 self._handler(method)
             )
-        return [grpc.method_handlers_generic_handler(name, handlers) for name, handlers in services.items()]
+        generic = [grpc.method_handlers_generic_handler(name, h) for name, h in services.items()]
+        return [*generic, _Unknown(self._unknown)]
 
     def _handler(self, method: Method) -> Callable[[AsyncIterator[bytes], Context], AsyncIterator[bytes]]:
         async def handle(requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[bytes]:
@@ -106,25 +119,51 @@ class Relay:
         self._recording.add(task)
         task.add_done_callback(self._recording.discard)
 
+    def _call(self, method: Method, context: Context) -> _Call:
+        metadata: _Metadata = tuple((k, str(v)) for k, v in context.invocation_metadata() or ())
+        peer = self._peers.get(context.peer())
+        return _Call(
+            method,
+            context,
+            forwarded=tuple((k, v) for k, v in metadata if k in FORWARDED),
+            source=peer.address if peer is not None else "",
+            user_agent=next((v for k, v in metadata if k == "user-agent"), ""),
+        )
+
+    async def _caller(self, context: Context) -> Caller:
+        """Who calls, by the certificate the TLS front verified; ``Refused`` if it binds no one."""
+        peer = self._peers.get(context.peer())
+        if peer is None:
+            # Not through the TLS front (its connection is gone, or someone dialled the inner port).
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, "the call came through no verified connection")
+        try:
+            presented = read_client_certificate(peer.certificate)
+        except ForeignCertificate as e:
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
+        return await self._callers.of(presented)
+
+    async def _unknown(self, method: Method, _requests: AsyncIterator[bytes], context: Context) -> None:
+        call = self._call(method, context)
+        caller: Caller | None = None
+        try:
+            caller = await self._caller(context)
+            if methods.known(method):
+                raise Refused(grpc.StatusCode.PERMISSION_DENIED, methods.refusal(method))
+            raise Refused(grpc.StatusCode.UNIMPLEMENTED, _unknown_method(method))
+        except Refused as e:
+            self._record(call, caller, None, e.code, e.message)
+            await context.abort(e.code, e.message)
+
     async def _relay(
         self, method: Method, requests: AsyncIterator[bytes], context: Context
     ) -> AsyncIterator[bytes]:
         metadata: _Metadata = tuple((k, str(v)) for k, v in context.invocation_metadata() or ())
-        call = _Call(
-            method,
-            context,
-            forwarded=tuple((k, v) for k, v in metadata if k in FORWARDED),
-            source=_source(context.peer()),
-            user_agent=next((v for k, v in metadata if k == "user-agent"), ""),
-        )
+        call = self._call(method, context)
         caller: Caller | None = None
         try:
-            pem = (context.auth_context().get("x509_pem_cert") or [b""])[0]
-            try:
-                presented = read_client_certificate(pem)
-            except ForeignCertificate as e:
-                raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
-            caller = await self._callers.of(presented)
+            caller = await self._caller(context)
+            if not methods.let_through(method):
+                raise Refused(grpc.StatusCode.PERMISSION_DENIED, methods.refusal(method))
             allowed = caller.may_call(method.path)
             try:
                 nodes, many = _nodes(method, metadata)
@@ -258,6 +297,31 @@ class Relay:
                 await asyncio.gather(*legs, return_exceptions=True)
 
 
+class _Unknown:
+    """A generic gRPC handler of every method no other handler has, handed to ``answer`` (which refuses
+    it)."""
+
+    def __init__(self, answer: Callable[[Method, AsyncIterator[bytes], Context], Awaitable[None]]) -> None:
+        self._answer = answer
+
+    def service(self, handler_call_details: Any) -> Any:
+        path = str(handler_call_details.method)
+        service, _, name = path.lstrip("/").partition("/")
+        method = Method(service, path, name, False, False, False)
+
+        async def handle(requests: AsyncIterator[bytes], context: Context) -> None:
+            await self._answer(method, requests, context)
+
+        return grpc.stream_stream_rpc_method_handler(handle)
+
+
+def _unknown_method(method: Method) -> str:
+    """What a Talos machine (grpc-go) answers for a method it does not have."""
+    if method.service in {m.service for m in METHODS.values()}:
+        return f"unknown method {method.name} for service {method.service}"
+    return f"unknown service {method.service}"
+
+
 def _not_authorized() -> Refused:
     return Refused(grpc.StatusCode.PERMISSION_DENIED, roles.NOT_AUTHORIZED)
 
@@ -288,9 +352,3 @@ def _ended(method: Method) -> tuple[grpc.StatusCode, str]:
     if method.server_streaming:
         return grpc.StatusCode.OK, "streamed until the caller ended the call"
     return grpc.StatusCode.CANCELLED, "the caller ended the call"
-
-
-def _source(peer: str) -> str:
-    """``ipv4:127.0.0.1:5000`` → ``127.0.0.1``."""
-    address = peer.partition(":")[2]
-    return address.rpartition(":")[0].strip("[]") or address

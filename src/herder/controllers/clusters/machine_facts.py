@@ -1,16 +1,18 @@
 """What herder learns about a machine over the Talos resource API, as ``talosctl get`` learns it: its
-hardware (processors, memory, disks) and its addresses, read once per connection."""
+hardware (processors, memory, disks), its addresses and its hostname, read once per connection."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from herder.talos.machine import MachineAPIError, MachineClient
 
 
 async def read_facts(client: MachineClient) -> dict[str, Any]:
-    """``hardware`` and ``addresses`` for a Machine's status; what a machine does not answer is left out."""
+    """``hardware``, ``addresses`` and ``hostname`` for a Machine's status; what a machine does not answer is
+    left out."""
     facts: dict[str, Any] = {}
     try:
         # Asked together: a machine that answers slowly keeps its link waiting once, not four times.
@@ -41,4 +43,6 @@ async def read_facts(client: MachineClient) -> dict[str, Any]:
     except MachineAPIError:
         return facts
     facts["addresses"] = [a.split("/")[0] for a in addresses.addresses]
+    with contextlib.suppress(MachineAPIError):
+        facts["hostname"] = (await client.hostname_status()).hostname
     return facts

@@ -22,7 +22,7 @@ from herder.emu.cluster.kubelet import Kubelet
 from herder.emu.cluster.services import ClusterServices
 from herder.emu.cluster.state import Cluster
 from herder.emu.control.store import Store
-from herder.emu.machine.machine import Machine
+from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.network import Network
 from herder.emu.machine.record import Hardware, MachineRecord
 from herder.emu.machine.resource_service import ResourceService

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from herder.emu.control.emulator import Emulator
-from herder.emu.machine.machine import Machine
+from herder.emu.machine.lifecycle import Machine
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import generate_bundle
 from herder.talos.generate_input import ConfigInput

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from herder.talos.machine import roles as talos_roles
 from herder.talos.machine.tls import peer_organizations
-from herder.talos.machine.tunnel import Relay
+from herder.talos.machine.tunnel import HANDSHAKE_TIMEOUT, Relay, TLSRelay, handshake, open_upstream
 
 GRACE = 0.5
 """How long connections of a restarted apid may finish what they were doing before they are cut."""
@@ -29,9 +29,9 @@ class Peer:
     """Whether the caller presented a certificate the machine verified (not in maintenance mode)."""
 
 
-class _Inbound(Relay):
-    def __init__(self, listener: _Listener) -> None:
-        super().__init__()
+class _Inbound(TLSRelay):
+    def __init__(self, listener: _Listener, context: ssl.SSLContext) -> None:
+        super().__init__(context, server_side=True)
         self._listener = listener
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -60,18 +60,15 @@ class _Listener:
         task.add_done_callback(self.tasks.discard)
 
     async def _connect(self, inbound: _Inbound) -> None:
-        loop = asyncio.get_running_loop()
-        upstream = Relay()
-        assert inbound.transport is not None
-        ssl_object = inbound.transport.get_extra_info("ssl_object")
-        roles = peer_organizations(ssl_object) if self.authenticated else talos_roles.MAINTENANCE_ROLES
-        try:
-            await loop.create_connection(lambda: upstream, "127.0.0.1", self.network.upstream_port)
-        except OSError:
-            inbound.close()
+        if not await handshake(inbound, HANDSHAKE_TIMEOUT):
             return
-        assert upstream.transport is not None
-        key = "ipv4:127.0.0.1:{}".format(upstream.transport.get_extra_info("sockname")[1])
+        roles = (
+            peer_organizations(inbound.ssl_object) if self.authenticated else talos_roles.MAINTENANCE_ROLES
+        )
+        opened = await open_upstream(inbound, self.network.upstream_port)
+        if opened is None:
+            return
+        upstream, key = opened
         self.network.peers[key] = Peer(self.machine, roles, self.authenticated)
 
         def lost(_exc: Exception | None) -> None:
@@ -122,7 +119,7 @@ class Network:
         listener = _Listener(self, machine, authenticated)
         loop = asyncio.get_running_loop()
         listener.server = await loop.create_server(
-            lambda: _Inbound(listener), address, port, ssl=context, reuse_address=True, backlog=256
+            lambda: _Inbound(listener, context), address, port, reuse_address=True, backlog=256
         )
         self._listeners[machine] = listener
 

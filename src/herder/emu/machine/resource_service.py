@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator
 import grpc
 
 from herder.emu.errors import ApiError
-from herder.emu.machine.machine import Machine
+from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.resources import check_access, selects
 from herder.emu.machine.routing import Context, Fleet, Router
+from herder.emu.machine.state_resources import attach
 from herder.talos.api.cosi import state_pb2, state_pb2_grpc
 from herder.talos.machine import roles
 from herder.talos.machine.resources import ResourceEventType
@@ -28,15 +29,19 @@ class ResourceService(state_pb2_grpc.StateServicer):
         self.router = Router(fleet)
 
     async def _machine(self, name: str, namespace: str, type: str, context: Context) -> Machine:
-        """The machine a call reads, once it may read that type in that namespace."""
+        """The machine a call reads, once it may read that type in that namespace, with what it derives
+        from its state up to date."""
         method = f"/{roles.RESOURCE_SERVICE}/{name}"
-        _peer, machine = await self.router.single(
+        peer, machine = await self.router.single(
             method, context, one_to_many=f"one-2-many proxying is not supported for method {method}"
         )
         try:
-            check_access(namespace, type)
+            check_access(namespace, type, peer.roles)
         except ApiError as e:
             await context.abort(e.code, e.message)
+        state = machine.resources
+        attach(machine, state)
+        state.refresh()
         return machine
 
     async def Get(self, request: state_pb2.GetRequest, context: Context) -> state_pb2.GetResponse:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -21,6 +21,7 @@ from herder.emu.errors import ApiError
 from herder.emu.machine.record import Hardware
 from herder.talos.api.cosi import resource_pb2
 from herder.talos.machine import resources as res
+from herder.talos.machine import roles as talos_roles
 from herder.talos.machine.resources import ResourceEventType, ResourceMetadata, Spec
 from herder.talos.machine.types import MachineStage
 
@@ -31,6 +32,20 @@ OWNERS = {
     res.DISK: "block.DisksController",
     res.NODE_ADDRESS: "network.NodeAddressController",
     res.MACHINE_STATUS: "runtime.MachineStatusController",
+    res.HOSTNAME_STATUS: "network.HostnameStatusController",
+    res.MEMBER: "cluster.MemberController",
+    res.CLUSTER_INFO: "cluster.InfoController",
+    res.SERVICE: "v1alpha1.ServiceController",
+    res.NETWORK_STATUS: "network.StatusController",
+    res.RESOLVER_STATUS: "network.ResolverSpecController",
+    res.TIME_SERVER_STATUS: "network.TimeServerSpecController",
+    res.ROUTE_STATUS: "network.RouteStatusController",
+    res.LINK_STATUS: "network.LinkStatusController",
+    res.VERSION: "runtime.VersionController",
+    res.EXTENSION_STATUS: "runtime.ExtensionStatusController",
+    res.MACHINE_TYPE: "config.MachineTypeController",
+    res.STATIC_POD_STATUS: "k8s.StaticPodStatusController",
+    res.KUBELET_SPEC: "k8s.KubeletSpecController",
 }
 """The controller of machined that writes each type."""
 
@@ -77,13 +92,17 @@ SHARED = _shared()
 """What every machine serves alike: the resource definitions and the namespaces."""
 
 
-def check_access(namespace: str, type: str) -> None:
-    """machined's access policy for reading: only types and namespaces it has. (It asks os:admin for the
-    sensitive types, secrets and configs; none of the types here is.)"""
-    if type.lower() not in SHARED[res.META, res.RESOURCE_DEFINITION]:
+def check_access(namespace: str, type: str, roles: frozenset[str]) -> None:
+    """machined's access policy for reading: only types and namespaces it has, and the sensitive types to
+    os:admin only."""
+    definition = SHARED[res.META, res.RESOURCE_DEFINITION].get(type.lower())
+    if definition is None:
         raise ApiError(grpc.StatusCode.PERMISSION_DENIED, f'resource type "{type}" is not supported')
     if namespace not in SHARED[res.META, res.NAMESPACE]:
         raise ApiError(grpc.StatusCode.PERMISSION_DENIED, f'namespace "{namespace}" is not supported')
+    spec = definition.spec
+    if isinstance(spec, res.ResourceDefinitionSpec) and spec.sensitivity and talos_roles.ADMIN not in roles:
+        raise ApiError(grpc.StatusCode.PERMISSION_DENIED, talos_roles.NOT_AUTHORIZED)
 
 
 @dataclass(eq=False)
@@ -98,15 +117,45 @@ class _Watch:
         return (md.namespace, md.type) == (self.namespace, self.type) and self.id in (None, md.id)
 
 
+Producer = Callable[[], Mapping[str, Spec]]
+"""What a collection of derived resources holds now, by id."""
+
+
 class ResourceState:
-    """One machine's resources: read, listed, watched, and written by the machine as it changes."""
+    """One machine's resources: read, listed, watched, and written by the machine as it changes.
+
+    Some collections are derived from the machine's state (``derive``): they are made when first read and
+    then kept up to date at each ``refresh``, so a collection nobody reads costs nothing."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], dict[str, Entry]] = {}
         self._watches: set[_Watch] = set()
+        self._producers: dict[tuple[str, str], Producer] = {}
+        self._made: set[tuple[str, str]] = set()
+
+    def derive(self, namespace: str, type: str, produce: Producer) -> None:
+        """Let ``produce`` make the collection of that type when first read (once per type)."""
+        self._producers.setdefault((namespace, type), produce)
+
+    def refresh(self) -> None:
+        """Bring every derived collection read so far up to date (each change is published)."""
+        for key in list(self._made):
+            self._make(key)
+
+    def _make(self, key: tuple[str, str]) -> None:
+        self._made.add(key)
+        wanted = self._producers[key]()
+        namespace, type = key
+        for id in [id for id in self._entries.get(key, {}) if id not in wanted]:
+            self.remove(namespace, type, id)
+        for id, spec in wanted.items():
+            self.put(namespace, type, id, spec)
 
     def _collection(self, namespace: str, type: str) -> dict[str, Entry]:
-        return SHARED.get((namespace, type)) or self._entries.get((namespace, type)) or {}
+        key = (namespace, type)
+        if key in self._producers and key not in self._made:
+            self._make(key)
+        return SHARED.get(key) or self._entries.get(key) or {}
 
     def get(self, namespace: str, type: str, id: str) -> Entry | None:
         return self._collection(namespace, type).get(id)
@@ -153,6 +202,7 @@ class ResourceState:
         type (with ``bootstrap``, first every resource as CREATED, then BOOTSTRAPPED), until the state
         closes or the caller stops."""
         watch = _Watch(namespace, type, id, asyncio.Queue())
+        self._collection(namespace, type)
         self._watches.add(watch)
         try:
             if id is not None:
@@ -275,6 +325,15 @@ def address_resources(address: str) -> list[tuple[str, str, str, Spec]]:
     """(namespace, type, id, spec) of a machine's address sets: its one address, in each."""
     spec = res.NodeAddressSpec(addresses=(f"{address}/32",))
     return [(res.NETWORK, res.NODE_ADDRESS, id, spec) for id in res.NODE_ADDRESS_IDS]
+
+
+def hostname_resource(hostname: str) -> tuple[str, str, str, Spec]:
+    return (
+        res.NETWORK,
+        res.HOSTNAME_STATUS,
+        res.HOSTNAME_STATUS_ID,
+        res.HostnameStatusSpec(hostname=hostname),
+    )
 
 
 def status_resource(

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeAlias
 import grpc
 
 from herder.emu.errors import ApiError, not_authorized
-from herder.emu.machine.machine import Machine
+from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.network import Network, Peer
 from herder.talos.machine import roles
 

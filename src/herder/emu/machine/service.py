@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 from google.protobuf import empty_pb2
 
 from herder.emu.errors import ApiError
-from herder.emu.machine.machine import Machine
+from herder.emu.machine import api
+from herder.emu.machine.lifecycle import Machine
+from herder.emu.machine.logs import dmesg_line
 from herder.emu.machine.network import Peer
 from herder.emu.machine.routing import Context, Fleet, Router
 from herder.talos.api.common import common_pb2
@@ -63,7 +65,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
 
     async def Version(self, request: empty_pb2.Empty, context: Context) -> pb.VersionResponse:
         return await self._unary(
-            "Version", context, lambda m, _p: m.version(), pb.Version, pb.VersionResponse
+            "Version", context, lambda m, _p: api.version(m), pb.Version, pb.VersionResponse
         )
 
     async def ApplyConfiguration(
@@ -72,39 +74,34 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "ApplyConfiguration",
             context,
-            lambda m, p: m.apply_configuration(request, p.roles),
+            lambda m, p: api.apply_configuration(m, request, p.roles),
             pb.ApplyConfiguration,
             pb.ApplyConfigurationResponse,
         )
 
     async def Bootstrap(self, request: pb.BootstrapRequest, context: Context) -> pb.BootstrapResponse:
-        def bootstrap(machine: Machine, _peer: Peer) -> pb.Bootstrap:
-            machine.bootstrap(request)
-            return pb.Bootstrap()
-
-        return await self._unary("Bootstrap", context, bootstrap, pb.Bootstrap, pb.BootstrapResponse)
+        return await self._unary(
+            "Bootstrap", context, lambda m, _p: api.bootstrap(m, request), pb.Bootstrap, pb.BootstrapResponse
+        )
 
     async def Upgrade(self, request: pb.UpgradeRequest, context: Context) -> pb.UpgradeResponse:
-        def upgrade(machine: Machine, _peer: Peer) -> pb.Upgrade:
-            return pb.Upgrade(ack="Upgrade request received", actor_id=machine.upgrade(request))
-
-        return await self._unary("Upgrade", context, upgrade, pb.Upgrade, pb.UpgradeResponse)
+        return await self._unary(
+            "Upgrade", context, lambda m, _p: api.upgrade(m, request), pb.Upgrade, pb.UpgradeResponse
+        )
 
     async def Reboot(self, request: pb.RebootRequest, context: Context) -> pb.RebootResponse:
-        return await self._unary(
-            "Reboot", context, lambda m, _p: pb.Reboot(actor_id=m.reboot()), pb.Reboot, pb.RebootResponse
-        )
+        return await self._unary("Reboot", context, lambda m, _p: api.reboot(m), pb.Reboot, pb.RebootResponse)
 
     async def Reset(self, request: pb.ResetRequest, context: Context) -> pb.ResetResponse:
         return await self._unary(
-            "Reset", context, lambda m, _p: pb.Reset(actor_id=m.reset(request)), pb.Reset, pb.ResetResponse
+            "Reset", context, lambda m, _p: api.reset(m, request), pb.Reset, pb.ResetResponse
         )
 
     async def Shutdown(self, request: pb.ShutdownRequest, context: Context) -> pb.ShutdownResponse:
         return await self._unary(
             "Shutdown",
             context,
-            lambda m, _p: pb.Shutdown(actor_id=m.shutdown()),
+            lambda m, _p: api.shutdown(m),
             pb.Shutdown,
             pb.ShutdownResponse,
         )
@@ -113,7 +110,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "ServiceList",
             context,
-            lambda m, _p: pb.ServiceList(services=m.services()),
+            lambda m, _p: api.services(m),
             pb.ServiceList,
             pb.ServiceListResponse,
         )
@@ -124,7 +121,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "EtcdMemberList",
             context,
-            lambda m, _p: pb.EtcdMembers(members=m.etcd_members()),
+            lambda m, _p: api.etcd_members(m),
             pb.EtcdMembers,
             pb.EtcdMemberListResponse,
         )
@@ -133,7 +130,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "EtcdStatus",
             context,
-            lambda m, _p: pb.EtcdStatus(member_status=m.etcd_status()),
+            lambda m, _p: api.etcd_status(m),
             pb.EtcdStatus,
             pb.EtcdStatusResponse,
         )
@@ -141,12 +138,12 @@ class MachineService(pb_grpc.MachineServiceServicer):
     async def EtcdLeaveCluster(
         self, request: pb.EtcdLeaveClusterRequest, context: Context
     ) -> pb.EtcdLeaveClusterResponse:
-        def leave(machine: Machine, _peer: Peer) -> pb.EtcdLeaveCluster:
-            machine.etcd_leave()
-            return pb.EtcdLeaveCluster()
-
         return await self._unary(
-            "EtcdLeaveCluster", context, leave, pb.EtcdLeaveCluster, pb.EtcdLeaveClusterResponse
+            "EtcdLeaveCluster",
+            context,
+            lambda m, _p: api.etcd_leave(m),
+            pb.EtcdLeaveCluster,
+            pb.EtcdLeaveClusterResponse,
         )
 
     async def EtcdForfeitLeadership(
@@ -155,7 +152,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         return await self._unary(
             "EtcdForfeitLeadership",
             context,
-            lambda m, _p: pb.EtcdForfeitLeadership(member=m.etcd_forfeit_leadership()),
+            lambda m, _p: api.etcd_forfeit_leadership(m),
             pb.EtcdForfeitLeadership,
             pb.EtcdForfeitLeadershipResponse,
         )
@@ -163,12 +160,125 @@ class MachineService(pb_grpc.MachineServiceServicer):
     async def EtcdRemoveMemberByID(
         self, request: pb.EtcdRemoveMemberByIDRequest, context: Context
     ) -> pb.EtcdRemoveMemberByIDResponse:
-        def remove(machine: Machine, _peer: Peer) -> pb.EtcdRemoveMemberByID:
-            machine.etcd_remove_member(request.member_id)
-            return pb.EtcdRemoveMemberByID()
-
         return await self._unary(
-            "EtcdRemoveMemberByID", context, remove, pb.EtcdRemoveMemberByID, pb.EtcdRemoveMemberByIDResponse
+            "EtcdRemoveMemberByID",
+            context,
+            lambda m, _p: api.etcd_remove_member(m, request),
+            pb.EtcdRemoveMemberByID,
+            pb.EtcdRemoveMemberByIDResponse,
+        )
+
+    # --- what talosctl reads to see inside a machine ---
+
+    async def _read(
+        self,
+        method: str,
+        context: Context,
+        answer: Callable[[Machine], Any],
+        message: Callable[..., Any],
+        reply: Callable[..., _R],
+    ) -> _R:
+        return await self._unary(method, context, lambda m, _p: answer(m), message, reply)
+
+    async def Hostname(self, request: empty_pb2.Empty, context: Context) -> pb.HostnameResponse:
+        return await self._read("Hostname", context, api.hostname, pb.Hostname, pb.HostnameResponse)
+
+    async def Memory(self, request: empty_pb2.Empty, context: Context) -> pb.MemoryResponse:
+        return await self._read("Memory", context, api.memory, pb.Memory, pb.MemoryResponse)
+
+    async def LoadAvg(self, request: empty_pb2.Empty, context: Context) -> pb.LoadAvgResponse:
+        return await self._read("LoadAvg", context, api.load_avg, pb.LoadAvg, pb.LoadAvgResponse)
+
+    async def Processes(self, request: empty_pb2.Empty, context: Context) -> pb.ProcessesResponse:
+        return await self._read("Processes", context, api.processes, pb.Process, pb.ProcessesResponse)
+
+    async def SystemStat(self, request: empty_pb2.Empty, context: Context) -> pb.SystemStatResponse:
+        return await self._read("SystemStat", context, api.system_stat, pb.SystemStat, pb.SystemStatResponse)
+
+    async def CPUInfo(self, request: empty_pb2.Empty, context: Context) -> pb.CPUInfoResponse:
+        return await self._read("CPUInfo", context, api.cpu_info, pb.CPUsInfo, pb.CPUInfoResponse)
+
+    async def DiskStats(self, request: empty_pb2.Empty, context: Context) -> pb.DiskStatsResponse:
+        return await self._read("DiskStats", context, api.disk_stats, pb.DiskStats, pb.DiskStatsResponse)
+
+    async def NetworkDeviceStats(
+        self, request: empty_pb2.Empty, context: Context
+    ) -> pb.NetworkDeviceStatsResponse:
+        return await self._read(
+            "NetworkDeviceStats",
+            context,
+            api.network_device_stats,
+            pb.NetworkDeviceStats,
+            pb.NetworkDeviceStatsResponse,
+        )
+
+    async def Mounts(self, request: empty_pb2.Empty, context: Context) -> pb.MountsResponse:
+        return await self._read("Mounts", context, api.mounts, pb.Mounts, pb.MountsResponse)
+
+    async def Containers(self, request: pb.ContainersRequest, context: Context) -> pb.ContainersResponse:
+        return await self._read(
+            "Containers", context, lambda m: api.containers(m, request), pb.Container, pb.ContainersResponse
+        )
+
+    async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
+        return await self._read("Stats", context, lambda m: api.stats(m, request), pb.Stats, pb.StatsResponse)
+
+    async def Netstat(self, request: pb.NetstatRequest, context: Context) -> pb.NetstatResponse:
+        return await self._read(
+            "Netstat", context, lambda m: api.netstat(m, request), pb.Netstat, pb.NetstatResponse
+        )
+
+    async def EtcdAlarmList(self, request: empty_pb2.Empty, context: Context) -> pb.EtcdAlarmListResponse:
+        return await self._read(
+            "EtcdAlarmList", context, api.etcd_alarms, pb.EtcdAlarm, pb.EtcdAlarmListResponse
+        )
+
+    # --- what an operator does to a running machine ---
+
+    async def EtcdAlarmDisarm(self, request: empty_pb2.Empty, context: Context) -> pb.EtcdAlarmDisarmResponse:
+        return await self._read(
+            "EtcdAlarmDisarm", context, api.etcd_alarm_disarm, pb.EtcdAlarmDisarm, pb.EtcdAlarmDisarmResponse
+        )
+
+    async def EtcdDefragment(self, request: empty_pb2.Empty, context: Context) -> pb.EtcdDefragmentResponse:
+        return await self._read(
+            "EtcdDefragment", context, api.etcd_defragment, pb.EtcdDefragment, pb.EtcdDefragmentResponse
+        )
+
+    async def Restart(self, request: pb.RestartRequest, context: Context) -> pb.RestartResponse:
+        return await self._read(
+            "Restart", context, lambda m: api.restart(m, request), pb.Restart, pb.RestartResponse
+        )
+
+    async def ServiceStart(
+        self, request: pb.ServiceStartRequest, context: Context
+    ) -> pb.ServiceStartResponse:
+        return await self._read(
+            "ServiceStart",
+            context,
+            lambda m: api.service_start(m, request),
+            pb.ServiceStart,
+            pb.ServiceStartResponse,
+        )
+
+    async def ServiceStop(self, request: pb.ServiceStopRequest, context: Context) -> pb.ServiceStopResponse:
+        return await self._read(
+            "ServiceStop",
+            context,
+            lambda m: api.service_stop(m, request),
+            pb.ServiceStop,
+            pb.ServiceStopResponse,
+        )
+
+    async def ServiceRestart(
+        self, request: pb.ServiceRestartRequest, context: Context
+    ) -> pb.ServiceRestartResponse:
+        return await self._read(
+            "ServiceRestart",
+            context,
+            lambda m: api.service_restart(m, request),
+            pb.ServiceRestart,
+            pb.ServiceRestartResponse,
         )
 
     # --- streams ---
@@ -189,12 +299,69 @@ class MachineService(pb_grpc.MachineServiceServicer):
     async def EtcdSnapshot(
         self, request: pb.EtcdSnapshotRequest, context: Context
     ) -> AsyncIterator[common_pb2.Data]:
-        async for chunk in self._data("EtcdSnapshot", context, lambda m: m.etcd_snapshot()):
+        async for chunk in self._data("EtcdSnapshot", context, api.etcd_snapshot):
             yield chunk
 
     async def Kubeconfig(self, request: empty_pb2.Empty, context: Context) -> AsyncIterator[common_pb2.Data]:
-        async for chunk in self._data("Kubeconfig", context, lambda m: m.kubeconfig()):
+        async for chunk in self._data("Kubeconfig", context, api.kubeconfig):
             yield chunk
+
+    async def Read(self, request: pb.ReadRequest, context: Context) -> AsyncIterator[common_pb2.Data]:
+        async for chunk in self._data("Read", context, lambda m: api.read(m, request)):
+            yield chunk
+
+    async def _messages(
+        self, method: str, context: Context, produce: Callable[[Machine], list[Any]]
+    ) -> AsyncIterator[Any]:
+        _peer, machine = await self.router.single(_method(method), context)
+        try:
+            messages = produce(machine)
+        except ApiError as e:
+            await self._abort(context, e)
+            return
+        for message in messages:
+            yield message
+
+    async def List(self, request: pb.ListRequest, context: Context) -> AsyncIterator[pb.FileInfo]:
+        async for info in self._messages("List", context, lambda m: api.list_files(m, request)):
+            yield info
+
+    async def DiskUsage(
+        self, request: pb.DiskUsageRequest, context: Context
+    ) -> AsyncIterator[pb.DiskUsageInfo]:
+        async for info in self._messages("DiskUsage", context, lambda m: api.disk_usage(m, request)):
+            yield info
+
+    async def Logs(self, request: pb.LogsRequest, context: Context) -> AsyncIterator[common_pb2.Data]:
+        _peer, machine = await self.router.single(_method("Logs"), context)
+        try:
+            source, lines = api.log_source(machine, request)
+        except ApiError as e:
+            await self._abort(context, e)
+            return
+        if source is None:
+            for line in lines:
+                yield common_pb2.Data(bytes=line)
+            return
+        tail = request.tail_lines
+        if not request.follow:
+            for entry in source.tail(tail):
+                yield common_pb2.Data(bytes=api.log_text(entry))
+            return
+        async for entry in source.follow(tail=tail):
+            yield common_pb2.Data(bytes=api.log_text(entry))
+
+    async def Dmesg(self, request: pb.DmesgRequest, context: Context) -> AsyncIterator[common_pb2.Data]:
+        _peer, machine = await self.router.single(_method("Dmesg"), context)
+        kernel = machine.logs.kernel()
+        # ``tail``: from now on only (with ``follow``).
+        backlog = 0 if request.tail else -1
+        if not request.follow:
+            for line in kernel.tail(backlog):
+                yield common_pb2.Data(bytes=dmesg_line(line))
+            return
+        async for line in kernel.follow(tail=backlog):
+            yield common_pb2.Data(bytes=dmesg_line(line))
 
     async def EtcdRecover(
         self, request_iterator: AsyncIterator[common_pb2.Data], context: Context
@@ -202,7 +369,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         _peer, machine = await self.router.single(_method("EtcdRecover"), context)
         chunks = [chunk.bytes async for chunk in request_iterator]
         try:
-            machine.etcd_recover(b"".join(chunks))
+            api.etcd_recover(machine, b"".join(chunks))
         except ApiError as e:
             await self._abort(context, e)
         return pb.EtcdRecoverResponse(messages=[pb.EtcdRecover()])

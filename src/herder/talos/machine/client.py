@@ -21,13 +21,20 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import duration_pb2, empty_pb2
 
+import herder.talos.machine.resources as res
+import herder.talos.machine.tls as machine_tls
 from herder.talos.api.common import common_pb2
 from herder.talos.api.cosi import state_pb2, state_pb2_grpc
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
-from herder.talos.machine import errors
-from herder.talos.machine import resources as res
-from herder.talos.machine import tls as machine_tls
+from herder.talos.machine.errors import (
+    InvalidArgument,
+    MachineAPIError,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+    from_status,
+)
 from herder.talos.machine.tunnel import ClientTunnel, RefusedAfterHandshake
 from herder.talos.machine.types import (
     ApplyMode,
@@ -175,13 +182,31 @@ class MachineClient:
             if self._stubs is not None:
                 return self._stubs
             creds = self._credentials
+            options = [
+                ("grpc.default_authority", f"{self._host}:{self._port}"),
+                ("grpc.max_receive_message_length", 32 << 20),
+                ("grpc.enable_retries", 0),
+            ]
+            if creds is not None and machine_tls.native(creds.ca, creds.crt, creds.key):
+                # grpc's TLS can use these keys (a gateway's, not a Talos machine's Ed25519 ones): no
+                # tunnel, nothing of the connection in Python.
+                self._channel = grpc.aio.secure_channel(
+                    f"{self._host}:{self._port}",
+                    grpc.ssl_channel_credentials(creds.ca, creds.key, creds.crt),
+                    options=[*options, ("grpc.ssl_target_name_override", self._host)],
+                )
+                self._stubs = _Stubs(
+                    pb_grpc.MachineServiceStub(self._channel),  # type: ignore[no-untyped-call]
+                    state_pb2_grpc.StateStub(self._channel),  # type: ignore[no-untyped-call]
+                )
+                return self._stubs
             if creds is None:
                 context: ssl.SSLContext = machine_tls.insecure_client_context()
             else:
                 try:
                     context = machine_tls.client_context(creds.ca, creds.crt, creds.key)
                 except (ssl.SSLError, ValueError) as e:
-                    raise errors.Unauthenticated(f"unusable Talos client credentials: {e}") from None
+                    raise Unauthenticated(f"unusable Talos client credentials: {e}") from None
             tunnel = ClientTunnel(
                 self._host,
                 self._port,
@@ -191,14 +216,7 @@ class MachineClient:
             )
             port = await tunnel.start()
             self._tunnel = tunnel
-            self._channel = grpc.aio.insecure_channel(
-                f"127.0.0.1:{port}",
-                options=[
-                    ("grpc.default_authority", f"{self._host}:{self._port}"),
-                    ("grpc.max_receive_message_length", 32 << 20),
-                    ("grpc.enable_retries", 0),
-                ],
-            )
+            self._channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
             self._stubs = _Stubs(
                 pb_grpc.MachineServiceStub(self._channel),  # type: ignore[no-untyped-call]
                 state_pb2_grpc.StateStub(self._channel),  # type: ignore[no-untyped-call]
@@ -212,7 +230,7 @@ class MachineClient:
         assert self._channel is not None
         return self._channel
 
-    def explain(self, exc: grpc.aio.AioRpcError, *, node: str | None = None) -> errors.MachineAPIError:
+    def explain(self, exc: grpc.aio.AioRpcError, *, node: str | None = None) -> MachineAPIError:
         """A failed call made on ``channel()``, as this client reports its own: a machine that refused the
         client's certificate, one that could not be reached (and why), or the machine's answer."""
         return self._error(exc, node)
@@ -221,20 +239,27 @@ class MachineClient:
         target = node if node is not None else self.node
         return (("node", target),) if target else ()
 
-    def _error(self, exc: grpc.aio.AioRpcError, node: str | None) -> errors.MachineAPIError:
+    def _error(self, exc: grpc.aio.AioRpcError, node: str | None) -> MachineAPIError:
         target = node or self.node or self._host
         code = exc.code()
+        details = exc.details() or ""
+        if code == grpc.StatusCode.UNAVAILABLE and self._tunnel is None and _refused_by_tls(details):
+            # grpc's own TLS (no tunnel) reports a server's alert only as a failed handshake or record.
+            return Unauthenticated(
+                f"TLS with {self._host}:{self._port} failed: the server refused the client certificate ({details})",
+                node=target,
+            )
         if code == grpc.StatusCode.UNAVAILABLE and self._tunnel is not None:
             cause = self._tunnel.last_error
             if isinstance(cause, ssl.SSLError):
-                return errors.Unauthenticated(
+                return Unauthenticated(
                     f"TLS with {self._host}:{self._port} failed: {cause.reason or cause}", node=target
                 )
             if isinstance(cause, RefusedAfterHandshake):
-                return errors.Unauthenticated(f"{self._host}:{self._port}: {cause}", node=target)
+                return Unauthenticated(f"{self._host}:{self._port}: {cause}", node=target)
             if cause is not None:
-                return errors.Unavailable(f"cannot reach {self._host}:{self._port}: {cause}", node=target)
-        return errors.from_status(code, exc.details() or "", node=target)
+                return Unavailable(f"cannot reach {self._host}:{self._port}: {cause}", node=target)
+        return from_status(code, exc.details() or "", node=target)
 
     async def _call(
         self,
@@ -252,7 +277,7 @@ class MachineClient:
                 return await invoke(stubs, self._metadata(node))
             except grpc.aio.AioRpcError as e:
                 error = self._error(e, node)
-                if isinstance(error, errors.Unavailable) and attempt + 1 < attempts:
+                if isinstance(error, Unavailable) and attempt + 1 < attempts:
                     await asyncio.sleep(self.retry_backoff * 2**attempt)
                     continue
                 raise error from None
@@ -260,10 +285,10 @@ class MachineClient:
 
     def _first(self, messages: Any, node: str | None) -> Any:
         if not messages:
-            raise errors.MachineAPIError("empty reply", node=node or self.node or self._host)
+            raise MachineAPIError("empty reply", node=node or self.node or self._host)
         message = messages[0]
         if message.metadata.error:
-            raise errors.MachineAPIError(
+            raise MachineAPIError(
                 message.metadata.error, node=message.metadata.hostname or node or self.node or ""
             )
         return message
@@ -461,7 +486,7 @@ class MachineClient:
                     raise KeyError("kubeconfig")
                 return member.read()
         except (OSError, tarfile.TarError, KeyError, EOFError) as e:
-            raise errors.MachineAPIError(
+            raise MachineAPIError(
                 f"malformed kubeconfig archive: {e}", node=node or self.node or ""
             ) from None
 
@@ -475,18 +500,150 @@ class MachineClient:
         node: str | None = None,
     ) -> AsyncIterator[MachineEvent]:
         """The machine's events: the requested backlog, then live ones until the caller stops iterating."""
-        stubs = await self._connect()
         request = pb.EventsRequest(
             tail_events=tail_events, tail_id=tail_id, tail_seconds=tail_seconds, with_actor_id=actor_id
         )
-        call = stubs.machine.Events(request, metadata=self._metadata(node))
+        async for event in self._stream("Events", request, node):
+            yield decode_event(event, node or self.node or "")
+
+    # --- inside a machine: what talosctl reads (Talos's own messages) ---
+
+    async def hostname(self, *, node: str | None = None) -> str:
+        m = await self._unary("Hostname", empty_pb2.Empty(), idempotent=True, node=node)
+        return str(m.hostname)
+
+    async def memory(self, *, node: str | None = None) -> pb.MemInfo:
+        """``/proc/meminfo`` (KiB)."""
+        m = await self._unary("Memory", empty_pb2.Empty(), idempotent=True, node=node)
+        return m.meminfo  # type: ignore[no-any-return]
+
+    async def load_avg(self, *, node: str | None = None) -> pb.LoadAvg:
+        return await self._unary("LoadAvg", empty_pb2.Empty(), idempotent=True, node=node)  # type: ignore[no-any-return]
+
+    async def processes(self, *, node: str | None = None) -> list[pb.ProcessInfo]:
+        m = await self._unary("Processes", empty_pb2.Empty(), idempotent=True, node=node)
+        return list(m.processes)
+
+    async def system_stat(self, *, node: str | None = None) -> pb.SystemStat:
+        """``/proc/stat``: CPU seconds since boot, interrupts, context switches."""
+        return await self._unary("SystemStat", empty_pb2.Empty(), idempotent=True, node=node)  # type: ignore[no-any-return]
+
+    async def cpu_info(self, *, node: str | None = None) -> list[pb.CPUInfo]:
+        m = await self._unary("CPUInfo", empty_pb2.Empty(), idempotent=True, node=node)
+        return list(m.cpu_info)
+
+    async def disk_stats(self, *, node: str | None = None) -> pb.DiskStats:
+        return await self._unary("DiskStats", empty_pb2.Empty(), idempotent=True, node=node)  # type: ignore[no-any-return]
+
+    async def network_device_stats(self, *, node: str | None = None) -> pb.NetworkDeviceStats:
+        return await self._unary("NetworkDeviceStats", empty_pb2.Empty(), idempotent=True, node=node)  # type: ignore[no-any-return]
+
+    async def mounts(self, *, node: str | None = None) -> list[pb.MountStat]:
+        m = await self._unary("Mounts", empty_pb2.Empty(), idempotent=True, node=node)
+        return list(m.stats)
+
+    async def containers(
+        self, *, kubernetes: bool = False, node: str | None = None
+    ) -> list[pb.ContainerInfo]:
+        """The system services' containers, or with ``kubernetes`` the CRI's (``talosctl containers -k``)."""
+        request = pb.ContainersRequest(**_runtime(kubernetes))
+        m = await self._unary("Containers", request, idempotent=True, node=node)
+        return list(m.containers)
+
+    async def stats(self, *, kubernetes: bool = False, node: str | None = None) -> list[pb.Stat]:
+        request = pb.StatsRequest(**_runtime(kubernetes))
+        m = await self._unary("Stats", request, idempotent=True, node=node)
+        return list(m.stats)
+
+    async def netstat(
+        self, *, listening: bool = False, pids: bool = False, node: str | None = None
+    ) -> list[pb.ConnectRecord]:
+        request = pb.NetstatRequest(
+            filter=pb.NetstatRequest.LISTENING if listening else pb.NetstatRequest.ALL,
+            feature=pb.NetstatRequest.Feature(pid=pids),
+        )
+        m = await self._unary("Netstat", request, idempotent=True, node=node)
+        return list(m.connectrecord)
+
+    async def etcd_alarms(self, *, node: str | None = None) -> list[pb.EtcdMemberAlarm]:
+        m = await self._unary("EtcdAlarmList", empty_pb2.Empty(), idempotent=True, node=node)
+        return list(m.member_alarms)
+
+    async def etcd_alarm_disarm(self, *, node: str | None = None) -> list[pb.EtcdMemberAlarm]:
+        m = await self._unary("EtcdAlarmDisarm", empty_pb2.Empty(), idempotent=False, node=node)
+        return list(m.member_alarms)
+
+    async def etcd_defragment(self, *, node: str | None = None) -> None:
+        await self._unary("EtcdDefragment", empty_pb2.Empty(), idempotent=False, node=node)
+
+    async def restart(self, id: str, *, kubernetes: bool = False, node: str | None = None) -> None:
+        """Restart a container (``talosctl restart ID``)."""
+        request = pb.RestartRequest(id=id, **_runtime(kubernetes))
+        await self._unary("Restart", request, idempotent=False, node=node)
+
+    async def service(self, id: str, action: str, *, node: str | None = None) -> str:
+        """``start``, ``stop`` or ``restart`` a service; returns what the machine says it did."""
+        calls = {
+            "start": ("ServiceStart", pb.ServiceStartRequest),
+            "stop": ("ServiceStop", pb.ServiceStopRequest),
+            "restart": ("ServiceRestart", pb.ServiceRestartRequest),
+        }
+        if action not in calls:
+            raise ValueError(f"unknown service action {action!r}: expected start, stop or restart")
+        method, request = calls[action]
+        m = await self._unary(method, request(id=id), idempotent=False, node=node)
+        return str(m.resp)
+
+    async def _stream(self, method: str, request: Any, node: str | None) -> AsyncIterator[Any]:
+        """The messages of a server stream as they come, until it ends or the caller stops iterating."""
+        stubs = await self._connect()
+        call = getattr(stubs.machine, method)(request, metadata=self._metadata(node))
         try:
-            async for event in call:
-                yield decode_event(event, node or self.node or "")
+            async for message in call:
+                self._first([message], node)
+                yield message
         except grpc.aio.AioRpcError as e:
             raise self._error(e, node) from None
         finally:
             call.cancel()
+
+    async def read(self, path: str, *, node: str | None = None) -> AsyncIterator[bytes]:
+        """A file's bytes as they stream (``talosctl read``)."""
+        async for message in self._stream("Read", pb.ReadRequest(path=path), node):
+            yield message.bytes
+
+    async def list_files(
+        self, root: str = "/", *, recurse: bool = False, depth: int = 0, node: str | None = None
+    ) -> list[pb.FileInfo]:
+        """A directory's entries (``talosctl list``); with ``recurse``, ``depth`` levels (0: all)."""
+        request = pb.ListRequest(root=root, recurse=recurse, recursion_depth=depth)
+        return [m async for m in self._stream("List", request, node)]
+
+    async def disk_usage(self, *paths: str, node: str | None = None) -> list[pb.DiskUsageInfo]:
+        request = pb.DiskUsageRequest(paths=list(paths) or ["/"])
+        return [m async for m in self._stream("DiskUsage", request, node)]
+
+    async def logs(
+        self,
+        id: str,
+        *,
+        follow: bool = False,
+        tail: int = -1,
+        kubernetes: bool = False,
+        node: str | None = None,
+    ) -> AsyncIterator[bytes]:
+        """A service's log (or with ``kubernetes`` a container's), as it streams: its last ``tail`` lines
+        (-1: all), then with ``follow`` new ones until the caller stops."""
+        request = pb.LogsRequest(id=id, follow=follow, tail_lines=tail, **_runtime(kubernetes))
+        async for message in self._stream("Logs", request, node):
+            yield message.bytes
+
+    async def dmesg(
+        self, *, follow: bool = False, tail: bool = False, node: str | None = None
+    ) -> AsyncIterator[str]:
+        """The kernel's messages, one per item; with ``tail`` only new ones (with ``follow``)."""
+        async for message in self._stream("Dmesg", pb.DmesgRequest(follow=follow, tail=tail), node):
+            yield message.bytes.decode("utf-8", "replace")
 
     # --- resources (cosi.resource.State) ---
 
@@ -565,11 +722,9 @@ class MachineClient:
         matched = [d for d in await self.resource_definitions(node=node) if wanted in d.names()]
         if len(matched) > 1:
             types = ", ".join(d.type for d in matched)
-            raise errors.InvalidArgument(
-                f"resource type {name!r} is ambiguous: {types}", node=self._target(node)
-            )
+            raise InvalidArgument(f"resource type {name!r} is ambiguous: {types}", node=self._target(node))
         if not matched:
-            raise errors.NotFound(f"resource {name!r} is not registered", node=self._target(node))
+            raise NotFound(f"resource {name!r} is not registered", node=self._target(node))
         return matched[0]
 
     async def _specs(self, kind: str, spec: type[res.S], node: str | None) -> list[res.S]:
@@ -597,6 +752,11 @@ class MachineClient:
         item = await self.get_resource(res.NETWORK, res.NODE_ADDRESS, id, node=node)
         return item.typed(res.NodeAddressSpec)
 
+    async def hostname_status(self, *, node: str | None = None) -> res.HostnameStatusSpec:
+        """The machine's hostname (and domain name), as its HostnameStatus resource says."""
+        item = await self.get_resource(res.NETWORK, res.HOSTNAME_STATUS, res.HOSTNAME_STATUS_ID, node=node)
+        return item.typed(res.HostnameStatusSpec)
+
     async def machine_status(self, *, node: str | None = None) -> MachineStatus:
         """The machine's stage and readiness, as its MachineStatus resource says."""
         item = await self.get_resource(res.RUNTIME, res.MACHINE_STATUS, res.MACHINE_STATUS_ID, node=node)
@@ -606,6 +766,19 @@ class MachineClient:
             ready=spec.status.ready,
             unmet_conditions=tuple(UnmetCondition(c.name, c.reason) for c in spec.status.unmet_conditions),
         )
+
+
+def _refused_by_tls(details: str) -> bool:
+    """Whether grpc's report of a failed connection says the TLS handshake was refused (an alert)."""
+    lowered = details.lower()
+    return any(word in lowered for word in ("alert", "certificate", "handshake", "unwrap failed"))
+
+
+def _runtime(kubernetes: bool) -> dict[str, Any]:
+    """The namespace and driver of a containers call: the CRI's (Kubernetes) or containerd's system one."""
+    if kubernetes:
+        return {"namespace": "k8s.io", "driver": common_pb2.CRI}
+    return {"namespace": "system", "driver": common_pb2.CONTAINERD}
 
 
 def _action(enum_type: Any, value: int) -> str:

@@ -20,17 +20,23 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 
 import yaml
+from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import BaseModel, ConfigDict, Field
 
 from herder.talos.api.common import common_pb2
 from herder.talos.api.cosi import meta_pb2, resource_pb2
+from herder.talos.api.resource.config import config_pb2
 from herder.talos.api.resource.definitions.block import block_pb2
+from herder.talos.api.resource.definitions.cluster import cluster_pb2
 from herder.talos.api.resource.definitions.enums import enums_pb2
+from herder.talos.api.resource.definitions.extensions import extensions_pb2
 from herder.talos.api.resource.definitions.hardware import hardware_pb2
+from herder.talos.api.resource.definitions.k8s import k8s_pb2
 from herder.talos.api.resource.definitions.network import network_pb2
 from herder.talos.api.resource.definitions.runtime import runtime_pb2
+from herder.talos.api.resource.definitions.v1alpha1 import v1alpha1_pb2
 from herder.talos.machine.types import MachineStage
 
 # Namespaces (COSI's own, then Talos's).
@@ -38,6 +44,9 @@ META = "meta"
 HARDWARE = "hardware"
 RUNTIME = "runtime"
 NETWORK = "network"
+CLUSTER = "cluster"
+CONFIG = "config"
+K8S = "k8s"
 
 RESOURCE_DEFINITION = "ResourceDefinitions.meta.cosi.dev"
 NAMESPACE = "Namespaces.meta.cosi.dev"
@@ -47,9 +56,31 @@ MEMORY_MODULE = "MemoryModules.hardware.talos.dev"
 DISK = "Disks.block.talos.dev"
 NODE_ADDRESS = "NodeAddresses.net.talos.dev"
 MACHINE_STATUS = "MachineStatuses.runtime.talos.dev"
+HOSTNAME_STATUS = "HostnameStatuses.net.talos.dev"
+MEMBER = "Members.cluster.talos.dev"
+CLUSTER_INFO = "Infos.cluster.talos.dev"
+SERVICE = "Services.v1alpha1.talos.dev"
+NETWORK_STATUS = "NetworkStatuses.net.talos.dev"
+RESOLVER_STATUS = "ResolverStatuses.net.talos.dev"
+TIME_SERVER_STATUS = "TimeServerStatuses.net.talos.dev"
+ROUTE_STATUS = "RouteStatuses.net.talos.dev"
+LINK_STATUS = "LinkStatuses.net.talos.dev"
+VERSION = "Versions.runtime.talos.dev"
+EXTENSION_STATUS = "ExtensionStatuses.runtime.talos.dev"
+MACHINE_TYPE = "MachineTypes.config.talos.dev"
+STATIC_POD_STATUS = "StaticPodStatuses.kubernetes.talos.dev"
+KUBELET_SPEC = "KubeletSpecs.kubernetes.talos.dev"
 
 SYSTEM_INFORMATION_ID = "systeminformation"
 MACHINE_STATUS_ID = "machine"
+HOSTNAME_STATUS_ID = "hostname"
+CLUSTER_INFO_ID = "current"
+NETWORK_STATUS_ID = "status"
+RESOLVER_STATUS_ID = "resolvers"
+TIME_SERVER_STATUS_ID = "timeservers"
+VERSION_ID = "version"
+MACHINE_TYPE_ID = "machine-type"
+KUBELET_SPEC_ID = "kubelet"
 NODE_ADDRESS_IDS = ("default", "current", "routed", "accumulative")
 """default: the one address the node publishes (etcd's peer address); current: the addresses of its up
 links now; routed: current without external and SideroLink addresses; accumulative: every address it had."""
@@ -201,6 +232,334 @@ class NodeAddressSpec(Spec):
         return network_pb2.NodeAddressSpec(addresses=prefixes, sort_algorithm=algorithm)
 
 
+class HostnameStatusSpec(Spec):
+    """``HostnameStatuses.net.talos.dev`` (namespace ``network``, id ``hostname``): the node's hostname, as
+    its config sets it or as Talos makes it up (``talos-xxx-yyy``)."""
+
+    always_marshalled = frozenset({"hostname", "domainname"})
+
+    hostname: str = ""
+    domainname: str = ""
+
+    def to_proto(self) -> Message:
+        return network_pb2.HostnameStatusSpec(hostname=self.hostname, domainname=self.domainname)
+
+
+def _ip(text: str) -> common_pb2.NetIP:
+    return common_pb2.NetIP(ip=ipaddress.ip_address(text).packed) if text else common_pb2.NetIP()
+
+
+def _prefix(text: str) -> common_pb2.NetIPPrefix:
+    if not text:
+        return common_pb2.NetIPPrefix()
+    interface = ipaddress.ip_interface(text)
+    return common_pb2.NetIPPrefix(ip=interface.ip.packed, prefix_length=interface.network.prefixlen)
+
+
+def _struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    json_format.ParseDict(dict(value), message)
+    return message
+
+
+_MACHINE_TYPES = {"unknown": 0, "init": 1, "controlplane": 2, "worker": 3}
+"""Talos's machine types by name (the enum's numbers, in both the resource definitions and config)."""
+
+
+class ControlPlaneSpec(Spec):
+    always_marshalled = frozenset({"api_server_port"})
+
+    api_server_port: int = Field(0, alias="apiServerPort")
+
+
+class MemberSpec(Spec):
+    """``Members.cluster.talos.dev`` (namespace ``cluster``, id: the member's hostname): a machine of the
+    cluster as discovery knows it."""
+
+    always_marshalled = frozenset({"node_id", "addresses", "hostname", "machine_type", "operating_system"})
+
+    node_id: str = Field("", alias="nodeId")
+    addresses: tuple[str, ...] = ()
+    hostname: str = ""
+    machine_type: str = Field("unknown", alias="machineType")
+    operating_system: str = Field("", alias="operatingSystem")
+    control_plane: ControlPlaneSpec | None = Field(None, alias="controlPlane")
+
+    def to_proto(self) -> Message:
+        return cluster_pb2.MemberSpec(
+            node_id=self.node_id,
+            addresses=[_ip(a) for a in self.addresses],
+            hostname=self.hostname,
+            machine_type=_MACHINE_TYPES.get(self.machine_type, 0),  # type: ignore[arg-type]
+            operating_system=self.operating_system,
+            control_plane=cluster_pb2.ControlPlane(api_server_port=self.control_plane.api_server_port)
+            if self.control_plane is not None
+            else None,
+        )
+
+
+class ClusterInfoSpec(Spec):
+    """``Infos.cluster.talos.dev`` (namespace ``cluster``, id ``current``): the cluster of the machine."""
+
+    always_marshalled = frozenset({"cluster_id", "cluster_name"})
+
+    cluster_id: str = Field("", alias="clusterId")
+    cluster_name: str = Field("", alias="clusterName")
+
+    def to_proto(self) -> Message:
+        return cluster_pb2.InfoSpec(cluster_id=self.cluster_id, cluster_name=self.cluster_name)
+
+
+class ServiceSpec(Spec):
+    """``Services.v1alpha1.talos.dev`` (namespace ``runtime``, id: the service): whether it runs and is
+    healthy."""
+
+    always_marshalled = frozenset({"running", "healthy", "unknown"})
+
+    running: bool = False
+    healthy: bool = False
+    unknown: bool = False
+
+    def to_proto(self) -> Message:
+        return v1alpha1_pb2.ServiceSpec(running=self.running, healthy=self.healthy, unknown=self.unknown)
+
+
+class NetworkStatusSpec(Spec):
+    """``NetworkStatuses.net.talos.dev`` (id ``status``): whether the network is ready."""
+
+    always_marshalled = frozenset(
+        {"address_ready", "connectivity_ready", "hostname_ready", "etc_files_ready"}
+    )
+
+    address_ready: bool = Field(False, alias="addressReady")
+    connectivity_ready: bool = Field(False, alias="connectivityReady")
+    hostname_ready: bool = Field(False, alias="hostnameReady")
+    etc_files_ready: bool = Field(False, alias="etcFilesReady")
+
+    def to_proto(self) -> Message:
+        return network_pb2.StatusSpec(**self.model_dump())
+
+
+class ResolverStatusSpec(Spec):
+    """``ResolverStatuses.net.talos.dev`` (id ``resolvers``): the DNS servers in use."""
+
+    always_marshalled = frozenset({"dns_servers", "search_domains"})
+
+    dns_servers: tuple[str, ...] = Field((), alias="dnsServers")
+    search_domains: tuple[str, ...] = Field((), alias="searchDomains")
+
+    def to_proto(self) -> Message:
+        return network_pb2.ResolverStatusSpec(
+            dns_servers=[_ip(a) for a in self.dns_servers], search_domains=self.search_domains
+        )
+
+
+class TimeServerStatusSpec(Spec):
+    """``TimeServerStatuses.net.talos.dev`` (id ``timeservers``): the NTP servers in use."""
+
+    always_marshalled = frozenset({"ntp_servers", "use_nts"})
+
+    ntp_servers: tuple[str, ...] = Field((), alias="timeServers")
+    use_nts: bool = Field(False, alias="useNTS")
+
+    def to_proto(self) -> Message:
+        return network_pb2.TimeServerStatusSpec(ntp_servers=self.ntp_servers, use_nts=self.use_nts)
+
+
+def _enum(enum: Any, prefix: str, text: str) -> int:
+    return int(enum.Value(prefix + text.upper().replace("-", "_")))
+
+
+class RouteStatusSpec(Spec):
+    """``RouteStatuses.net.talos.dev`` (id: family/gateway/destination/table/priority): a kernel route."""
+
+    always_marshalled = frozenset(
+        {"family", "dst", "src", "gateway", "table", "priority", "scope", "type", "flags", "protocol"}
+    )
+
+    family: str = "inet4"
+    dst: str = ""
+    src: str = ""
+    gateway: str = ""
+    out_link_index: int = Field(0, alias="outLinkIndex")
+    out_link_name: str = Field("", alias="outLinkName")
+    table: str = "main"
+    priority: int = 0
+    scope: str = "global"
+    type: str = "unicast"
+    flags: str = ""
+    protocol: str = "static"
+    mtu: int = 0
+
+    def to_proto(self) -> Message:
+        return network_pb2.RouteStatusSpec(
+            family=_enum(enums_pb2.NethelpersFamily, "FAMILY_", self.family),  # type: ignore[arg-type]
+            destination=_prefix(self.dst),
+            source=_ip(self.src),
+            gateway=_ip(self.gateway),
+            out_link_index=self.out_link_index,
+            out_link_name=self.out_link_name,
+            table=_enum(enums_pb2.NethelpersRoutingTable, "TABLE_", self.table),  # type: ignore[arg-type]
+            priority=self.priority,
+            scope=_enum(enums_pb2.NethelpersScope, "SCOPE_", self.scope),  # type: ignore[arg-type]
+            type=_enum(enums_pb2.NethelpersRouteType, "TYPE_", self.type),  # type: ignore[arg-type]
+            protocol=_enum(enums_pb2.NethelpersRouteProtocol, "PROTOCOL_", self.protocol),  # type: ignore[arg-type]
+            mtu=self.mtu,
+        )
+
+
+_LINK_FLAGS = {
+    "UP": 0x1,
+    "BROADCAST": 0x2,
+    "LOOPBACK": 0x8,
+    "RUNNING": 0x40,
+    "MULTICAST": 0x1000,
+    "LOWER_UP": 0x10000,
+}
+_LINK_TYPES = {"ether": "LINK_ETHER", "loopback": "LINK_LOOPBCK", "netrom": "LINK_NETROM"}
+_PORTS = {"TwistedPair": "TWISTED_PAIR", "Other": "OTHER", "None": "NONE", "Fibre": "FIBRE"}
+
+
+def _mac(text: str) -> bytes:
+    return bytes.fromhex(text.replace(":", "")) if text else b""
+
+
+class LinkStatusSpec(Spec):
+    """``LinkStatuses.net.talos.dev`` (id: the link's name): a network link as the kernel reports it."""
+
+    always_marshalled = frozenset(
+        {"index", "type", "link_index", "flags", "hardware_addr", "permanent_addr", "broadcast_addr", "mtu",
+         "queue_disc", "operational_state", "kind", "slave_kind", "link_state", "port", "duplex"}
+    )  # fmt: skip
+
+    index: int = 0
+    type: str = "ether"
+    link_index: int = Field(0, alias="linkIndex")
+    flags: str = ""
+    hardware_addr: str = Field("", alias="hardwareAddr")
+    permanent_addr: str = Field("", alias="permanentAddr")
+    broadcast_addr: str = Field("", alias="broadcastAddr")
+    mtu: int = 0
+    queue_disc: str = Field("", alias="queueDisc")
+    operational_state: str = Field("unknown", alias="operationalState")
+    kind: str = ""
+    slave_kind: str = Field("", alias="slaveKind")
+    driver: str = ""
+    link_state: bool = Field(False, alias="linkState")
+    port: str = "Other"
+    duplex: str = "Unknown"
+
+    def to_proto(self) -> Message:
+        flags = 0
+        for flag in filter(None, self.flags.split(",")):
+            flags |= _LINK_FLAGS.get(flag, 0)
+        state = "OPER_STATE_" + "".join("_" + c if c.isupper() else c.upper() for c in self.operational_state)
+        return network_pb2.LinkStatusSpec(
+            index=self.index,
+            type=enums_pb2.NethelpersLinkType.Value(_LINK_TYPES.get(self.type, "LINK_ETHER")),
+            link_index=self.link_index,
+            flags=flags,
+            hardware_addr=_mac(self.hardware_addr),
+            permanent_addr=_mac(self.permanent_addr),
+            broadcast_addr=_mac(self.broadcast_addr),
+            mtu=self.mtu,
+            queue_disc=self.queue_disc,
+            operational_state=enums_pb2.NethelpersOperationalState.Value(state),
+            kind=self.kind,
+            slave_kind=self.slave_kind,
+            driver=self.driver,
+            link_state=self.link_state,
+            port=enums_pb2.NethelpersPort.Value(_PORTS.get(self.port, "OTHER")),
+            duplex=enums_pb2.NethelpersDuplex.Value(self.duplex.upper()),
+        )
+
+
+class VersionSpec(Spec):
+    """``Versions.runtime.talos.dev`` (id ``version``): the Talos version the machine runs."""
+
+    always_marshalled = frozenset({"version", "name"})
+
+    version: str = ""
+    name: str = ""
+
+    def to_proto(self) -> Message:
+        return runtime_pb2.VersionSpec(version=self.version, name=self.name)
+
+
+class ExtensionMetadataSpec(Spec):
+    name: str = ""
+    version: str = ""
+    author: str = ""
+    description: str = ""
+
+
+class ExtensionStatusSpec(Spec):
+    """``ExtensionStatuses.runtime.talos.dev`` (id: its order): an installed system extension."""
+
+    always_marshalled = frozenset({"image", "metadata"})
+
+    image: str = ""
+    metadata: ExtensionMetadataSpec = ExtensionMetadataSpec()
+
+    def to_proto(self) -> Message:
+        m = self.metadata
+        return extensions_pb2.Layer(
+            image=self.image,
+            metadata=extensions_pb2.Metadata(
+                name=m.name, version=m.version, author=m.author, description=m.description
+            ),
+        )
+
+
+class MachineTypeSpec(Spec):
+    """``MachineTypes.config.talos.dev`` (namespace ``config``, id ``machine-type``): the type of the
+    machine's config (``controlplane``, ``worker``; ``unknown`` in maintenance). Its YAML is the bare name."""
+
+    machine_type: str = "unknown"
+
+    def yaml_fields(self) -> dict[str, Any]:
+        return {"machineType": self.machine_type}
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.machine_type)
+
+    def to_proto(self) -> Message:
+        return config_pb2.MachineTypeSpec(machine_type=_MACHINE_TYPES.get(self.machine_type, 0))  # type: ignore[arg-type]
+
+
+class StaticPodStatusSpec(Spec):
+    """``StaticPodStatuses.kubernetes.talos.dev`` (namespace ``k8s``, id: the pod's namespace/name): the
+    pod's status as the kubelet reports it (its YAML is the status itself)."""
+
+    pod_status: dict[str, Any] = {}
+
+    def yaml_fields(self) -> dict[str, Any]:
+        return dict(self.pod_status)
+
+    def to_proto(self) -> Message:
+        return k8s_pb2.StaticPodStatusSpec(pod_status=_struct(self.pod_status))
+
+
+class KubeletSpecSpec(Spec):
+    """``KubeletSpecs.kubernetes.talos.dev`` (namespace ``k8s``, id ``kubelet``): how the kubelet runs.
+    Sensitive: only os:admin may read it."""
+
+    always_marshalled = frozenset({"image", "config"})
+
+    image: str = ""
+    args: tuple[str, ...] = ()
+    expected_nodename: str = Field("", alias="expectedNodename")
+    config: dict[str, Any] = {}
+
+    def to_proto(self) -> Message:
+        return k8s_pb2.KubeletSpecSpec(
+            image=self.image,
+            args=self.args,
+            expected_nodename=self.expected_nodename,
+            config=_struct(self.config),
+        )
+
+
 class UnmetConditionSpec(Spec):
     always_marshalled = frozenset({"name", "reason"})
 
@@ -319,6 +678,8 @@ class ResourceKind:
     aliases: tuple[str, ...] = ()
     print_columns: tuple[tuple[str, str], ...] = ()
     """(name, JSONPath) of the columns ``talosctl get`` shows besides the id and version."""
+    sensitive: bool = False
+    """Only os:admin may read it."""
 
     def definition(self) -> ResourceDefinitionSpec:
         """Its ResourceDefinition, with the aliases COSI derives: the singular, the capitals' initials (and
@@ -340,6 +701,7 @@ class ResourceKind:
             aliases=tuple(aliases),
             all_aliases=(*plural, *aliases),
             print_columns=tuple(PrintColumn(name=n, json_path=p) for n, p in self.print_columns),
+            sensitivity="sensitive" if self.sensitive else "",
         )
 
 
@@ -420,11 +782,116 @@ KINDS: dict[str, ResourceKind] = {
             print_columns=(("Addresses", "{.addresses}"), ("SortAlgorithm", "{.sortAlgorithm}")),
         ),
         ResourceKind(
+            HOSTNAME_STATUS,
+            NETWORK,
+            HostnameStatusSpec,
+            aliases=("hostname",),
+            print_columns=(("Hostname", "{.hostname}"), ("Domainname", "{.domainname}")),
+        ),
+        ResourceKind(
             MACHINE_STATUS,
             RUNTIME,
             MachineStatusSpec,
             print_columns=(("Stage", "{.stage}"), ("Ready", "{.status.ready}")),
         ),
+        ResourceKind(
+            MEMBER,
+            CLUSTER,
+            MemberSpec,
+            print_columns=(
+                ("Hostname", "{.hostname}"),
+                ("Machine Type", "{.machineType}"),
+                ("OS", "{.operatingSystem}"),
+                ("Addresses", "{.addresses}"),
+            ),
+        ),
+        ResourceKind(
+            CLUSTER_INFO,
+            CLUSTER,
+            ClusterInfoSpec,
+            print_columns=(("Cluster ID", "{.clusterId}"), ("Cluster Name", "{.clusterName}")),
+        ),
+        ResourceKind(
+            SERVICE,
+            RUNTIME,
+            ServiceSpec,
+            aliases=("svc",),
+            print_columns=(
+                ("Running", "{.running}"),
+                ("Healthy", "{.healthy}"),
+                ("Health Unknown", "{.unknown}"),
+            ),
+        ),
+        ResourceKind(
+            NETWORK_STATUS,
+            NETWORK,
+            NetworkStatusSpec,
+            aliases=("netstatus", "netstatuses"),
+            print_columns=(
+                ("Address", "{.addressReady}"),
+                ("Connectivity", "{.connectivityReady}"),
+                ("Hostname", "{.hostnameReady}"),
+                ("Etc", "{.etcFilesReady}"),
+            ),
+        ),
+        ResourceKind(
+            RESOLVER_STATUS,
+            NETWORK,
+            ResolverStatusSpec,
+            aliases=("resolvers",),
+            print_columns=(("Resolvers", "{.dnsServers}"), ("Search Domains", "{.searchDomains}")),
+        ),
+        ResourceKind(
+            TIME_SERVER_STATUS,
+            NETWORK,
+            TimeServerStatusSpec,
+            aliases=("timeserver", "timeservers"),
+            print_columns=(("Timeservers", "{.timeServers}"), ("UseNTS", "{.useNTS}")),
+        ),
+        ResourceKind(
+            ROUTE_STATUS,
+            NETWORK,
+            RouteStatusSpec,
+            aliases=("route", "routes"),
+            print_columns=(
+                ("Destination", "{.dst}"),
+                ("Gateway", "{.gateway}"),
+                ("Link", "{.outLinkName}"),
+                ("Metric", "{.priority}"),
+            ),
+        ),
+        ResourceKind(
+            LINK_STATUS,
+            NETWORK,
+            LinkStatusSpec,
+            aliases=("link", "links"),
+            print_columns=(
+                ("Type", "{.type}"),
+                ("Kind", "{.kind}"),
+                ("Hw Addr", "{.hardwareAddr}"),
+                ("Oper State", "{.operationalState}"),
+                ("Link State", "{.linkState}"),
+            ),
+        ),
+        ResourceKind(
+            VERSION, RUNTIME, VersionSpec, print_columns=(("Name", "{.name}"), ("Version", "{.version}"))
+        ),
+        ResourceKind(
+            EXTENSION_STATUS,
+            RUNTIME,
+            ExtensionStatusSpec,
+            aliases=("extensions",),
+            print_columns=(("Name", "{.metadata.name}"), ("Version", "{.metadata.version}")),
+        ),
+        ResourceKind(MACHINE_TYPE, CONFIG, MachineTypeSpec, print_columns=(("Type", "{@}"),)),
+        ResourceKind(
+            STATIC_POD_STATUS,
+            K8S,
+            StaticPodStatusSpec,
+            aliases=("podstatus",),
+            print_columns=(("Ready", '{.conditions[?(@.type=="Ready")].status}'),),
+        ),
+        ResourceKind(KUBELET_SPEC, K8S, KubeletSpecSpec, sensitive=True),
     )
 }
 """The resource types herder reads, by type."""
@@ -434,6 +901,9 @@ NAMESPACES = {
     RUNTIME: "Talos v1alpha1 subsystems glue resources.",
     HARDWARE: "Hardware resources.",
     NETWORK: "Networking resources.",
+    CLUSTER: "Cluster configuration and discovery resources.",
+    CONFIG: "Talos node configuration.",
+    K8S: "Kubernetes all node types resources.",
 }
 """The namespaces of those types, with the descriptions Talos gives them."""
 

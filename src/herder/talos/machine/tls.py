@@ -2,7 +2,9 @@
 
 grpc's bundled BoringSSL refuses Ed25519 signatures in the TLS handshake, and Talos's API certificates
 (the CA, apid's server certificate, every talosctl client certificate) are Ed25519, so herder speaks TLS
-with Python's ``ssl`` (OpenSSL) and runs gRPC over the resulting stream (see ``tunnel``).
+with Python's ``ssl`` (OpenSSL) and runs gRPC over the resulting stream (see ``tunnel``). Material grpc's
+TLS can use (ECDSA or RSA, as herder's Talos API gateway serves and issues) goes to grpc itself
+(``native``): its TLS runs in C, and no byte passes through Python.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import functools
 import ssl
 
-from herder.talos.pki import load_cert_chain
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from herder.talos.pki import load_cert_chain, load_private_key
 
 ALPN = ["h2"]
 """gRPC runs on HTTP/2; gRPC servers refuse a TLS connection that did not negotiate it."""
@@ -70,4 +75,18 @@ def peer_organizations(ssl_object: ssl.SSLObject | None) -> frozenset[str]:
         for rdn in cert.get("subject", ())
         for attribute in rdn
         if attribute[0] == "organizationName"
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def native(ca: bytes, crt: bytes, key: bytes) -> bool:
+    """Whether grpc's own TLS can speak with this material: no Ed25519 key in the CA (which signs the
+    server's certificate too), the client certificate or its key."""
+    try:
+        keys = [x509.load_pem_x509_certificate(pem).public_key() for pem in (ca, crt)]
+        own = load_private_key(key)
+    except ValueError:
+        return False
+    return not any(isinstance(k, ed25519.Ed25519PublicKey) for k in keys) and not isinstance(
+        own, ed25519.Ed25519PrivateKey
     )

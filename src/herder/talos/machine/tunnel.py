@@ -1,17 +1,22 @@
 """Byte relays that put gRPC over a TLS connection made by Python's ``ssl``.
 
-Why: grpc's TLS cannot use Talos's Ed25519 certificates (see ``tls``). So a gRPC channel talks plaintext
-HTTP/2 to a listener on 127.0.0.1 inside this process, and each connection it opens is relayed over a TLS
-connection to the machine. The emulator uses the same relay the other way round: TLS in, plaintext to its
-gRPC server.
+Why: grpc's TLS cannot use Talos's Ed25519 certificates (see ``tls``), and a grpc server that refuses a
+client's certificate closes the connection without the TLS alert saying why (the client sees a bare EOF).
+So a gRPC channel talks plaintext HTTP/2 to a listener on 127.0.0.1 inside this process, and each
+connection it opens is relayed over a TLS connection to the machine (``ClientTunnel``); the other way round,
+a TLS listener relays each connection it accepts to a plaintext gRPC server on 127.0.0.1 and tells that
+server who called (``ServerTunnel``, ``open_upstream``): the emulator's machines and herder's Talos API
+gateway serve so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 class RefusedAfterHandshake(ConnectionError):
@@ -31,6 +36,7 @@ class Relay(asyncio.Protocol):
         self._outgoing: list[bytes] = []
         self._flush_scheduled = False
         self.received = 0
+        """Bytes forwarded to the peer (after decryption, for a ``TLSRelay``)."""
         self.on_lost: Callable[[Exception | None], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -43,13 +49,17 @@ class Relay(asyncio.Protocol):
         for end in (self, peer):
             pending, end._pending = end._pending, []
             for chunk in pending:
-                end.data_received(chunk)
+                end._forward(chunk)
 
     def data_received(self, data: bytes) -> None:
+        self._forward(data)
+
+    def _forward(self, data: bytes) -> None:
         self.received += len(data)
         peer = self.peer
         if peer is None or peer.transport is None or self._held:
             self._pending.append(data)
+            self.received -= len(data)
             return
         # gRPC writes many small frames; gathering what arrives in one loop iteration into one write
         # halves the system calls (measured: a send costs more than the rest of the relay).
@@ -63,7 +73,12 @@ class Relay(asyncio.Protocol):
         chunks, self._outgoing = self._outgoing, []
         peer = self.peer
         if chunks and peer is not None and peer.transport is not None and not peer._closed:
-            peer.transport.write(b"".join(chunks))
+            peer.send(b"".join(chunks))
+
+    def send(self, data: bytes) -> None:
+        """Write what the peer forwards on this end's connection."""
+        assert self.transport is not None
+        self.transport.write(data)
 
     def eof_received(self) -> bool | None:
         # HTTP/2 never half-closes usefully: the end of one direction ends the connection.
@@ -96,7 +111,7 @@ class Relay(asyncio.Protocol):
             else:
                 pending, end._pending = end._pending, []
                 for chunk in pending:
-                    end.data_received(chunk)
+                    end._forward(chunk)
                 end.transport.resume_reading()
 
     def close(self) -> None:
@@ -107,6 +122,120 @@ class Relay(asyncio.Protocol):
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+class TLSRelay(Relay):
+    """A relay end that speaks TLS on its connection (OpenSSL, through ``ssl.SSLObject``): it decrypts what
+    it receives for its peer and encrypts what its peer forwards. Unlike asyncio's own TLS, a handshake
+    that fails sends the alert saying why (certificate required, unknown CA…) before the connection
+    closes, as Go's TLS does; ``handshake`` tells when the handshake is done, or why it failed."""
+
+    def __init__(
+        self, context: ssl.SSLContext, *, server_side: bool, server_hostname: str | None = None
+    ) -> None:
+        super().__init__()
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing_tls = ssl.MemoryBIO()
+        self.ssl_object = context.wrap_bio(
+            self._incoming, self._outgoing_tls, server_side=server_side, server_hostname=server_hostname
+        )
+        self._server_side = server_side
+        self._established = False
+        self._early: list[bytes] = []
+        """What the peer forwarded before the handshake was done."""
+        self.error: Exception | None = None
+        self.handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if not self._server_side:
+            self._advance()
+
+    def data_received(self, data: bytes) -> None:
+        self._incoming.write(data)
+        if not self._established:
+            self._advance()
+            if not self._established:
+                return
+        self._decrypt()
+
+    def _advance(self) -> None:
+        """Take the handshake as far as what arrived allows."""
+        try:
+            self.ssl_object.do_handshake()
+        except ssl.SSLWantReadError:
+            self._send_tls()
+            return
+        except (ssl.SSLError, ssl.CertificateError) as e:
+            self._fail(e)
+            return
+        self._established = True
+        self._send_tls()
+        if not self.handshake.done():
+            self.handshake.set_result(None)
+        early, self._early = self._early, []
+        for chunk in early:
+            self.send(chunk)
+
+    def _decrypt(self) -> None:
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = self.ssl_object.read(1 << 18)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                # The other end said close_notify: what came before it still goes through.
+                self._closed_by_peer(chunks)
+                return
+            except ssl.SSLError as e:
+                # An alert after the handshake (in TLS 1.3, a server refusing the client's certificate).
+                self._closed_by_peer(chunks, e)
+                return
+            if not chunk:
+                break
+            chunks.append(chunk)
+        # Reading can make TLS records to send (a key update's answer).
+        self._send_tls()
+        if chunks:
+            self._forward(b"".join(chunks))
+
+    def _closed_by_peer(self, chunks: list[bytes], error: Exception | None = None) -> None:
+        if chunks:
+            self._forward(b"".join(chunks))
+            self._flush()
+        self.error = error
+        self.close()
+
+    def _fail(self, error: Exception) -> None:
+        self.error = error
+        self._send_tls()  # the alert
+        if not self.handshake.done():
+            self.handshake.set_exception(error)
+            self.handshake.exception()  # retrieved: a failed handshake is reported through ``error``
+        self.close()
+
+    def _send_tls(self) -> None:
+        pending = self._outgoing_tls.read()
+        if pending and self.transport is not None and not self._closed:
+            self.transport.write(pending)
+
+    def send(self, data: bytes) -> None:
+        if not self._established:
+            self._early.append(data)
+            return
+        try:
+            self.ssl_object.write(data)
+        except ssl.SSLError as e:
+            self._fail(e)
+            return
+        self._send_tls()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.handshake.done():
+            self.handshake.set_exception(exc or ConnectionResetError("closed during the TLS handshake"))
+            self.handshake.exception()
+        super().connection_lost(exc or self.error)
 
 
 class ClientTunnel:
@@ -149,7 +278,7 @@ class ClientTunnel:
 
     async def _connect(self, local: Relay) -> None:
         loop = asyncio.get_running_loop()
-        remote = Relay()
+        remote = TLSRelay(self._context, server_side=False, server_hostname=self._server_hostname)
 
         def lost(exc: Exception | None) -> None:
             if remote.received == 0 and (exc is None or isinstance(exc, ConnectionResetError)):
@@ -162,24 +291,24 @@ class ClientTunnel:
                 self.last_error = exc
             self._relays.discard(remote)
 
-        remote.on_lost = lost
         local.on_lost = lambda _exc: self._relays.discard(local)
+
+        async def handshake() -> None:
+            await loop.create_connection(lambda: remote, self._host, self._port)
+            await remote.handshake
+
         try:
-            await loop.create_connection(
-                lambda: remote,
-                self._host,
-                self._port,
-                ssl=self._context,
-                server_hostname=self._server_hostname,
-                ssl_handshake_timeout=self._handshake_timeout,
-            )
-        except (OSError, TimeoutError, ssl.SSLError) as e:
-            self.last_error = e
+            await asyncio.wait_for(handshake(), self._handshake_timeout)
+        except (OSError, TimeoutError, ssl.SSLError, ssl.CertificateError) as e:
+            self.last_error = remote.error or e
+            remote.close()
             local.close()
             return
+        remote.on_lost = lost
         self._relays.add(remote)
-        if local.closed:
+        if local.closed or remote.closed:
             remote.close()
+            local.close()
             return
         local.link(remote)
 
@@ -193,6 +322,126 @@ class ClientTunnel:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+
+HANDSHAKE_TIMEOUT = 10.0
+"""How long an accepted connection may take to finish its TLS handshake."""
+
+
+async def handshake(inbound: TLSRelay, timeout: float) -> bool:
+    """Wait for an accepted connection's TLS handshake; False (and the connection closed) if it failed or
+    took longer than ``timeout``."""
+    try:
+        await asyncio.wait_for(asyncio.shield(inbound.handshake), timeout)
+    except (OSError, TimeoutError, ssl.SSLError, ssl.CertificateError):
+        inbound.close()
+        return False
+    return True
+
+
+async def open_upstream(inbound: Relay, port: int) -> tuple[Relay, str] | None:
+    """The plaintext leg of a connection accepted with TLS: a connection to the server on 127.0.0.1:``port``
+    and the peer name that server's gRPC gives it (``ipv4:127.0.0.1:PORT``), by which the server asks who
+    called. None when the server cannot be reached (the accepted connection is then closed). The two legs
+    are not joined yet: the caller records who the peer is first, then ``inbound.link(upstream)``."""
+    upstream = Relay()
+    try:
+        await asyncio.get_running_loop().create_connection(lambda: upstream, "127.0.0.1", port)
+    except OSError:
+        inbound.close()
+        return None
+    assert upstream.transport is not None
+    return upstream, "ipv4:127.0.0.1:{}".format(upstream.transport.get_extra_info("sockname")[1])
+
+
+@dataclass(frozen=True)
+class TLSPeer:
+    """Who is at the other end of a connection a ``ServerTunnel`` relays."""
+
+    address: str
+    """The caller's IP address."""
+    certificate: bytes
+    """The client certificate the TLS handshake verified (DER)."""
+
+
+class _Accepted(TLSRelay):
+    def __init__(self, tunnel: ServerTunnel) -> None:
+        super().__init__(tunnel.context, server_side=True)
+        self._tunnel = tunnel
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._tunnel.accepted(self)
+
+
+class ServerTunnel:
+    """A TLS listener (OpenSSL's handshake: a refused client certificate ends with its alert, ``certificate
+    required`` or ``unknown ca``) on a bound socket, whose every connection is relayed in plaintext to a
+    gRPC server on 127.0.0.1:``upstream_port``. ``peers`` maps the peer name that server sees for a relayed
+    connection to the ``TLSPeer`` behind it, for as long as the connection lasts."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        context: ssl.SSLContext,
+        upstream_port: int,
+        *,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    ) -> None:
+        self._sock = sock
+        self.context = context
+        self._handshake_timeout = handshake_timeout
+        self._upstream_port = upstream_port
+        self._server: asyncio.Server | None = None
+        self._relays: set[Relay] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.peers: dict[str, TLSPeer] = {}
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Accepted(self), sock=self._sock, backlog=256)
+
+    def accepted(self, inbound: TLSRelay) -> None:
+        self._relays.add(inbound)
+        inbound.on_lost = lambda _exc: self._relays.discard(inbound)
+        task = asyncio.get_running_loop().create_task(self._connect(inbound))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, inbound: TLSRelay) -> None:
+        if not await handshake(inbound, self._handshake_timeout):
+            return
+        assert inbound.transport is not None
+        certificate = inbound.ssl_object.getpeercert(binary_form=True)
+        address = (inbound.transport.get_extra_info("peername") or ("",))[0]
+        opened = await open_upstream(inbound, self._upstream_port)
+        if opened is None:
+            return
+        upstream, name = opened
+        self.peers[name] = TLSPeer(str(address), certificate or b"")
+
+        def lost(_exc: Exception | None) -> None:
+            self.peers.pop(name, None)
+            self._relays.discard(upstream)
+
+        upstream.on_lost = lost
+        self._relays.add(upstream)
+        if inbound.closed:
+            upstream.close()
+            return
+        inbound.link(upstream)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for relay in list(self._relays):
+            relay.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

@@ -24,15 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$herder/talos/api/common/common.proto\x12\x06\x63ommon\"4\n\x05\x45rror\x12\x1a\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0c.common.Code\x12\x0f\n\x07message\x18\x02 \x01(\t\"\'\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"K\n\x08Metadata\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x1e\n\x06status\x18\x03 \x01(\x0b\x32\x0e.common.Status\"+\n\x05\x45mpty\x12\"\n\x08metadata\x18\x01 \x01(\x0b\x32\x10.common.Metadata\"0\n\rEmptyResponse\x12\x1f\n\x08messages\x18\x01 \x03(\x0b\x32\r.common.Empty\"9\n\x04\x44\x61ta\x12\"\n\x08metadata\x18\x01 \x01(\x0b\x32\x10.common.Metadata\x12\r\n\x05\x62ytes\x18\x02 \x01(\x0c\"0\n\x0bNetIPPrefix\x12\n\n\x02ip\x18\x01 \x01(\x0c\x12\x15\n\rprefix_length\x18\x02 \x01(\x05*+\n\x04\x43ode\x12\t\n\x05\x46\x41TAL\x10\x00\x12\n\n\x06LOCKED\x10\x01\x12\x0c\n\x08\x43\x41NCELED\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$herder/talos/api/common/common.proto\x12\x06\x63ommon\"4\n\x05\x45rror\x12\x1a\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x0c.common.Code\x12\x0f\n\x07message\x18\x02 \x01(\t\"\'\n\x06Status\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"K\n\x08Metadata\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x1e\n\x06status\x18\x03 \x01(\x0b\x32\x0e.common.Status\"+\n\x05\x45mpty\x12\"\n\x08metadata\x18\x01 \x01(\x0b\x32\x10.common.Metadata\"0\n\rEmptyResponse\x12\x1f\n\x08messages\x18\x01 \x03(\x0b\x32\r.common.Empty\"9\n\x04\x44\x61ta\x12\"\n\x08metadata\x18\x01 \x01(\x0b\x32\x10.common.Metadata\x12\r\n\x05\x62ytes\x18\x02 \x01(\x0c\"0\n\x0bNetIPPrefix\x12\n\n\x02ip\x18\x01 \x01(\x0c\x12\x15\n\rprefix_length\x18\x02 \x01(\x05\"\x13\n\x05NetIP\x12\n\n\x02ip\x18\x01 \x01(\x0c*+\n\x04\x43ode\x12\t\n\x05\x46\x41TAL\x10\x00\x12\n\n\x06LOCKED\x10\x01\x12\x0c\n\x08\x43\x41NCELED\x10\x02**\n\x0f\x43ontainerDriver\x12\x0e\n\nCONTAINERD\x10\x00\x12\x07\n\x03\x43RI\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'herder.talos.api.common.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CODE']._serialized_start=424
-  _globals['_CODE']._serialized_end=467
+  _globals['_CODE']._serialized_start=445
+  _globals['_CODE']._serialized_end=488
+  _globals['_CONTAINERDRIVER']._serialized_start=490
+  _globals['_CONTAINERDRIVER']._serialized_end=532
   _globals['_ERROR']._serialized_start=48
   _globals['_ERROR']._serialized_end=100
   _globals['_STATUS']._serialized_start=102
@@ -47,4 +49,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DATA']._serialized_end=372
   _globals['_NETIPPREFIX']._serialized_start=374
   _globals['_NETIPPREFIX']._serialized_end=422
+  _globals['_NETIP']._serialized_start=424
+  _globals['_NETIP']._serialized_end=443
 # @@protoc_insertion_point(module_scope)

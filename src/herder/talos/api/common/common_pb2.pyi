@@ -12,9 +12,16 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FATAL: _ClassVar[Code]
     LOCKED: _ClassVar[Code]
     CANCELED: _ClassVar[Code]
+
+class ContainerDriver(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTAINERD: _ClassVar[ContainerDriver]
+    CRI: _ClassVar[ContainerDriver]
 FATAL: Code
 LOCKED: Code
 CANCELED: Code
+CONTAINERD: ContainerDriver
+CRI: ContainerDriver
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -69,3 +76,9 @@ class NetIPPrefix(_message.Message):
     ip: bytes
     prefix_length: int
     def __init__(self, ip: _Optional[bytes] = ..., prefix_length: _Optional[int] = ...) -> None: ...
+
+class NetIP(_message.Message):
+    __slots__ = ("ip",)
+    IP_FIELD_NUMBER: _ClassVar[int]
+    ip: bytes
+    def __init__(self, ip: _Optional[bytes] = ...) -> None: ...

@@ -121,6 +121,126 @@ class MachineServiceStub:
                 request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
                 response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.VersionResponse.FromString,
                 _registered_method=True)
+        self.Containers = channel.unary_unary(
+                '/machine.MachineService/Containers',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ContainersRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ContainersResponse.FromString,
+                _registered_method=True)
+        self.CPUInfo = channel.unary_unary(
+                '/machine.MachineService/CPUInfo',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.CPUInfoResponse.FromString,
+                _registered_method=True)
+        self.DiskStats = channel.unary_unary(
+                '/machine.MachineService/DiskStats',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskStatsResponse.FromString,
+                _registered_method=True)
+        self.DiskUsage = channel.unary_stream(
+                '/machine.MachineService/DiskUsage',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskUsageRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskUsageInfo.FromString,
+                _registered_method=True)
+        self.Dmesg = channel.unary_stream(
+                '/machine.MachineService/Dmesg',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DmesgRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.FromString,
+                _registered_method=True)
+        self.EtcdAlarmList = channel.unary_unary(
+                '/machine.MachineService/EtcdAlarmList',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdAlarmListResponse.FromString,
+                _registered_method=True)
+        self.Hostname = channel.unary_unary(
+                '/machine.MachineService/Hostname',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.HostnameResponse.FromString,
+                _registered_method=True)
+        self.List = channel.unary_stream(
+                '/machine.MachineService/List',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ListRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.FileInfo.FromString,
+                _registered_method=True)
+        self.LoadAvg = channel.unary_unary(
+                '/machine.MachineService/LoadAvg',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.LoadAvgResponse.FromString,
+                _registered_method=True)
+        self.Logs = channel.unary_stream(
+                '/machine.MachineService/Logs',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.LogsRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.FromString,
+                _registered_method=True)
+        self.Memory = channel.unary_unary(
+                '/machine.MachineService/Memory',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.MemoryResponse.FromString,
+                _registered_method=True)
+        self.Mounts = channel.unary_unary(
+                '/machine.MachineService/Mounts',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.MountsResponse.FromString,
+                _registered_method=True)
+        self.Netstat = channel.unary_unary(
+                '/machine.MachineService/Netstat',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetstatRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetstatResponse.FromString,
+                _registered_method=True)
+        self.NetworkDeviceStats = channel.unary_unary(
+                '/machine.MachineService/NetworkDeviceStats',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetworkDeviceStatsResponse.FromString,
+                _registered_method=True)
+        self.Processes = channel.unary_unary(
+                '/machine.MachineService/Processes',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ProcessesResponse.FromString,
+                _registered_method=True)
+        self.Read = channel.unary_stream(
+                '/machine.MachineService/Read',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ReadRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.FromString,
+                _registered_method=True)
+        self.Stats = channel.unary_unary(
+                '/machine.MachineService/Stats',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.StatsRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.StatsResponse.FromString,
+                _registered_method=True)
+        self.SystemStat = channel.unary_unary(
+                '/machine.MachineService/SystemStat',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.SystemStatResponse.FromString,
+                _registered_method=True)
+        self.EtcdAlarmDisarm = channel.unary_unary(
+                '/machine.MachineService/EtcdAlarmDisarm',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdAlarmDisarmResponse.FromString,
+                _registered_method=True)
+        self.EtcdDefragment = channel.unary_unary(
+                '/machine.MachineService/EtcdDefragment',
+                request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdDefragmentResponse.FromString,
+                _registered_method=True)
+        self.Restart = channel.unary_unary(
+                '/machine.MachineService/Restart',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.RestartRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.RestartResponse.FromString,
+                _registered_method=True)
+        self.ServiceRestart = channel.unary_unary(
+                '/machine.MachineService/ServiceRestart',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceRestartRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceRestartResponse.FromString,
+                _registered_method=True)
+        self.ServiceStart = channel.unary_unary(
+                '/machine.MachineService/ServiceStart',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStartRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStartResponse.FromString,
+                _registered_method=True)
+        self.ServiceStop = channel.unary_unary(
+                '/machine.MachineService/ServiceStop',
+                request_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStopRequest.SerializeToString,
+                response_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStopResponse.FromString,
+                _registered_method=True)
 
 
 class MachineServiceServicer:
@@ -228,6 +348,152 @@ class MachineServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Containers(self, request, context):
+        """What talosctl reads to see inside a machine.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CPUInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DiskStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DiskUsage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Dmesg(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EtcdAlarmList(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Hostname(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadAvg(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Logs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Memory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Mounts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Netstat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NetworkDeviceStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Processes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Read(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemStat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EtcdAlarmDisarm(self, request, context):
+        """What an operator does to a running machine without changing its config.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EtcdDefragment(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Restart(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ServiceRestart(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ServiceStart(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ServiceStop(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MachineServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -315,6 +581,126 @@ def add_MachineServiceServicer_to_server(servicer, server):
                     servicer.Version,
                     request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                     response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.VersionResponse.SerializeToString,
+            ),
+            'Containers': grpc.unary_unary_rpc_method_handler(
+                    servicer.Containers,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ContainersRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ContainersResponse.SerializeToString,
+            ),
+            'CPUInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.CPUInfo,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.CPUInfoResponse.SerializeToString,
+            ),
+            'DiskStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiskStats,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskStatsResponse.SerializeToString,
+            ),
+            'DiskUsage': grpc.unary_stream_rpc_method_handler(
+                    servicer.DiskUsage,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskUsageRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskUsageInfo.SerializeToString,
+            ),
+            'Dmesg': grpc.unary_stream_rpc_method_handler(
+                    servicer.Dmesg,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DmesgRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.SerializeToString,
+            ),
+            'EtcdAlarmList': grpc.unary_unary_rpc_method_handler(
+                    servicer.EtcdAlarmList,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdAlarmListResponse.SerializeToString,
+            ),
+            'Hostname': grpc.unary_unary_rpc_method_handler(
+                    servicer.Hostname,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.HostnameResponse.SerializeToString,
+            ),
+            'List': grpc.unary_stream_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ListRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.FileInfo.SerializeToString,
+            ),
+            'LoadAvg': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadAvg,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.LoadAvgResponse.SerializeToString,
+            ),
+            'Logs': grpc.unary_stream_rpc_method_handler(
+                    servicer.Logs,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.LogsRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.SerializeToString,
+            ),
+            'Memory': grpc.unary_unary_rpc_method_handler(
+                    servicer.Memory,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.MemoryResponse.SerializeToString,
+            ),
+            'Mounts': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mounts,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.MountsResponse.SerializeToString,
+            ),
+            'Netstat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Netstat,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetstatRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetstatResponse.SerializeToString,
+            ),
+            'NetworkDeviceStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.NetworkDeviceStats,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetworkDeviceStatsResponse.SerializeToString,
+            ),
+            'Processes': grpc.unary_unary_rpc_method_handler(
+                    servicer.Processes,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ProcessesResponse.SerializeToString,
+            ),
+            'Read': grpc.unary_stream_rpc_method_handler(
+                    servicer.Read,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ReadRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.SerializeToString,
+            ),
+            'Stats': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stats,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.StatsRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.StatsResponse.SerializeToString,
+            ),
+            'SystemStat': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemStat,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.SystemStatResponse.SerializeToString,
+            ),
+            'EtcdAlarmDisarm': grpc.unary_unary_rpc_method_handler(
+                    servicer.EtcdAlarmDisarm,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdAlarmDisarmResponse.SerializeToString,
+            ),
+            'EtcdDefragment': grpc.unary_unary_rpc_method_handler(
+                    servicer.EtcdDefragment,
+                    request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdDefragmentResponse.SerializeToString,
+            ),
+            'Restart': grpc.unary_unary_rpc_method_handler(
+                    servicer.Restart,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.RestartRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.RestartResponse.SerializeToString,
+            ),
+            'ServiceRestart': grpc.unary_unary_rpc_method_handler(
+                    servicer.ServiceRestart,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceRestartRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceRestartResponse.SerializeToString,
+            ),
+            'ServiceStart': grpc.unary_unary_rpc_method_handler(
+                    servicer.ServiceStart,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStartRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStartResponse.SerializeToString,
+            ),
+            'ServiceStop': grpc.unary_unary_rpc_method_handler(
+                    servicer.ServiceStop,
+                    request_deserializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStopRequest.FromString,
+                    response_serializer=herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStopResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -776,6 +1162,654 @@ class MachineService:
             '/machine.MachineService/Version',
             google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.VersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Containers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/Containers',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ContainersRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ContainersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CPUInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/CPUInfo',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.CPUInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiskStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/DiskStats',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiskUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/machine.MachineService/DiskUsage',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskUsageRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DiskUsageInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Dmesg(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/machine.MachineService/Dmesg',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.DmesgRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EtcdAlarmList(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/EtcdAlarmList',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdAlarmListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Hostname(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/Hostname',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.HostnameResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/machine.MachineService/List',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ListRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.FileInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadAvg(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/LoadAvg',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.LoadAvgResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Logs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/machine.MachineService/Logs',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.LogsRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Memory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/Memory',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.MemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Mounts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/Mounts',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.MountsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Netstat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/Netstat',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetstatRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetstatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NetworkDeviceStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/NetworkDeviceStats',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.NetworkDeviceStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Processes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/Processes',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ProcessesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Read(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/machine.MachineService/Read',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ReadRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_common_dot_common__pb2.Data.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/Stats',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.StatsRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemStat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/SystemStat',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.SystemStatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EtcdAlarmDisarm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/EtcdAlarmDisarm',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdAlarmDisarmResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EtcdDefragment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/EtcdDefragment',
+            google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.EtcdDefragmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Restart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/Restart',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.RestartRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.RestartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ServiceRestart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/ServiceRestart',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceRestartRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceRestartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ServiceStart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/ServiceStart',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStartRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ServiceStop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/machine.MachineService/ServiceStop',
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStopRequest.SerializeToString,
+            herder_dot_talos_dot_api_dot_machine_dot_machine__pb2.ServiceStopResponse.FromString,
             options,
             channel_credentials,
             insecure,

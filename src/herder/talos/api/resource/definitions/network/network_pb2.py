@@ -26,7 +26,7 @@ from herder.talos.api.common import common_pb2 as herder_dot_talos_dot_api_dot_c
 from herder.talos.api.resource.definitions.enums import enums_pb2 as herder_dot_talos_dot_api_dot_resource_dot_definitions_dot_enums_dot_enums__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n;herder/talos/api/resource/definitions/network/network.proto\x12\"talos.resource.definitions.network\x1a$herder/talos/api/common/common.proto\x1a\x37herder/talos/api/resource/definitions/enums/enums.proto\"\x93\x01\n\x0fNodeAddressSpec\x12&\n\taddresses\x18\x01 \x03(\x0b\x32\x13.common.NetIPPrefix\x12X\n\x0esort_algorithm\x18\x02 \x01(\x0e\x32@.talos.resource.definitions.enums.NethelpersAddressSortAlgorithmb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n;herder/talos/api/resource/definitions/network/network.proto\x12\"talos.resource.definitions.network\x1a$herder/talos/api/common/common.proto\x1a\x37herder/talos/api/resource/definitions/enums/enums.proto\"\x93\x01\n\x0fNodeAddressSpec\x12&\n\taddresses\x18\x01 \x03(\x0b\x32\x13.common.NetIPPrefix\x12X\n\x0esort_algorithm\x18\x02 \x01(\x0e\x32@.talos.resource.definitions.enums.NethelpersAddressSortAlgorithm\":\n\x12HostnameStatusSpec\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x12\n\ndomainname\x18\x02 \x01(\t\"p\n\nStatusSpec\x12\x15\n\raddress_ready\x18\x01 \x01(\x08\x12\x1a\n\x12\x63onnectivity_ready\x18\x02 \x01(\x08\x12\x16\n\x0ehostname_ready\x18\x03 \x01(\x08\x12\x17\n\x0f\x65tc_files_ready\x18\x04 \x01(\x08\"P\n\x12ResolverStatusSpec\x12\"\n\x0b\x64ns_servers\x18\x01 \x03(\x0b\x32\r.common.NetIP\x12\x16\n\x0esearch_domains\x18\x02 \x03(\t\"<\n\x14TimeServerStatusSpec\x12\x13\n\x0bntp_servers\x18\x01 \x03(\t\x12\x0f\n\x07use_nts\x18\x02 \x01(\x08\"\xb8\x04\n\x0fRouteStatusSpec\x12\x42\n\x06\x66\x61mily\x18\x01 \x01(\x0e\x32\x32.talos.resource.definitions.enums.NethelpersFamily\x12(\n\x0b\x64\x65stination\x18\x02 \x01(\x0b\x32\x13.common.NetIPPrefix\x12\x1d\n\x06source\x18\x03 \x01(\x0b\x32\r.common.NetIP\x12\x1e\n\x07gateway\x18\x04 \x01(\x0b\x32\r.common.NetIP\x12\x16\n\x0eout_link_index\x18\x05 \x01(\r\x12\x15\n\rout_link_name\x18\x06 \x01(\t\x12G\n\x05table\x18\x07 \x01(\x0e\x32\x38.talos.resource.definitions.enums.NethelpersRoutingTable\x12\x10\n\x08priority\x18\x08 \x01(\r\x12@\n\x05scope\x18\t \x01(\x0e\x32\x31.talos.resource.definitions.enums.NethelpersScope\x12\x43\n\x04type\x18\n \x01(\x0e\x32\x35.talos.resource.definitions.enums.NethelpersRouteType\x12\r\n\x05\x66lags\x18\x0b \x01(\r\x12K\n\x08protocol\x18\x0c \x01(\x0e\x32\x39.talos.resource.definitions.enums.NethelpersRouteProtocol\x12\x0b\n\x03mtu\x18\r \x01(\r\"\xda\x05\n\x0eLinkStatusSpec\x12\r\n\x05index\x18\x01 \x01(\r\x12\x42\n\x04type\x18\x02 \x01(\x0e\x32\x34.talos.resource.definitions.enums.NethelpersLinkType\x12\x12\n\nlink_index\x18\x03 \x01(\r\x12\r\n\x05\x66lags\x18\x04 \x01(\r\x12\x15\n\rhardware_addr\x18\x05 \x01(\x0c\x12\x16\n\x0e\x62roadcast_addr\x18\x06 \x01(\x0c\x12\x0b\n\x03mtu\x18\x07 \x01(\r\x12\x12\n\nqueue_disc\x18\x08 \x01(\t\x12\x14\n\x0cmaster_index\x18\t \x01(\r\x12W\n\x11operational_state\x18\n \x01(\x0e\x32<.talos.resource.definitions.enums.NethelpersOperationalState\x12\x0c\n\x04kind\x18\x0b \x01(\t\x12\x12\n\nslave_kind\x18\x0c \x01(\t\x12\x10\n\x08\x62us_path\x18\r \x01(\t\x12\r\n\x05pciid\x18\x0e \x01(\t\x12\x0e\n\x06\x64river\x18\x0f \x01(\t\x12\x16\n\x0e\x64river_version\x18\x10 \x01(\t\x12\x18\n\x10\x66irmware_version\x18\x11 \x01(\t\x12\x12\n\nproduct_id\x18\x12 \x01(\t\x12\x11\n\tvendor_id\x18\x13 \x01(\t\x12\x0f\n\x07product\x18\x14 \x01(\t\x12\x0e\n\x06vendor\x18\x15 \x01(\t\x12\x12\n\nlink_state\x18\x16 \x01(\x08\x12\x16\n\x0espeed_megabits\x18\x17 \x01(\x03\x12>\n\x04port\x18\x18 \x01(\x0e\x32\x30.talos.resource.definitions.enums.NethelpersPort\x12\x42\n\x06\x64uplex\x18\x19 \x01(\x0e\x32\x32.talos.resource.definitions.enums.NethelpersDuplex\x12\x16\n\x0epermanent_addr\x18\x1e \x01(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,4 +35,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_NODEADDRESSSPEC']._serialized_start=195
   _globals['_NODEADDRESSSPEC']._serialized_end=342
+  _globals['_HOSTNAMESTATUSSPEC']._serialized_start=344
+  _globals['_HOSTNAMESTATUSSPEC']._serialized_end=402
+  _globals['_STATUSSPEC']._serialized_start=404
+  _globals['_STATUSSPEC']._serialized_end=516
+  _globals['_RESOLVERSTATUSSPEC']._serialized_start=518
+  _globals['_RESOLVERSTATUSSPEC']._serialized_end=598
+  _globals['_TIMESERVERSTATUSSPEC']._serialized_start=600
+  _globals['_TIMESERVERSTATUSSPEC']._serialized_end=660
+  _globals['_ROUTESTATUSSPEC']._serialized_start=663
+  _globals['_ROUTESTATUSSPEC']._serialized_end=1231
+  _globals['_LINKSTATUSSPEC']._serialized_start=1234
+  _globals['_LINKSTATUSSPEC']._serialized_end=1964
 # @@protoc_insertion_point(module_scope)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from herder.talos.api.resource.definitions.enums import enums_pb2 as herder_dot_talos_dot_api_dot_resource_dot_definitions_dot_enums_dot_enums__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n;herder/talos/api/resource/definitions/runtime/runtime.proto\x12\"talos.resource.definitions.runtime\x1a\x37herder/talos/api/resource/definitions/enums/enums.proto\"\xa2\x01\n\x11MachineStatusSpec\x12\x44\n\x05stage\x18\x01 \x01(\x0e\x32\x35.talos.resource.definitions.enums.RuntimeMachineStage\x12G\n\x06status\x18\x02 \x01(\x0b\x32\x37.talos.resource.definitions.runtime.MachineStatusStatus\"r\n\x13MachineStatusStatus\x12\r\n\x05ready\x18\x01 \x01(\x08\x12L\n\x10unmet_conditions\x18\x02 \x03(\x0b\x32\x32.talos.resource.definitions.runtime.UnmetCondition\".\n\x0eUnmetCondition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n;herder/talos/api/resource/definitions/runtime/runtime.proto\x12\"talos.resource.definitions.runtime\x1a\x37herder/talos/api/resource/definitions/enums/enums.proto\"\xa2\x01\n\x11MachineStatusSpec\x12\x44\n\x05stage\x18\x01 \x01(\x0e\x32\x35.talos.resource.definitions.enums.RuntimeMachineStage\x12G\n\x06status\x18\x02 \x01(\x0b\x32\x37.talos.resource.definitions.runtime.MachineStatusStatus\"r\n\x13MachineStatusStatus\x12\r\n\x05ready\x18\x01 \x01(\x08\x12L\n\x10unmet_conditions\x18\x02 \x03(\x0b\x32\x32.talos.resource.definitions.runtime.UnmetCondition\".\n\x0eUnmetCondition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\",\n\x0bVersionSpec\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,4 +38,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MACHINESTATUSSTATUS']._serialized_end=435
   _globals['_UNMETCONDITION']._serialized_start=437
   _globals['_UNMETCONDITION']._serialized_end=483
+  _globals['_VERSIONSPEC']._serialized_start=485
+  _globals['_VERSIONSPEC']._serialized_end=529
 # @@protoc_insertion_point(module_scope)

@@ -30,3 +30,11 @@ class UnmetCondition(_message.Message):
     name: str
     reason: str
     def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class VersionSpec(_message.Message):
+    __slots__ = ("version", "name")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    name: str
+    def __init__(self, version: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...

@@ -1,5 +1,6 @@
-"""One emulated Talos machine: its lifecycle (maintenance → installing → booting → running, reboot, upgrade,
-reset, shutdown, power) and the machine API calls it answers.
+"""One emulated Talos machine and its lifecycle: maintenance → installing → booting → running, reboot,
+upgrade, reset, shutdown, power, faults. What it answers on the machine API is ``api``'s: that module checks a
+request and starts what it asks for here.
 
 Stages and events follow machined's (``MachineStatusEvent``, ``SequenceEvent``); the durations come from
 ``Timings``. Whatever a real machine keeps on disk (its config, whether it is installed, its version, its
@@ -11,56 +12,64 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import hashlib
-import io
-import re
 import ssl
-import tarfile
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 
 from herder.emu.cluster.kubelet import Kubelet
 from herder.emu.cluster.state import Cluster
-from herder.emu.errors import ApiError, invalid, not_authorized, precondition
+from herder.emu.errors import ApiError, precondition
 from herder.emu.machine import certs
 from herder.emu.machine.config import (
     ConfigError,
     MachineConfig,
-    config_diff,
     parse_config,
-    reboot_required_diff,
 )
 from herder.emu.machine.events import EventLog
 from herder.emu.machine.kube_config import kube_facts
+from herder.emu.machine.logs import LogLine, MachineLogs, boot_messages
 from herder.emu.machine.network import GRACE, Network
 from herder.emu.machine.record import MachineRecord
 from herder.emu.machine.resources import (
     ResourceState,
     address_resources,
     hardware_resources,
+    hostname_resource,
     status_resource,
 )
 from herder.emu.options import FAULTS
 from herder.emu.timings import Timings
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
-from herder.talos.kubeconfig import generate_admin_kubeconfig
-from herder.talos.machine import roles as talos_roles
 from herder.talos.machine import tls as machine_tls
 from herder.talos.machine.types import ApplyMode, MachineStage
 from herder.talos.pki import CertificateAndKey
 from herder.talos.versions import check_talos_upgrade
 
-_IMAGE_TAG = re.compile(r"^[^\s@]+:(v?\d+\.\d+\.\d+[0-9A-Za-z.\-+]*)$")
-
 
 class SequenceFailed(Exception):
     """A sequence ended in error; the machine reports it in the sequence's stop event."""
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """A service of the machine as machined reports it."""
+
+    name: str
+    state: str
+    """``Running``, ``Preparing``, ``Finished``."""
+    healthy: bool
+    message: str
+
+    @property
+    def running(self) -> bool:
+        return self.state == "Running"
 
 
 class MachineStore(Protocol):
@@ -109,6 +118,11 @@ class Machine:
         self.unmet: tuple[tuple[str, str], ...] = ()
         self.faults: set[str] = set()
         self.events = EventLog()
+        self.booted_at = time.time()
+        """When the machine last began to boot (what its uptime counts from)."""
+        self.logs = MachineLogs(self._boot_messages)
+        self.stopped_services: set[str] = set()
+        """Services stopped through the API (``talosctl service kubelet stop``) until the next boot."""
         self._resources: ResourceState | None = None
         self.last_error = ""
         self.recover_snapshot: bytes | None = None
@@ -149,9 +163,18 @@ class Machine:
                 *hardware_resources(self.uuid, self.record.hardware),
                 *address_resources(self.address),
                 status_resource(self.stage, self.ready, self.unmet),
+                hostname_resource(self.hostname),
             ):
                 self._resources.put(*item)
         return self._resources
+
+    def refresh_resources(self) -> None:
+        """What the resources tell of the machine's stage and config, as it is now (a resource whose spec
+        did not change keeps its version)."""
+        if self._resources is not None:
+            self._resources.put(*status_resource(self.stage, self.ready, self.unmet))
+            self._resources.put(*hostname_resource(self.hostname))
+            self._resources.refresh()
 
     @property
     def in_maintenance(self) -> bool:
@@ -238,12 +261,16 @@ class Machine:
 
     async def _sequence_body(self, name: str, body: Callable[[], Awaitable[None]], actor_id: str) -> None:
         self.events.publish(pb.SequenceEvent(sequence=name, action=pb.SequenceEvent.START), actor_id)
+        self.logs.write("machined", f"{name} sequence: started")
         error = None
         try:
             await body()
         except SequenceFailed as e:
             error = str(e)
             self.last_error = error
+        self.logs.write(
+            "machined", f"{name} sequence: failed: {error}" if error else f"{name} sequence: done"
+        )
         self.events.publish(
             pb.SequenceEvent(
                 sequence=name,
@@ -260,9 +287,21 @@ class Machine:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def _boot_messages(self, booted_at: float) -> list[LogLine]:
+        return boot_messages(self.record.hardware, self.address, self.record.talos_version, booted_at)
+
     def _set_stage(
         self, stage: MachineStage, *, ready: bool = False, unmet: tuple[tuple[str, str], ...] = ()
     ) -> None:
+        if stage is MachineStage.BOOTING and self.stage is not MachineStage.BOOTING:
+            # A new boot: the kernel and machined start afresh, with empty logs.
+            self.booted_at = time.time()
+            self.logs.boot(self.booted_at)
+            self.stopped_services.clear()
+        if stage is not self.stage:
+            self.logs.write("machined", f"machine stage: {stage.name.lower().replace('_', ' ')}")
+        for name, reason in unmet:
+            self.logs.write("machined", f"service[{name}](Waiting): {reason}")
         self.stage, self.ready, self.unmet = stage, ready, unmet
         status = pb.MachineStatusEvent.MachineStatus(
             ready=ready,
@@ -271,8 +310,7 @@ class Machine:
             ],
         )
         self.events.publish(pb.MachineStatusEvent(stage=int(stage), status=status))  # type: ignore[arg-type]
-        if self._resources is not None:
-            self._resources.put(*status_resource(stage, ready, unmet))
+        self.refresh_resources()
         self.host.machine_changed(self)
 
     async def _sleep(self, step: str) -> None:
@@ -293,6 +331,9 @@ class Machine:
         context = await asyncio.to_thread(_maintenance_context, self.address, self.hostname)
         self.api_secure = False
         await self.host.network.serve(self.uuid, self.address, self.record.port, context, authenticated=False)
+        self.logs.write(
+            "machined", f"entering maintenance service: waiting for a config on {self.record.endpoint}"
+        )
 
     async def _serve_secure(self, issuing_ca: CertificateAndKey) -> None:
         assert self.config is not None
@@ -305,6 +346,9 @@ class Machine:
         context = self._api_context[1]
         self.api_secure = True
         await self.host.network.serve(self.uuid, self.address, self.record.port, context, authenticated=True)
+        self.logs.write(
+            "apid", f"apid listening on {self.record.endpoint} (mutual TLS with the cluster's Talos CA)"
+        )
 
     def _api_down(self, *, grace: float = GRACE) -> None:
         self.api_secure = False
@@ -398,11 +442,33 @@ class Machine:
         if not self.api_secure:
             await self._serve_secure(issuing)
         self._set_stage(MachineStage.RUNNING, ready=True)
+        self._log_services_up(config)
         if config.is_control_plane:
             cluster.trustd.set()
             if cluster.bootstrapped and cluster.member_of(self.uuid) is None:
-                cluster.join(self.uuid, self.hostname, self.address)
+                member = cluster.join(self.uuid, self.hostname, self.address)
                 self.host.store.save_cluster(cluster)
+                if member is not None:
+                    self.logs.write(
+                        "etcd", f"joined the etcd cluster as member {member.id:x} ({self.hostname})"
+                    )
+
+    def _log_services_up(self, config: MachineConfig) -> None:
+        """What the services say as they come up on a configured machine."""
+        logs = self.logs
+        services = ["containerd", "cri", "kubelet"] + (["etcd", "trustd"] if config.is_control_plane else [])
+        for name in services:
+            logs.write(
+                "machined", f"service[{name}](Running): Started task {name} (PID {_pid(self.uuid, name)})"
+            )
+        logs.write("containerd", "containerd successfully booted")
+        logs.write("cri", "serving CRI on /run/containerd/containerd.sock")
+        if config.is_control_plane:
+            logs.write(
+                "trustd", "trustd listening on :50001: issuing API certificates to the cluster's workers"
+            )
+        logs.write("kubelet", f'"Attempting to register node" node="{self.hostname}"')
+        logs.write("kubelet", f'"Successfully registered node" node="{self.hostname}"')
 
     def _register_with_cluster(self) -> None:
         config, cluster = self.config, self.cluster
@@ -469,70 +535,68 @@ class Machine:
             self._try_revert.cancel()
             self._try_revert = None
 
-    # --- machine API ---
+    # --- services ---
 
-    def version(self) -> pb.Version:
-        tag = self.record.talos_version
-        return pb.Version(
-            version=pb.VersionInfo(
-                tag=tag,
-                sha=hashlib.sha1(tag.encode()).hexdigest()[:8],
-                built="",
-                go_version="go1.24.6",
-                os="linux",
-                arch="amd64",
-            ),
-            platform=pb.PlatformInfo(name="metal", mode="metal"),
-            features=pb.FeaturesInfo(rbac=self.config.rbac if self.config else True),
+    def service_names(self) -> list[str]:
+        """The services machined runs on this machine (more once it has a config; etcd and trustd on a
+        control plane)."""
+        names = ["apid", "machined", "udevd"]
+        if self.config is not None:
+            names += ["containerd", "cri", "kubelet"]
+            if self.config.is_control_plane:
+                names += ["etcd", "trustd"]
+        return sorted(names)
+
+    def service_states(self) -> list[ServiceState]:
+        running = self.stage is MachineStage.RUNNING
+        states = []
+        for name in self.service_names():
+            healthy = running or name in ("apid", "machined", "udevd")
+            if name == "etcd":
+                cluster = self.cluster
+                healthy = running and cluster is not None and cluster.member_healthy(self.uuid)
+            state = "Running" if healthy else "Preparing"
+            message = (
+                "" if healthy else ("waiting for etcd bootstrap" if name == "etcd" else "waiting for boot")
+            )
+            if name in self.stopped_services:
+                healthy, state, message = False, "Finished", "Service finished successfully"
+            states.append(ServiceState(name, state, healthy, message))
+        return states
+
+    # --- what the machine API starts (``api`` checks the request and answers) ---
+
+    @property
+    def busy(self) -> bool:
+        """Whether a sequence (boot, install, reboot, upgrade…) is running."""
+        return self._busy()
+
+    def require_running(self) -> MachineConfig:
+        if self.config is None or self.stage is not MachineStage.RUNNING:
+            raise precondition("the machine is not running")
+        return self.config
+
+    def reject_config(self, error: ConfigError) -> None:
+        """A config that does not validate was offered: machined says so in its events."""
+        self.events.publish(pb.ConfigValidationErrorEvent(error=str(error)))
+
+    def install(self, new: MachineConfig) -> None:
+        """Take a config in maintenance mode: persist it and install (the install sequence starts)."""
+        self.record.config, self.record.staged_config = new.raw, None
+        self._persist()
+        self.config = new
+        self.logs.write(
+            "machined", f"apply config request: {new.machine_type} config taken in maintenance mode"
         )
+        self._run("install", self._configured_boot)
 
-    def apply_configuration(
-        self, request: pb.ApplyConfigurationRequest, roles: frozenset[str]
-    ) -> pb.ApplyConfiguration:
-        mode = ApplyMode(request.mode)
-        if self.in_maintenance:
-            return self._apply_in_maintenance(request, mode)
-        if talos_roles.ADMIN not in roles:
-            raise not_authorized()
-        if self.stage in (MachineStage.INSTALLING, MachineStage.UPGRADING, MachineStage.RESETTING):
-            raise precondition(f"locked: the machine is {self.stage.name.lower()}")
-        new = self._parse_request(request)
-        current = self.config
-        assert current is not None
-        if mode is ApplyMode.TRY or mode is ApplyMode.NO_REBOOT or mode is ApplyMode.AUTO:
-            diff = reboot_required_diff(current, new)
-        else:
-            diff = ""
-        if mode is ApplyMode.AUTO:
-            mode = ApplyMode.REBOOT if diff else ApplyMode.NO_REBOOT
-        elif diff:
-            raise invalid(f"this config change can't be applied in immediate mode\ndiff:\n{diff}")
-        details = {
-            ApplyMode.REBOOT: "Applied configuration with a reboot",
-            ApplyMode.NO_REBOOT: "Applied configuration without a reboot",
-            ApplyMode.STAGED: "Staged configuration to be applied after the next reboot",
-            ApplyMode.TRY: "Applied configuration without a reboot",
-        }[mode]
-        if diff and mode is ApplyMode.REBOOT:
-            details += f": this config change can't be applied in immediate mode\ndiff:\n{diff}"
-        if request.dry_run:
-            changes = config_diff(current.text, new.text) or "No changes."
-            return pb.ApplyConfiguration(
-                mode=int(mode),  # type: ignore[arg-type]
-                mode_details=f"Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{changes}",
-                warnings=list(new.warnings),
-            )
-        if mode is not ApplyMode.TRY:
-            self._cancel_try()
+    def apply(self, new: MachineConfig, mode: ApplyMode, *, try_timeout: float) -> None:
+        """Take a config on a configured machine in a mode already decided (not AUTO): tried for
+        ``try_timeout`` seconds, staged for the next boot, or persisted, with a reboot in REBOOT mode."""
+        self.logs.write("machined", f"apply config request: mode {mode.name.lower().replace('_', '-')}")
+        self._cancel_try()
         if mode is ApplyMode.TRY:
-            timeout = self.host.timings.try_timeout
-            if request.HasField("try_mode_timeout"):
-                timeout = request.try_mode_timeout.ToTimedelta().total_seconds()
-            details += (
-                f"\nThe config is applied in 'try' mode and will be automatically reverted back in {timeout}s"
-            )
-            self._cancel_try()
-            self._try_revert = asyncio.get_running_loop().call_later(timeout, self._revert_try)
+            self._try_revert = asyncio.get_running_loop().call_later(try_timeout, self._revert_try)
             self.config = new
         elif mode is ApplyMode.STAGED:
             self.record.staged_config = new.raw
@@ -545,62 +609,18 @@ class Machine:
             if mode is ApplyMode.REBOOT:
                 self._run("reboot", self._reboot_body, takeover=True)
         # Its kubelet and static pods follow a config applied without a reboot at once.
+        self.refresh_resources()
         self.host.machine_changed(self)
-        return pb.ApplyConfiguration(mode=int(mode), mode_details=details, warnings=list(new.warnings))  # type: ignore[arg-type]
-
-    def _apply_in_maintenance(
-        self, request: pb.ApplyConfigurationRequest, mode: ApplyMode
-    ) -> pb.ApplyConfiguration:
-        if mode in (ApplyMode.STAGED, ApplyMode.TRY):
-            name = mode.name.lower().replace("_", "-")
-            raise ApiError(
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"apply configuration --mode='{name}' is not supported in maintenance mode",
-            )
-        new = self._parse_request(request)
-        if request.dry_run:
-            return pb.ApplyConfiguration(
-                mode=int(ApplyMode.NO_REBOOT),  # type: ignore[arg-type]
-                mode_details="Dry run summary:\nNode is running in maintenance mode and does not have a config yet.",
-                warnings=list(new.warnings),
-            )
-        if self._busy():
-            raise precondition("another apply configuration is already in progress")
-        self.record.config, self.record.staged_config = new.raw, None
-        self._persist()
-        self.config = new
-        self._run("install", self._configured_boot)
-        return pb.ApplyConfiguration(
-            mode=int(ApplyMode.NO_REBOOT),  # type: ignore[arg-type]
-            mode_details="Applied configuration without a reboot",
-            warnings=list(new.warnings),
-        )
-
-    def _parse_request(self, request: pb.ApplyConfigurationRequest) -> MachineConfig:
-        try:
-            new = parse_config(request.data, self.record.talos_version)
-        except ConfigError as e:
-            self.events.publish(pb.ConfigValidationErrorEvent(error=str(e)))
-            raise invalid(str(e)) from None
-        if self.config is not None and new.machine_type != self.config.machine_type:
-            raise invalid(
-                f"1 error occurred:\n\t* machine type can't be changed from {self.config.machine_type!r} "
-                f"to {new.machine_type!r}\n\n"
-            )
-        return new
 
     def _revert_try(self) -> None:
         self._try_revert = None
         self.config = self._parse_persisted()
+        self.refresh_resources()
         self.events.publish(pb.TaskEvent(task="rollbackConfig", action=pb.TaskEvent.STOP))
 
-    def _require_running(self) -> MachineConfig:
-        if self.config is None or self.stage is not MachineStage.RUNNING:
-            raise precondition("the machine is not running")
-        return self.config
-
     def reboot(self) -> str:
-        self._require_running()
+        """Start the reboot sequence; its actor id is returned."""
+        self.require_running()
         actor = str(uuidlib.uuid4())
         self._run("reboot", self._reboot_body, actor_id=actor)
         return actor
@@ -622,16 +642,13 @@ class Machine:
             self._persist()
         return self._parse_persisted()
 
-    def upgrade(self, request: pb.UpgradeRequest) -> str:
-        self._require_running()
-        match = _IMAGE_TAG.match(request.image)
-        if match is None:
-            raise invalid(f"invalid installer image reference {request.image!r}: expected NAME:vX.Y.Z")
-        target = match.group(1) if match.group(1).startswith("v") else "v" + match.group(1)
+    def upgrade(self, target: str, *, stage: bool) -> str:
+        """Start the upgrade sequence to Talos ``target`` (``vX.Y.Z``); its actor id is returned."""
+        self.require_running()
         actor = str(uuidlib.uuid4())
 
         async def body() -> None:
-            if request.stage:
+            if stage:
                 # A staged upgrade runs early in the next boot, before the system starts: reboot first.
                 await self._reboot_steps()
             previous = self.record.talos_version
@@ -661,13 +678,15 @@ class Machine:
         self._run("upgrade", body, actor_id=actor)
         return actor
 
-    def reset(self, request: pb.ResetRequest) -> str:
-        config = self._require_running()
+    def reset(self, *, graceful: bool, reboot: bool, wipe_state: bool) -> str:
+        """Start the reset sequence (leaving etcd first when ``graceful``; wiping the config with
+        ``wipe_state``); its actor id is returned."""
+        config = self.require_running()
         actor = str(uuidlib.uuid4())
 
         async def body() -> None:
             cluster = self.cluster
-            if request.graceful and config.is_control_plane and cluster is not None:
+            if graceful and config.is_control_plane and cluster is not None:
                 member = cluster.member_of(self.uuid)
                 if member is not None:
                     try:
@@ -679,9 +698,9 @@ class Machine:
             self._set_stage(MachineStage.RESETTING)
             await self._sleep("reset")
             self._cancel_try()
-            if not _wipes_state(request):
+            if not wipe_state:
                 # Only other partitions (e.g. EPHEMERAL) are wiped: the config on STATE survives.
-                if request.reboot:
+                if reboot:
                     await self._reboot_body()
                 else:
                     await self._power_down()
@@ -692,7 +711,7 @@ class Machine:
             self._persist()
             self.config = None
             self.recover_snapshot = None
-            if request.reboot:
+            if reboot:
                 await self._reboot_steps()
                 await self._serve_maintenance()
                 self._set_stage(MachineStage.MAINTENANCE)
@@ -703,6 +722,7 @@ class Machine:
         return actor
 
     def shutdown(self) -> str:
+        """Start the shutdown sequence; its actor id is returned."""
         if self.stage not in (MachineStage.RUNNING, MachineStage.MAINTENANCE, MachineStage.BOOTING):
             raise precondition(f"locked: the machine is {self.stage.name.lower()}")
         actor = str(uuidlib.uuid4())
@@ -722,134 +742,10 @@ class Machine:
         self._persist()
         self._set_stage(MachineStage.UNKNOWN)
 
-    def services(self) -> list[pb.ServiceInfo]:
-        running = self.stage is MachineStage.RUNNING
-        names = ["apid", "machined", "udevd"]
-        if self.config is not None:
-            names += ["containerd", "cri", "kubelet"]
-            if self.config.is_control_plane:
-                names += ["etcd", "trustd"]
-        infos = []
-        for name in sorted(names):
-            healthy = running or name in ("apid", "machined", "udevd")
-            if name == "etcd":
-                cluster = self.cluster
-                healthy = running and cluster is not None and cluster.member_healthy(self.uuid)
-            state = "Running" if healthy else "Preparing"
-            message = (
-                "" if healthy else ("waiting for etcd bootstrap" if name == "etcd" else "waiting for boot")
-            )
-            infos.append(
-                pb.ServiceInfo(
-                    id=name,
-                    state=state,
-                    health=pb.ServiceHealth(unknown=False, healthy=healthy, last_message=message),
-                )
-            )
-        return infos
 
-    # --- etcd and Kubernetes ---
-
-    def _control_plane(self, operation: str) -> tuple[MachineConfig, Cluster]:
-        config = self._require_running()
-        cluster = self.cluster
-        if not config.is_control_plane or cluster is None:
-            raise precondition(f"{operation} is only supported on control plane nodes")
-        return config, cluster
-
-    def _etcd_member(self, operation: str) -> tuple[Cluster, int]:
-        _config, cluster = self._control_plane(operation)
-        member = cluster.member_of(self.uuid)
-        if member is None:
-            raise precondition("etcd is not running on this node")
-        return cluster, member.id
-
-    def bootstrap(self, request: pb.BootstrapRequest) -> None:
-        if self.config is None or self.stage is not MachineStage.RUNNING:
-            raise precondition("bootstrap is not available yet")
-        config, cluster = self._control_plane("bootstrap")
-        if not config.has_etcd_ca:
-            raise invalid("etcd is not configured, bootstrap is not possible")
-        snapshot = None
-        if request.recover_etcd:
-            if self.recover_snapshot is None:
-                raise precondition("etcd snapshot is not uploaded, use EtcdRecover first")
-            snapshot = self.recover_snapshot
-        cluster.bootstrap(self.uuid, self.hostname, self.address, snapshot)
-        self.recover_snapshot = None
-        for peer in self.host.machines_of(cluster.id):
-            if (
-                peer.config is not None
-                and peer.config.is_control_plane
-                and peer.stage is MachineStage.RUNNING
-            ):
-                cluster.join(peer.uuid, peer.hostname, peer.address)
-        self.host.store.save_cluster(cluster)
-
-    def etcd_members(self) -> list[pb.EtcdMember]:
-        cluster, _member = self._etcd_member("etcd members")
-        return [
-            pb.EtcdMember(id=m.id, hostname=m.hostname, peer_urls=m.peer_urls, client_urls=m.client_urls)
-            for m in cluster.members.values()
-        ]
-
-    def etcd_status(self) -> pb.EtcdMemberStatus:
-        cluster, member = self._etcd_member("etcd status")
-        leader, size, index, term = cluster.status_of(member)
-        return pb.EtcdMemberStatus(
-            member_id=member,
-            leader=leader,
-            db_size=size,
-            db_size_in_use=size,
-            raft_index=index,
-            raft_term=term,
-            raft_applied_index=index,
-            protocol_version="3.5.0",
-            storage_version="3.5.0",
-        )
-
-    def etcd_leave(self) -> None:
-        cluster, member = self._etcd_member("etcd leave")
-        cluster.remove(member)
-        self.host.store.save_cluster(cluster)
-
-    def etcd_forfeit_leadership(self) -> str:
-        cluster, _member = self._etcd_member("etcd forfeit leadership")
-        leader = cluster.forfeit_leadership(self.uuid)
-        self.host.store.save_cluster(cluster)
-        return leader
-
-    def etcd_remove_member(self, member_id: int) -> None:
-        cluster, _member = self._etcd_member("etcd remove member")
-        cluster.remove(member_id)
-        self.host.store.save_cluster(cluster)
-
-    def etcd_snapshot(self) -> bytes:
-        cluster, _member = self._etcd_member("etcd snapshot")
-        return cluster.snapshot()
-
-    def etcd_recover(self, snapshot: bytes) -> None:
-        self._control_plane("etcd recover")
-        self.recover_snapshot = snapshot
-
-    def kubeconfig(self) -> bytes:
-        config, _cluster = self._control_plane("kubeconfig")
-        if config.kubernetes_ca is None or not config.endpoint:
-            raise precondition("k8s API server CA config is not set")
-        # As Talos: the cluster endpoint of the config (a control plane's https://IP:6443, or a load
-        # balancer in front of them), which the emulator does not serve itself.
-        text = generate_admin_kubeconfig(
-            config.kubernetes_ca, cluster_name=config.cluster_name or "talos", endpoint=config.endpoint
-        )
-        return _tar_gz("kubeconfig", text.encode())
-
-
-def _wipes_state(request: pb.ResetRequest) -> bool:
-    """Whether a reset wipes the STATE partition (where the config lives): by default it wipes everything."""
-    if request.mode == pb.ResetRequest.USER_DISKS:
-        return False
-    labels = [p.label for p in request.system_partitions_to_wipe if p.wipe]
-    return not request.system_partitions_to_wipe or "STATE" in labels
+def _pid(uuid: str, service: str) -> int:
+    """A process id of the service, the same on every boot of the machine."""
+    return 400 + int(hashlib.sha256((uuid + service).encode()).hexdigest()[:4], 16) % 3000
 
 
 def _maintenance_context(address: str, hostname: str) -> ssl.SSLContext:
@@ -862,14 +758,3 @@ def _api_context(
 ) -> ssl.SSLContext:
     cert = certs.api_certificate(issuing_ca, address, hostname, sans)
     return machine_tls.server_context(cert.crt, cert.key, client_ca=client_ca)
-
-
-def _tar_gz(name: str, content: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = len(content)
-        info.mode = 0o600
-        info.mtime = int(time.time())
-        tar.addfile(info, io.BytesIO(content))
-    return gzip.compress(buffer.getvalue())
