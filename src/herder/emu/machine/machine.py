@@ -36,6 +36,7 @@ from herder.emu.machine.config import (
     reboot_required_diff,
 )
 from herder.emu.machine.events import EventLog
+from herder.emu.machine.firmware import Firmware
 from herder.emu.machine.kube_config import kube_facts
 from herder.emu.machine.network import GRACE, Network
 from herder.emu.machine.record import MachineRecord
@@ -117,6 +118,8 @@ class Machine:
         self._sequence_name = ""
         self._try_revert: asyncio.TimerHandle | None = None
         self._api_context: tuple[tuple[bytes, str, tuple[str, ...], bytes], ssl.SSLContext] | None = None
+        self.firmware: Firmware | None = None
+        """What picks the system to boot at power-on (a BMC's); None: its Talos boots, as a cloud's does."""
 
     # --- identity ---
 
@@ -326,6 +329,8 @@ class Machine:
 
     async def _boot(self) -> None:
         self._api_down()
+        if not self._firmware_boot():
+            return
         self._set_stage(MachineStage.BOOTING)
         await self._sleep("boot")
         record = self.record
@@ -338,6 +343,22 @@ class Machine:
             self._set_stage(MachineStage.MAINTENANCE)
             return
         await self._configured_boot()
+
+    def _firmware_boot(self) -> bool:
+        """The firmware's pick at power-on: a Talos image on a medium runs that version and schematic;
+        nothing bootable leaves the machine on with no system (and no Talos API). Whether it boots."""
+        if self.firmware is None:
+            return True
+        boot = self.firmware.power_on(installed=self.record.installed)
+        if boot is None:
+            self.last_error = "no bootable device: nothing installed on the disk and no boot medium"
+            self._set_stage(MachineStage.UNKNOWN)
+            return False
+        if not boot.from_disk:
+            self.record.talos_version, self.record.schematic = boot.talos_version, boot.schematic
+            self._persist()
+        self.last_error = ""
+        return True
 
     def _parse_persisted(self) -> MachineConfig | None:
         if self.record.config is None:
