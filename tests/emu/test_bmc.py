@@ -25,6 +25,7 @@ import pytest
 
 from herder.emu.control.process import EmulatorProcess
 from herder.talos.machine import MachineAPIError, MachineClient
+from herder.talos.machine import resources as res
 from tests.api.server import HERDER, free_port
 
 USER, PASSWORD = "root", "bmc-secret-4c1d"
@@ -149,6 +150,10 @@ async def test_the_iso_in_the_virtual_cd_boots_its_talos_into_maintenance_once(
     async with MachineClient.insecure(machine["endpoint"], timeout=5, retries=0) as client:
         assert (await client.version()).tag == "v1.12.4"
         assert (await client.system_information()).uuid.lower() == uuid
+        # The ISO's schematic, as an Image Factory image reports it: its "schematic" extension's version.
+        (extension,) = await client.list_resources(res.RUNTIME, res.EXTENSION_STATUS)
+        spec = extension.typed(res.ExtensionStatusSpec)
+        assert (spec.metadata.name, spec.metadata.version) == ("schematic", SCHEMATIC)
     # The override was spent by that boot: the next cold boot follows the boot order.
     assert _redfish(emulator, "GET", system).json()["Boot"]["BootSourceOverrideEnabled"] == "Disabled"
 

@@ -43,6 +43,7 @@ from herder.emu.machine.record import MachineRecord
 from herder.emu.machine.resources import (
     ResourceState,
     address_resources,
+    extension_resources,
     hardware_resources,
     status_resource,
 )
@@ -151,6 +152,7 @@ class Machine:
             for item in (
                 *hardware_resources(self.uuid, self.record.hardware),
                 *address_resources(self.address),
+                *extension_resources(self.record.schematic),
                 status_resource(self.stage, self.ready, self.unmet),
             ):
                 self._resources.put(*item)
@@ -357,6 +359,9 @@ class Machine:
         if not boot.from_disk:
             self.record.talos_version, self.record.schematic = boot.talos_version, boot.schematic
             self._persist()
+            if self._resources is not None:
+                for item in extension_resources(boot.schematic):
+                    self._resources.put(*item)
         self.last_error = ""
         return True
 

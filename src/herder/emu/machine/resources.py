@@ -31,6 +31,7 @@ OWNERS = {
     res.DISK: "block.DisksController",
     res.NODE_ADDRESS: "network.NodeAddressController",
     res.MACHINE_STATUS: "runtime.MachineStatusController",
+    res.EXTENSION_STATUS: "runtime.ExtensionStatusController",
 }
 """The controller of machined that writes each type."""
 
@@ -275,6 +276,22 @@ def address_resources(address: str) -> list[tuple[str, str, str, Spec]]:
     """(namespace, type, id, spec) of a machine's address sets: its one address, in each."""
     spec = res.NodeAddressSpec(addresses=(f"{address}/32",))
     return [(res.NETWORK, res.NODE_ADDRESS, id, spec) for id in res.NODE_ADDRESS_IDS]
+
+
+def extension_resources(schematic: str) -> list[tuple[str, str, str, Spec]]:
+    """(namespace, type, id, spec) of the extensions of a machine booted from an Image Factory image: the
+    image's ``schematic`` extension, whose version is its schematic ID (none without a schematic)."""
+    if not schematic:
+        return []
+    metadata = res.ExtensionMetadataSpec(
+        name=res.SCHEMATIC_EXTENSION,
+        version=schematic,
+        author="Image Factory",
+        description="This image was built by Image Factory with the schematic of this ID.",
+        compatibility=res.CompatibilitySpec(talos=res.ConstraintSpec(version=">= 1.0.0")),
+    )
+    spec = res.ExtensionStatusSpec(image=f"000.{res.SCHEMATIC_EXTENSION}.sqsh", metadata=metadata)
+    return [(res.RUNTIME, res.EXTENSION_STATUS, "0", spec)]
 
 
 def status_resource(

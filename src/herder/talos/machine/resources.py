@@ -28,6 +28,7 @@ from herder.talos.api.common import common_pb2
 from herder.talos.api.cosi import meta_pb2, resource_pb2
 from herder.talos.api.resource.definitions.block import block_pb2
 from herder.talos.api.resource.definitions.enums import enums_pb2
+from herder.talos.api.resource.definitions.extensions import extensions_pb2
 from herder.talos.api.resource.definitions.hardware import hardware_pb2
 from herder.talos.api.resource.definitions.network import network_pb2
 from herder.talos.api.resource.definitions.runtime import runtime_pb2
@@ -47,6 +48,9 @@ MEMORY_MODULE = "MemoryModules.hardware.talos.dev"
 DISK = "Disks.block.talos.dev"
 NODE_ADDRESS = "NodeAddresses.net.talos.dev"
 MACHINE_STATUS = "MachineStatuses.runtime.talos.dev"
+EXTENSION_STATUS = "ExtensionStatuses.runtime.talos.dev"
+SCHEMATIC_EXTENSION = "schematic"
+"""The extension an Image Factory image carries whose version is the image's schematic ID."""
 
 SYSTEM_INFORMATION_ID = "systeminformation"
 MACHINE_STATUS_ID = "machine"
@@ -247,6 +251,47 @@ class MachineStatusSpec(Spec):
         )
 
 
+class ConstraintSpec(Spec):
+    version: str = ""
+
+
+class CompatibilitySpec(Spec):
+    talos: ConstraintSpec = ConstraintSpec()
+
+
+class ExtensionMetadataSpec(Spec):
+    name: str = ""
+    version: str = ""
+    author: str = ""
+    description: str = ""
+    compatibility: CompatibilitySpec = CompatibilitySpec()
+
+
+class ExtensionStatusSpec(Spec):
+    """``ExtensionStatuses.runtime.talos.dev`` (id: its index, ``0``): a system extension the machine runs
+    with. An Image Factory image has one named ``schematic`` whose version is its schematic ID."""
+
+    always_marshalled = frozenset({"image", "metadata"})
+
+    image: str = ""
+    metadata: ExtensionMetadataSpec = ExtensionMetadataSpec()
+
+    def to_proto(self) -> Message:
+        meta = self.metadata
+        return extensions_pb2.Layer(
+            image=self.image,
+            metadata=extensions_pb2.Metadata(
+                name=meta.name,
+                version=meta.version,
+                author=meta.author,
+                description=meta.description,
+                compatibility=extensions_pb2.Compatibility(
+                    talos=extensions_pb2.Constraint(version=meta.compatibility.talos.version)
+                ),
+            ),
+        )
+
+
 def stage_name(stage: MachineStage) -> str:
     """A stage as MachineStatuses write it (``shutting down``)."""
     return stage.name.lower().replace("_", " ")
@@ -424,6 +469,13 @@ KINDS: dict[str, ResourceKind] = {
             RUNTIME,
             MachineStatusSpec,
             print_columns=(("Stage", "{.stage}"), ("Ready", "{.status.ready}")),
+        ),
+        ResourceKind(
+            EXTENSION_STATUS,
+            RUNTIME,
+            ExtensionStatusSpec,
+            aliases=("extensions",),
+            print_columns=(("Name", "{.metadata.name}"), ("Version", "{.metadata.version}")),
         ),
     )
 }
