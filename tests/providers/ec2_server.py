@@ -7,13 +7,9 @@ answers chosen EC2 actions with the error AWS sends (its code, message and HTTP 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,6 +21,7 @@ import boto3
 import httpx
 
 from tests.api.server import free_port
+from tests.providers.child import Child
 
 FAULTS = "/_faults"
 REGION = "us-east-1"
@@ -105,45 +102,21 @@ class _Replay:
         return chunk
 
 
-class Ec2Server:
+class Ec2Server(Child):
     """The server as a child process; ``ec2()`` is a boto3 client of it, as an operator's."""
 
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
-        self.log = workdir / "moto-ec2.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        command = [sys.executable, "-m", "tests.providers.ec2_server", str(self.port)]
+        super().__init__(command, workdir / "moto-ec2.log", cwd=Path(__file__).parents[2])
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Ec2Server:
-        root = Path(__file__).parents[2]
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.providers.ec2_server", str(self.port)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=root,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.get(self.endpoint + "/moto-api/", timeout=1)
-                return self
-            time.sleep(0.1)
-        self.stop()
-        raise AssertionError(f"moto did not start: {self.log.read_text()}")
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
+    def start_serving(self) -> Ec2Server:
+        self.start(self.endpoint + "/moto-api/")
+        return self
 
     def ec2(self) -> Any:
         return boto3.client(

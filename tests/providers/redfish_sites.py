@@ -4,13 +4,8 @@ the Image Factory (a BMC fetches the ISO it is given). Each is a child process e
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import ssl
-import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +15,7 @@ import httpx
 
 from herder.talos.pki import ExtUsage, KeyType, Usage, issue_certificate, new_ca
 from tests.api.server import free_port
+from tests.providers.child import Child
 
 USER, PASSWORD = "operator", "bmc-pass-7f3e9a"
 
@@ -41,38 +37,6 @@ def tls_files(directory: Path) -> tuple[Path, Path, Path]:
     for path, data in zip(paths, (ca.crt, server.crt, server.key), strict=True):
         path.write_bytes(data)
     return paths
-
-
-class Child:
-    """A child process with its output in a log, ended by its PID."""
-
-    def __init__(self, args: list[str], log: Path, cwd: Path | None = None) -> None:
-        self.args, self.log, self.cwd = args, log, cwd
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, ready: str, verify: Any = True) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                break
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.get(ready, timeout=1, verify=verify)
-                return
-            time.sleep(0.1)
-        self.stop()
-        raise AssertionError(f"{self.args[0]} did not start: {self.log.read_text()}")
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 class ImageServer(Child):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from herder.infra import Fail, RequestContext
 from herder.providers.aws import AWSConfig, AWSProvider, EC2Error
 from herder.providers.aws.provider import UID_TAG
 from tests.providers.ec2_server import CAPACITY, REGION, Ec2Server
@@ -26,7 +27,7 @@ AMI_NAME = "talos-v1.13.9-us-east-1-amd64"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ec2Server]:
-    ec2 = Ec2Server(tmp_path_factory.mktemp("aws")).start()
+    ec2 = Ec2Server(tmp_path_factory.mktemp("aws")).start_serving()
     try:
         yield ec2
     finally:
@@ -49,6 +50,19 @@ def network(server: Ec2Server) -> dict[str, str]:
     )["ImageId"]
     owner = ec2.describe_images(ImageIds=[image])["Images"][0]["OwnerId"]
     return {"subnet": subnet, "group": group, "image": image, "owner": owner}
+
+
+@pytest.fixture(scope="module")
+def provider() -> AWSProvider:
+    """One provider for the module, as one process serves every request (one boto3 client)."""
+    return AWSProvider()
+
+
+async def _launched(provider: AWSProvider, config: AWSConfig) -> RequestContext[Any, Any]:
+    """A new request whose ``launch`` step has run."""
+    ctx = context(provider, config)
+    await run_step(provider, ctx, "launch")
+    return ctx
 
 
 def _config(server: Ec2Server, network: dict[str, str], **changes: Any) -> AWSConfig:
@@ -78,9 +92,8 @@ def _state(server: Ec2Server, instance_id: str) -> str:
 
 
 async def test_a_launch_makes_one_instance_of_the_requests_ami_type_disk_and_tags(
-    server: Ec2Server, network: dict[str, str]
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
 ) -> None:
-    provider = AWSProvider()
     data = {"instanceType": "m5.large", "diskGiB": 40, "tags": {"team": "platform"}}
     ctx = context(provider, _config(server, network), name="workers-x1", data=data)
     await run_step(provider, ctx, "launch")
@@ -106,11 +119,9 @@ async def test_a_launch_makes_one_instance_of_the_requests_ami_type_disk_and_tag
 
 
 async def test_a_launch_run_again_adopts_the_instance_instead_of_making_a_second(
-    server: Ec2Server, network: dict[str, str]
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
 ) -> None:
-    provider = AWSProvider()
-    ctx = context(provider, _config(server, network))
-    await run_step(provider, ctx, "launch")
+    ctx = await _launched(provider, _config(server, network))
     made = ctx.state["instance"]
     # The provider was killed after RunInstances and before the runner recorded the instance.
     ctx.state.clear()
@@ -120,9 +131,8 @@ async def test_a_launch_run_again_adopts_the_instance_instead_of_making_a_second
 
 
 async def test_capacity_and_quota_errors_fail_the_attempt_with_awss_message_then_a_later_one_works(
-    server: Ec2Server, network: dict[str, str]
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
 ) -> None:
-    provider = AWSProvider()
     ctx = context(provider, _config(server, network))
     for code, message, status in (
         ("InsufficientInstanceCapacity", CAPACITY, 500),
@@ -144,8 +154,9 @@ async def test_capacity_and_quota_errors_fail_the_attempt_with_awss_message_then
     assert len(_instances(server, ctx.uid)) == 1
 
 
-async def test_a_wrong_ami_or_subnet_says_what_to_fix(server: Ec2Server, network: dict[str, str]) -> None:
-    provider = AWSProvider()
+async def test_a_wrong_ami_or_subnet_says_what_to_fix(
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
+) -> None:
     ctx = context(provider, _config(server, network, amis={}), talos_version="v1.12.0")
     with pytest.raises(
         EC2Error, match=r"no AMI for Talos v1\.12\.0: set amis\['v1\.12\.0'\] or amiNamePattern"
@@ -157,14 +168,12 @@ async def test_a_wrong_ami_or_subnet_says_what_to_fix(server: Ec2Server, network
 
 
 async def test_the_ami_is_looked_up_by_name_among_the_owners_accounts(
-    server: Ec2Server, network: dict[str, str]
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
 ) -> None:
-    provider = AWSProvider()
     config = _config(
         server, network, amis={}, amiNamePattern="talos-{version}-*-amd64", amiOwners=[network["owner"]]
     )
-    ctx = context(provider, config)
-    await run_step(provider, ctx, "launch")
+    ctx = await _launched(provider, config)
     (instance,) = _instances(server, ctx.uid)
     assert instance["ImageId"] == network["image"]
     missing = context(provider, config, talos_version="v1.11.0")
@@ -173,18 +182,15 @@ async def test_the_ami_is_looked_up_by_name_among_the_owners_accounts(
 
 
 async def test_destroying_terminates_and_an_instance_gone_already_counts_as_destroyed(
-    server: Ec2Server, network: dict[str, str]
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
 ) -> None:
-    provider = AWSProvider()
-    ctx = context(provider, _config(server, network))
-    await run_step(provider, ctx, "launch")
+    ctx = await _launched(provider, _config(server, network))
     instance_id = ctx.state["instance"]
     await provider.deprovision(ctx)
     assert _state(server, instance_id) in ("shutting-down", "terminated")
     await provider.deprovision(ctx)  # already terminated
     # Killed before the instance was recorded: found by its tags, and terminated.
-    unrecorded = context(provider, _config(server, network))
-    await run_step(provider, unrecorded, "launch")
+    unrecorded = await _launched(provider, _config(server, network))
     made = unrecorded.state.pop("instance")
     await provider.deprovision(unrecorded)
     assert _state(server, made) in ("shutting-down", "terminated")
@@ -193,11 +199,9 @@ async def test_destroying_terminates_and_an_instance_gone_already_counts_as_dest
 
 
 async def test_an_instance_terminated_behind_herders_back_no_longer_exists(
-    server: Ec2Server, network: dict[str, str]
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
 ) -> None:
-    provider = AWSProvider()
-    ctx = context(provider, _config(server, network))
-    await run_step(provider, ctx, "launch")
+    ctx = await _launched(provider, _config(server, network))
     await run_step(provider, ctx, "running")
     assert await provider.exists(ctx)
     server.ec2().terminate_instances(InstanceIds=[ctx.state["instance"]])
@@ -205,24 +209,18 @@ async def test_an_instance_terminated_behind_herders_back_no_longer_exists(
 
 
 async def test_an_instance_terminated_while_it_boots_fails_the_request(
-    server: Ec2Server, network: dict[str, str]
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
 ) -> None:
-    from herder.infra import Fail
-
-    provider = AWSProvider()
-    ctx = context(provider, _config(server, network))
-    await run_step(provider, ctx, "launch")
+    ctx = await _launched(provider, _config(server, network))
     server.ec2().terminate_instances(InstanceIds=[ctx.state["instance"]])
     with pytest.raises(Fail, match="was terminated before it ran"):
         await run_step(provider, ctx, "running")
 
 
 async def test_power_stops_starts_and_reboots_the_instance(
-    server: Ec2Server, network: dict[str, str]
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
 ) -> None:
-    provider = AWSProvider()
-    ctx = context(provider, _config(server, network))
-    await run_step(provider, ctx, "launch")
+    ctx = await _launched(provider, _config(server, network))
     instance_id = ctx.state["instance"]
     await provider.power(ctx, False)
     assert _state(server, instance_id) in ("stopping", "stopped")

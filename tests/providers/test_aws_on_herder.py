@@ -21,7 +21,7 @@ from tests.provisioning.provider_site import condition
 
 @pytest.fixture(scope="module")
 def ec2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ec2Server]:
-    server = Ec2Server(tmp_path_factory.mktemp("aws-ec2")).start()
+    server = Ec2Server(tmp_path_factory.mktemp("aws-ec2")).start_serving()
     try:
         yield server
     finally:
