@@ -209,3 +209,31 @@ def test_a_wrong_bmc_password_is_kept_on_the_request_without_the_password(
 
 def provider_config(site: Site) -> str:
     return json.dumps(site.get("infraprovider", "metal").get("spec", {}).get("config", {}))
+
+
+def test_power_goes_through_the_bmc_and_a_machine_boots_its_disk_again(
+    site: Site, provider: ProviderProcess
+) -> None:
+    request = _provisioned(site, WORKERS, 2)[0]
+    uuid = request["status"]["machine"]["uuid"]
+    boots = emulated(site)[uuid]["boots"]
+
+    def power(**wanted: Any) -> None:
+        patch = json.dumps({"spec": {"power": wanted}})
+        site.run("kubectl", "patch", "machine", uuid, "--type", "merge", "-p", patch)
+
+    def shown() -> dict[str, Any]:
+        return dict((site.get("machine", uuid).get("status") or {}).get("power") or {})
+
+    power(on=False)  # GracefulShutdown: Talos shuts down
+    site.until(lambda: shown().get("on") is False, timeout=90, what="powered off in status")
+    assert emulated(site)[uuid]["power"] == "off"
+    power(on=True)
+    site.until(lambda: shown().get("on") is True, timeout=60, what="powered on in status")
+    # The one-time override was spent by the first boot: it boots the installed system, not the ISO.
+    site.until(lambda: emulated(site)[uuid]["stage"] == "RUNNING", timeout=60, what="the disk booted")
+    assert emulated(site)[uuid]["boots"] == boots + 1 and emulated(site)[uuid]["installed"]
+    power(on=True, rebootRequestID="reboot-1")  # GracefulRestart
+    site.until(lambda: shown().get("lastRebootID") == "reboot-1", timeout=60, what="the reboot done")
+    site.until(lambda: emulated(site)[uuid]["boots"] == boots + 2, timeout=60, what="booted again")
+    site.wait("cluster", "metal", timeout=180)
