@@ -3,8 +3,9 @@ powered off with no OS, each with a System (its UUID the machine's) and a Manage
 whose addresses ``machines.json`` and ``herder emu machines -o json`` give with the power state; powered
 on without media a machine boots nothing; powered on with an Image Factory ISO in its virtual CD and a
 one-time boot override it boots that Talos version into maintenance mode (the override spent); power off,
-graceful shutdown and restart work; only the account given answers, by basic auth or a session; and
-DMTF's Redfish protocol validator finds no FAIL."""
+graceful shutdown and restart work; only the account given answers, by basic auth or a session;
+DMTF's Redfish protocol validator finds no FAIL; and a BMC keeps its media and boot override across a
+restart of the emulator."""
 
 from __future__ import annotations
 
@@ -269,3 +270,30 @@ def _documented_not_tested() -> set[str]:
     text = (Path(__file__).parents[2] / "docs" / "providers" / "redfish.md").read_text()
     section = text.split("## What DMTF's protocol validator cannot test", 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"`([A-Z][A-Z0-9_]{4,})`", section))
+
+
+async def test_a_bmc_keeps_its_media_and_override_across_a_restart_of_the_emulator(
+    emulator: EmulatorProcess,
+) -> None:
+    uuid = emulator.published()[2]["uuid"]
+    cd = f"/redfish/v1/Managers/{uuid}/VirtualMedia/CD1"
+    assert (
+        _redfish(emulator, "POST", f"{cd}/Actions/VirtualMedia.InsertMedia", {"Image": ISO}).status_code
+        == 204
+    )
+    boot = {"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Continuous"}}
+    assert _redfish(emulator, "PATCH", f"/redfish/v1/Systems/{uuid}", boot).status_code == 204
+    emulator.stop()
+    emulator.start()
+    await emulator.wait_ready()
+    assert _redfish(emulator, "GET", cd).json()["Image"] == ISO
+    system = _redfish(emulator, "GET", f"/redfish/v1/Systems/{uuid}").json()
+    assert system["PowerState"] == "Off" and system["Boot"]["BootSourceOverrideEnabled"] == "Continuous"
+    # A continuous override stays: each cold boot boots the CD.
+    reset = f"/redfish/v1/Systems/{uuid}/Actions/ComputerSystem.Reset"
+    assert _redfish(emulator, "POST", reset, {"ResetType": "On"}).status_code == 204
+    await _until(emulator, uuid, lambda m: m["stage"] == "MAINTENANCE")
+    assert (
+        _redfish(emulator, "GET", f"/redfish/v1/Systems/{uuid}").json()["Boot"]["BootSourceOverrideEnabled"]
+        == "Continuous"
+    )
