@@ -28,8 +28,9 @@ import hmac
 import json
 import re
 import secrets
+import time
 import uuid as uuidlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -150,11 +151,18 @@ class Resource:
         return methods
 
 
+SESSION_TIMEOUT = 1800
+"""Seconds a session lasts unused (the SessionService's SessionTimeout)."""
+MAX_SESSIONS = 64
+"""Sessions kept at most (as a BMC's are few): the oldest goes when one more logs in."""
+
+
 @dataclass
 class Session:
     id: str
     user: str
     token_digest: bytes
+    last_used: float
 
 
 class RedfishService:
@@ -174,9 +182,13 @@ class RedfishService:
         """The user a request authenticates as (basic or a session's token), or None."""
         token = headers.get("x-auth-token")
         if token:
+            now = time.monotonic()
+            for gone in [s.id for s in self._sessions.values() if now - s.last_used > SESSION_TIMEOUT]:
+                del self._sessions[gone]
             digest = hashlib.sha256(token.encode()).digest()
             for session in self._sessions.values():
                 if hmac.compare_digest(session.token_digest, digest):
+                    session.last_used = now
                     return session.user
             return None
         scheme, _, credentials = headers.get("authorization", "").partition(" ")
@@ -328,7 +340,7 @@ class RedfishService:
             "Id": "SessionService",
             "Name": "Session Service",
             "ServiceEnabled": True,
-            "SessionTimeout": 1800,
+            "SessionTimeout": SESSION_TIMEOUT,
             "Status": {"State": "Enabled", "Health": "OK"},
             "Sessions": {"@odata.id": SESSIONS},
         }
@@ -381,7 +393,10 @@ class RedfishService:
             )
         token = secrets.token_hex(32)
         session_id = secrets.token_hex(8)
-        self._sessions[session_id] = Session(session_id, user, hashlib.sha256(token.encode()).digest())
+        while len(self._sessions) >= MAX_SESSIONS:
+            del self._sessions[next(iter(self._sessions))]
+        digest = hashlib.sha256(token.encode()).digest()
+        self._sessions[session_id] = Session(session_id, user, digest, time.monotonic())
         location = f"{SESSIONS}/{session_id}"
         return Reply(201, self._session(session_id), {"Location": location, "X-Auth-Token": token})
 
@@ -508,11 +523,9 @@ class RedfishService:
             self._background(restart())
         return Reply(204)
 
-    def _background(self, work: Awaitable[None]) -> None:
-        async def run() -> None:
-            await work
-
-        task = asyncio.get_running_loop().create_task(run())
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Carry out a reset that takes the system's time (a shutdown) after answering, as a BMC does."""
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
