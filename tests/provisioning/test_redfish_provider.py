@@ -4,7 +4,8 @@ configured with their BMCs from ``herder emu machines -o json``, makes a Ready c
 and two workers from an auto-provisioning MachineClass, each machine booted once from the Image Factory ISO
 of the cluster's schematic over virtual media, even though the provider is killed (-9) while the machines
 boot; shrinking the workers powers a machine off and frees its BMC; a wrong BMC password shows on the
-request as an error kept across retries, without the password, until the config is fixed.
+request as an error kept across retries, without the password, until the config is fixed; power goes
+through the BMC (a machine powered on again boots its disk); a request beyond the pool waits for a BMC.
 
 The tests of this module run in order on one site, each starting from where the previous one left off.
 """
@@ -237,3 +238,21 @@ def test_power_goes_through_the_bmc_and_a_machine_boots_its_disk_again(
     site.until(lambda: shown().get("lastRebootID") == "reboot-1", timeout=60, what="the reboot done")
     site.until(lambda: emulated(site)[uuid]["boots"] == boots + 2, timeout=60, what="booted again")
     site.wait("cluster", "metal", timeout=180)
+
+
+def test_a_request_beyond_the_pool_waits_for_a_free_bmc(site: Site, provider: ProviderProcess) -> None:
+    _sync_template(site, workers=3)
+
+    def waiting() -> dict[str, Any] | None:
+        for request in requests_of(site, WORKERS):
+            status = request.get("status") or {}
+            if status.get("step") == "claim" and "in use" in str(status.get("message")):
+                return dict(status)
+        return None
+
+    status = site.until(waiting, timeout=60, what="a request waiting for a BMC")
+    assert status["stage"] == "Provisioning" and "lastError" not in status
+    assert status["message"] == "all 3 BMCs of the pool are in use: waiting for one"
+    _sync_template(site, workers=2)
+    _provisioned(site, WORKERS, 2)
+    site.wait("cluster", "metal", timeout=120)

@@ -104,7 +104,7 @@ class RedfishProvider(Provider[RedfishMachine, RedfishConfig]):
             MACHINE_REQUEST.plural, None, label_selector=f"{INFRA_PROVIDER_LABEL}={ctx.provider_id}"
         )
         held = {
-            str(((r.status or {}).get("providerState") or {}).get("bmc") or ""): r.metadata.uid
+            str(((r.status or {}).get("providerState") or {}).get("bmc") or "")
             for r in listed.items
             if r.metadata.uid != ctx.uid
         }
