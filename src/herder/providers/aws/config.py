@@ -3,21 +3,22 @@ may ask of its instance (``providerData``)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 RESERVED_TAG_PREFIXES = ("herder.dev/", "aws:")
 
 
 class AWSConfig(BaseModel):
     """Where and how instances are made. Without keys, boto3's own chain is used (environment, shared
-    files, the instance role of the host herder's provider runs on)."""
+    files, the instance role of the host herder's provider runs on). Secrets are ``SecretStr``: never in
+    a repr, a log line or an error."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     region: str = Field(min_length=1, description="the AWS region (us-east-1)")
     access_key_id: str = Field("", alias="accessKeyID", description="an access key; empty: boto3's chain")
-    secret_access_key: str = Field("", alias="secretAccessKey")
-    session_token: str = Field("", alias="sessionToken")
+    secret_access_key: SecretStr = Field(SecretStr(""), alias="secretAccessKey")
+    session_token: SecretStr = Field(SecretStr(""), alias="sessionToken")
     endpoint: str = Field(
         "", description="the EC2 API endpoint URL, for an EC2-compatible cloud (default: AWS's own)"
     )
@@ -43,7 +44,7 @@ class AWSConfig(BaseModel):
 
     @model_validator(mode="after")
     def _keys_together(self) -> AWSConfig:
-        if bool(self.access_key_id) != bool(self.secret_access_key):
+        if bool(self.access_key_id) != bool(self.secret_access_key.get_secret_value()):
             raise ValueError("accessKeyID and secretAccessKey go together (or neither, for boto3's chain)")
         if self.ami_name_pattern and not self.ami_owners:
             raise ValueError("amiNamePattern needs amiOwners (the accounts whose AMIs may be used)")

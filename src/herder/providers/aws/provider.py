@@ -96,14 +96,14 @@ class AWSProvider(Provider[AWSMachine, AWSConfig]):
             config.region,
             config.endpoint,
             config.access_key_id,
-            config.secret_access_key,
-            config.session_token,
+            config.secret_access_key.get_secret_value(),
+            config.session_token.get_secret_value(),
         )
         if self._ec2 is None or settings != self._settings:
             session = boto3.session.Session(
                 aws_access_key_id=config.access_key_id or None,
-                aws_secret_access_key=config.secret_access_key or None,
-                aws_session_token=config.session_token or None,
+                aws_secret_access_key=config.secret_access_key.get_secret_value() or None,
+                aws_session_token=config.session_token.get_secret_value() or None,
                 region_name=config.region,
             )
             self._ec2 = session.client(

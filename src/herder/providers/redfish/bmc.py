@@ -30,7 +30,8 @@ class BMCError(Exception):
 
     def __init__(self, bmc: BMCConfig, message: str) -> None:
         text = f"BMC {bmc.name} ({bmc.address}): {message}"
-        super().__init__(text.replace(bmc.password, "***") if bmc.password else text)
+        password = bmc.password.get_secret_value()
+        super().__init__(text.replace(password, "***") if password else text)
 
 
 class SystemGone(BMCError):
@@ -76,7 +77,7 @@ class BMC:
             self._root = sushy.Sushy(
                 config.service,
                 username=config.username,
-                password=config.password,
+                password=config.password.get_secret_value(),
                 verify=verify,
                 read_timeout=self._timeout,
                 connect_timeout=self._timeout,

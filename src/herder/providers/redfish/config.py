@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 PUBLIC_FACTORY = "https://factory.talos.dev"
 SYSTEMS = "/redfish/v1/Systems/"
@@ -22,7 +22,9 @@ class BMCConfig(BaseModel):
         "(https://HOST:PORT/redfish/v1/Systems/ID) when the service has several"
     )
     username: str = Field(min_length=1)
-    password: str = Field(min_length=1, json_schema_extra={"format": "password", "writeOnly": True})
+    password: SecretStr = Field(
+        min_length=1, description="never shown: not in a repr, a log line or an error"
+    )
     verify_tls: bool = Field(True, alias="verifyTLS", description="check the BMC's certificate")
     ca_file: str = Field(
         "", alias="caFile", description="the CA bundle to check it with (default: the system's)"
