@@ -12,29 +12,37 @@ Manager per machine, the System's ``Id`` and ``UUID`` being the machine's SMBIOS
     /redfish/v1/Managers/{uuid}/VirtualMedia/CD1           the virtual CD: Actions VirtualMedia.InsertMedia
                                                            ({"Image": URL}) and VirtualMedia.EjectMedia
     /redfish/v1/SessionService/Sessions                    POST {UserName, Password} → X-Auth-Token, Location
+    /redfish/v1/AccountService                             the one account, and the predefined roles (read-only)
 
 Everything but the service root, its OData documents and logging in needs HTTP basic authentication or a
 session's ``X-Auth-Token``. Errors are Redfish errors (``error.@Message.ExtendedInfo`` from the Base
-message registry). What the service leaves out: accounts (one account, set on the command line), events,
+message registry). What the service leaves out: changing accounts (one, set on the command line), events,
 tasks, query parameters (``$expand``, ``$filter``… answer 501), Chassis, logs and firmware updates.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import json
 import re
-import secrets
-import time
 import uuid as uuidlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from herder.emu.bmc.http import (
+    ASGI,
+    SCHEMAS,
+    RedfishError,
+    Reply,
+    Request,
+    Resource,
+    call,
+    not_allowed,
+    not_found,
+    serve,
+)
+from herder.emu.bmc.sessions import SESSION_TIMEOUT, Sessions, unauthenticated
 from herder.emu.bmc.state import ENABLED, TARGETS, BmcState
 
 ROOT = "/redfish/v1"
@@ -48,13 +56,8 @@ ROLES = {
     "ReadOnly": ["Login", "ConfigureSelf"],
 }
 """Redfish's predefined roles and their privileges; the one account is an Administrator."""
-REGISTRY = "Base.1.16"
 RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "ForceRestart", "GracefulRestart")
-METHODS = ("GET", "HEAD", "POST", "PATCH", "PUT", "DELETE", "OPTIONS")
 PUBLIC = {"/redfish", ROOT, f"{ROOT}/odata", f"{ROOT}/$metadata"}
-REALM = 'Basic realm="herder emulator BMC", charset="UTF-8"'
-SCHEMAS = "http://redfish.dmtf.org/schemas/v1"
-_ASGI = Any
 
 
 class ManagedMachine(Protocol):
@@ -97,113 +100,34 @@ class Bmcs(Protocol):
     def save(self, uuid: str) -> None: ...
 
 
-class RedfishError(Exception):
-    def __init__(
-        self, status: int, message_id: str, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message_id, self.message = status, message_id, message
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        info = {
-            "@odata.type": "#Message.v1_1_1.Message",
-            "MessageId": f"{REGISTRY}.{self.message_id}",
-            "Message": self.message,
-            "Severity": "Critical" if self.status >= 500 else "Warning",
-            "MessageSeverity": "Critical" if self.status >= 500 else "Warning",
-            "Resolution": "Correct the request and resubmit it.",
-        }
-        return {
-            "error": {
-                "code": f"{REGISTRY}.{self.message_id}",
-                "message": self.message,
-                "@Message.ExtendedInfo": [info],
-            }
-        }
-
-
-def _not_found(path: str) -> RedfishError:
-    return RedfishError(404, "ResourceNotFound", f"The requested resource at {path} was not found.")
-
-
-@dataclass
-class Reply:
-    status: int
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] | None = None
-
-
-@dataclass
-class Resource:
-    """A resource at a path: its methods, and what GET (and the others it allows) answer."""
-
-    get: Callable[[], dict[str, Any]] | None
-    patch: Callable[[dict[str, Any]], Awaitable[Reply]] | None = None
-    post: Callable[[dict[str, Any]], Awaitable[Reply]] | None = None
-    delete: Callable[[], Awaitable[Reply]] | None = None
-    schema: str = ""
-
-    @property
-    def allowed(self) -> list[str]:
-        methods = ["GET", "HEAD"] if self.get is not None else []
-        methods += [m for m, f in (("POST", self.post), ("PATCH", self.patch), ("DELETE", self.delete)) if f]
-        return methods
-
-
-SESSION_TIMEOUT = 1800
-"""Seconds a session lasts unused (the SessionService's SessionTimeout)."""
-MAX_SESSIONS = 64
-"""Sessions kept at most (as a BMC's are few): the oldest goes when one more logs in."""
-
-
-@dataclass
-class Session:
-    id: str
-    user: str
-    token_digest: bytes
-    last_used: float
-
-
 class RedfishService:
     """The Redfish service of the emulated BMCs (``app`` is its ASGI application)."""
 
     def __init__(self, bmcs: Bmcs, username: str, password: str, service_uuid: str) -> None:
         self.bmcs = bmcs
-        self.username = username
-        self._password = password
+        self.sessions = Sessions(username, password)
         self.service_uuid = service_uuid
-        self._sessions: dict[str, Session] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    # --- authentication ---
+    async def app(self, scope: dict[str, Any], receive: ASGI, send: ASGI) -> None:
+        """The ASGI application."""
+        await serve(self._respond, scope, receive, send)
 
-    def _authenticated(self, headers: dict[str, str]) -> str | None:
-        """The user a request authenticates as (basic or a session's token), or None."""
-        token = headers.get("x-auth-token")
-        if token:
-            now = time.monotonic()
-            for gone in [s.id for s in self._sessions.values() if now - s.last_used > SESSION_TIMEOUT]:
-                del self._sessions[gone]
-            digest = hashlib.sha256(token.encode()).digest()
-            for session in self._sessions.values():
-                if hmac.compare_digest(session.token_digest, digest):
-                    session.last_used = now
-                    return session.user
-            return None
-        scheme, _, credentials = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "basic":
-            return None
-        try:
-            user, _, password = base64.b64decode(credentials, validate=True).decode().partition(":")
-        except ValueError:
-            return None
-        return user if self._valid(user, password) else None
-
-    def _valid(self, user: str, password: str) -> bool:
-        return hmac.compare_digest(user.encode(), self.username.encode()) & hmac.compare_digest(
-            password.encode(), self._password.encode()
-        )
+    async def _respond(self, request: Request) -> tuple[Reply, Resource | None]:
+        path, method = request.path, request.method
+        if path == f"{ROOT}/$metadata":
+            if method not in ("GET", "HEAD"):
+                raise not_allowed(method, path, ("GET", "HEAD"))
+            return Reply(200, document=("application/xml;charset=utf-8", METADATA.encode())), Resource(None)
+        public = path in PUBLIC or (path in (SESSIONS, f"{SESSIONS}/Members") and method == "POST")
+        if not public and self.sessions.authenticate(request.headers) is None:
+            raise unauthenticated()
+        if any(p.startswith("$") for p in request.query_names):
+            raise RedfishError(501, "QueryNotSupported", "Querying is not supported by the implementation.")
+        resource = self.resource(path)
+        if resource is None:
+            raise not_found(path)
+        return await call(resource, request), resource
 
     # --- the resources ---
 
@@ -249,15 +173,13 @@ class RedfishService:
             return Resource(lambda: _role(role), schema="Role.v1_3_1")
         if path in (SESSIONS, f"{SESSIONS}/Members"):
             return Resource(
-                lambda: _collection(
-                    SESSIONS, "SessionCollection", "Session Collection", list(self._sessions)
-                ),
+                lambda: _collection(SESSIONS, "SessionCollection", "Session Collection", self.sessions.ids()),
                 post=self._login,
                 schema="SessionCollection",
             )
         if path.startswith(SESSIONS + "/"):
             session_id = path[len(SESSIONS) + 1 :]
-            if session_id not in self._sessions:
+            if self.sessions.get(session_id) is None:
                 return None
             return Resource(
                 lambda: self._session(session_id),
@@ -364,7 +286,7 @@ class RedfishService:
             "@odata.type": "#ManagerAccount.v1_12_0.ManagerAccount",
             "Id": "1",
             "Name": "User Account",
-            "UserName": self.username,
+            "UserName": self.sessions.username,
             "RoleId": "Administrator",
             "Enabled": True,
             "Locked": False,
@@ -375,39 +297,30 @@ class RedfishService:
         }
 
     def _session(self, session_id: str) -> dict[str, Any]:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise not_found(f"{SESSIONS}/{session_id}")
         return {
             "@odata.id": f"{SESSIONS}/{session_id}",
             "@odata.type": "#Session.v1_7_1.Session",
             "Id": session_id,
             "Name": "User Session",
-            "UserName": self._sessions[session_id].user,
+            "UserName": session.user,
         }
 
     async def _login(self, body: dict[str, Any]) -> Reply:
-        user, password = body.get("UserName"), body.get("Password")
-        if not isinstance(user, str) or not isinstance(password, str):
-            raise RedfishError(400, "ActionParameterMissing", "UserName and Password are required to log in.")
-        if not self._valid(user, password):
-            raise RedfishError(
-                401, "NoValidSession", "The credentials given are not valid.", {"WWW-Authenticate": REALM}
-            )
-        token = secrets.token_hex(32)
-        session_id = secrets.token_hex(8)
-        while len(self._sessions) >= MAX_SESSIONS:
-            del self._sessions[next(iter(self._sessions))]
-        digest = hashlib.sha256(token.encode()).digest()
-        self._sessions[session_id] = Session(session_id, user, digest, time.monotonic())
-        location = f"{SESSIONS}/{session_id}"
-        return Reply(201, self._session(session_id), {"Location": location, "X-Auth-Token": token})
+        session, token = self.sessions.log_in(body.get("UserName"), body.get("Password"))
+        location = f"{SESSIONS}/{session.id}"
+        return Reply(201, self._session(session.id), {"Location": location, "X-Auth-Token": token})
 
     async def _logout(self, session_id: str) -> Reply:
-        self._sessions.pop(session_id, None)
+        self.sessions.log_out(session_id)
         return Reply(204)
 
     def _machine(self, uuid: str) -> ManagedMachine:
         machine = self.bmcs.machine(uuid)
         if machine is None:
-            raise _not_found(f"{SYSTEMS}/{uuid}")
+            raise not_found(f"{SYSTEMS}/{uuid}")
         return machine
 
     def _system(self, uuid: str) -> dict[str, Any]:
@@ -597,109 +510,6 @@ class RedfishService:
         self.bmcs.save(uuid)
         return Reply(204)
 
-    # --- HTTP ---
-
-    async def app(self, scope: dict[str, Any], receive: _ASGI, send: _ASGI) -> None:
-        if scope["type"] != "http":
-            return
-        method = str(scope["method"]).upper()
-        path = scope["path"].rstrip("/") or "/"
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or ()}
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        try:
-            reply, resource = await self._respond(
-                method, path, scope.get("query_string", b"").decode("latin-1"), headers, body
-            )
-        except RedfishError as exc:
-            reply, resource = Reply(exc.status, exc.body(), exc.headers), None
-        await _send(send, method, reply, resource)
-
-    async def _respond(
-        self, method: str, path: str, query: str, headers: dict[str, str], raw: bytes
-    ) -> tuple[Reply, Resource | None]:
-        if method not in METHODS:
-            raise RedfishError(
-                501, "OperationNotAllowed", f"The HTTP method {method} is not implemented by this service."
-            )
-        if headers.get("odata-version", "4.0") != "4.0":
-            raise RedfishError(412, "PreconditionFailed", "The service supports OData-Version 4.0 only.")
-        if path == f"{ROOT}/$metadata":
-            if method not in ("GET", "HEAD"):
-                raise RedfishError(
-                    405,
-                    "OperationNotAllowed",
-                    f"The HTTP method {method} is not allowed on {path}.",
-                    {"Allow": "GET, HEAD"},
-                )
-            return Reply(200, None, {"Content-Type": "application/xml"}), Resource(None)
-        public = path in PUBLIC or (path in (SESSIONS, f"{SESSIONS}/Members") and method == "POST")
-        if not public and self._authenticated(headers) is None:
-            raise RedfishError(
-                401,
-                "NoValidSession",
-                "There is no valid session established with the implementation.",
-                {"WWW-Authenticate": REALM},
-            )
-        if any(p.startswith("$") for p in _query_names(query)):
-            raise RedfishError(501, "QueryNotSupported", "Querying is not supported by the implementation.")
-        resource = self.resource(path)
-        if resource is None:
-            raise _not_found(path)
-        allowed = resource.allowed
-        if method == "OPTIONS":
-            return Reply(200, None, {"Allow": ", ".join(allowed)}), resource
-        if method not in allowed:
-            raise RedfishError(
-                405,
-                "OperationNotAllowed",
-                f"The HTTP method {method} is not allowed on {path}.",
-                {"Allow": ", ".join(allowed)},
-            )
-        if method in ("GET", "HEAD"):
-            assert resource.get is not None
-            return Reply(200, resource.get()), resource
-        body = _json_body(raw) if method in ("POST", "PATCH") else {}
-        if method == "PATCH":
-            assert resource.patch is not None and resource.get is not None
-            wanted = headers.get("if-match")
-            if (
-                wanted
-                and wanted != "*"
-                and _etag(resource.get()) not in [t.strip() for t in wanted.split(",")]
-            ):
-                raise RedfishError(
-                    412, "PreconditionFailed", "The ETag supplied did not match the ETag of the resource."
-                )
-            return await resource.patch(body), resource
-        if method == "POST":
-            assert resource.post is not None
-            return await resource.post(body), resource
-        assert resource.delete is not None
-        return await resource.delete(), resource
-
-
-def _query_names(query: str) -> Iterable[str]:
-    return (p.partition("=")[0] for p in query.split("&") if p)
-
-
-def _json_body(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise RedfishError(
-            400, "MalformedJSON", "The request body submitted was malformed JSON and could not be parsed."
-        ) from None
-    if not isinstance(body, dict):
-        raise RedfishError(400, "MalformedJSON", "The request body must be a JSON object.")
-    return body
-
 
 def _role(role: str) -> dict[str, Any]:
     return {
@@ -721,10 +531,6 @@ def _collection(path: str, kind: str, name: str, ids: list[str]) -> dict[str, An
         "Members": [{"@odata.id": f"{path}/{i}"} for i in ids],
         "Members@odata.count": len(ids),
     }
-
-
-def _etag(body: dict[str, Any]) -> str:
-    return 'W/"' + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16] + '"'
 
 
 METADATA = (
@@ -756,30 +562,3 @@ METADATA = (
     "  </edmx:DataServices>\n"
     "</edmx:Edmx>\n"
 )
-
-
-async def _send(send: _ASGI, method: str, reply: Reply, resource: Resource | None) -> None:
-    headers = {"OData-Version": "4.0", "Cache-Control": "no-cache", **(reply.headers or {})}
-    if reply.body is None and reply.headers and reply.headers.get("Content-Type") == "application/xml":
-        payload = METADATA.encode()
-        headers["Content-Type"] = "application/xml;charset=utf-8"
-    elif reply.body is None:
-        payload = b""
-    else:
-        payload = json.dumps(reply.body, separators=(",", ":")).encode()
-        headers["Content-Type"] = "application/json;charset=utf-8"
-    if resource is not None and resource.get is not None:
-        headers.setdefault("Allow", ", ".join(resource.allowed))
-        if reply.status == 200 and reply.body is not None and method in ("GET", "HEAD"):
-            headers["ETag"] = _etag(reply.body)
-    if resource is not None and resource.schema:
-        headers["Link"] = f"<{SCHEMAS}/{resource.schema}.json>; rel=describedby"
-    headers["Content-Length"] = str(len(payload))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": reply.status,
-            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
-        }
-    )
-    await send({"type": "http.response.body", "body": b"" if method == "HEAD" else payload})
