@@ -297,3 +297,20 @@ async def test_a_bmc_keeps_its_media_and_override_across_a_restart_of_the_emulat
         _redfish(emulator, "GET", f"/redfish/v1/Systems/{uuid}").json()["Boot"]["BootSourceOverrideEnabled"]
         == "Continuous"
     )
+
+
+def test_bad_bmc_options_are_refused_naming_the_option(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [HERDER, "emu", "run", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    refused = run("--bmc", "--bmc-listen", "nowhere")
+    assert refused.returncode != 0 and "invalid --bmc-listen 'nowhere': expected HOST:PORT" in refused.stderr
+    refused = run("--bmc-password", "x")
+    assert refused.returncode != 0 and "go with --bmc" in refused.stderr
+    refused = run("--bmc", "--bmc-password", "")
+    assert refused.returncode != 0 and "must not be empty" in refused.stderr

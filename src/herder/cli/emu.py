@@ -43,10 +43,10 @@ UrlOption = Annotated[
 ]
 
 
-def _split_listen(listen: str) -> tuple[str, int]:
+def _split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
-        raise fail(f"invalid --listen {listen!r}: expected HOST:PORT")
+        raise fail(f"invalid {option} {listen!r}: expected HOST:PORT")
     return host, int(port)
 
 
@@ -121,7 +121,7 @@ def run(
         raise fail("--bmc-listen, --bmc-user and --bmc-password go with --bmc")
     bmcs = None
     if bmc:
-        bmc_host, bmc_port = _split_listen(bmc_listen) if bmc_listen else (host, 0)
+        bmc_host, bmc_port = _split_listen(bmc_listen, "--bmc-listen") if bmc_listen else (host, 0)
         if not bmc_user or not bmc_password:
             raise fail("--bmc-user and --bmc-password must not be empty")
         bmcs = BmcOptions(host=bmc_host, port=bmc_port, username=bmc_user, password=bmc_password)
