@@ -16,6 +16,7 @@ from herder.resources.catalog import herder_registry
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
 from herder.runtime.garbage_collector import GarbageCollector
 from herder.runtime.manager import Manager
+from herder.runtime.outputs import Owns
 from herder.state.errors import Forbidden
 from herder.state.memory import MemoryBackend
 from herder.state.store import Store
@@ -45,6 +46,7 @@ async def eventually(check: Callable[[], Awaitable[bool]] | Callable[[], bool], 
 class Recorder(Controller):
     """Counts reconciles and how many run at once, overall and per key."""
 
+    primary = "ConfigPatch"
     watches = [Watch("ConfigPatch")]
 
     def __init__(self, name: str = "Recorder", concurrency: int = 1, delay: float = 0.0) -> None:
@@ -143,6 +145,8 @@ class Mirror(Controller):
     """For every ConfigPatch named src-*, keeps an owned copy named out-*."""
 
     name = "Mirror"
+    primary = "ConfigPatch"
+    outputs = (Owns("ConfigPatch"),)
     watches = [Watch("ConfigPatch"), Watch("ConfigPatch", controller_owner("ConfigPatch"))]
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:

@@ -9,6 +9,7 @@ import pytest
 
 from herder.resources.catalog import herder_registry
 from herder.runtime.controller import Context, ObjectKey
+from herder.runtime.outputs import Writes
 from herder.state.memory import MemoryBackend
 from herder.state.store import Store
 from herder.state.stored import CHECK_SHARED, SharedObjectChanged
@@ -23,7 +24,7 @@ async def ctx() -> AsyncIterator[Context]:
     await store.create(ns("default"))
     await store.create(patch("p", labels={"pool": "a"}))
     try:
-        yield Context(store, "test")
+        yield Context(store, "test", (Writes("ConfigPatch", "metadata.labels", deletes=True),))
     finally:
         await store.close()
 

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "emu": ("herder.cli.emu", "app", True),
     "infraprovider": ("herder.cli.infraproviders", "app", True),
     "machinerequest": ("herder.cli.infraproviders", "requests_app", True),
+    "debug": ("herder.cli.debug", "app", True),
 }
 
 

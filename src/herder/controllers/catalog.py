@@ -12,7 +12,7 @@ from herder.controllers.backups.removal import EtcdBackupRemovalController
 from herder.controllers.backups.requests import BackupRequests
 from herder.controllers.backups.restore import EtcdRecovery
 from herder.controllers.backups.retention import BackupRetentionController
-from herder.controllers.backups.schedule import EtcdBackupController
+from herder.controllers.backups.schedule import SNAPSHOT_TIMEOUT, EtcdBackupController
 from herder.controllers.backups.stores import BackupStores
 from herder.controllers.clusters.admission import ClusterAdmission
 from herder.controllers.clusters.bootstrap import BootstrapController
@@ -49,6 +49,7 @@ from herder.runtime.controller import Controller
 from herder.runtime.event_collector import EventCollector
 from herder.runtime.garbage_collector import GarbageCollector
 from herder.state.store import Store
+from herder.talos.machine.pool import ClientPool, MachineDialer, dial
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class ControllerOptions:
     """Whether clusters may have managed control planes (``herder serve --managed-control-planes``)."""
     managed_replace_after: float = 300.0
     """How long a managed control plane stays unreachable before it is replaced."""
+    dialer: MachineDialer = dial
+    """What opens every Talos API client the controllers use (tests give fake machines)."""
 
 
 def register_admission(store: Store, options: ControllerOptions | None = None) -> None:
@@ -99,11 +102,15 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
     keys = ClusterKeys(store)
     stores = BackupStores(store, options.backups_dir)
     balancer = LoadBalancerController(options.cluster_endpoints)
+
+    def clients(keep: int, timeout: float) -> ClientPool:
+        return ClientPool(dialer=options.dialer, keep=keep, timeout=timeout)
+
     return [
         GarbageCollector(store.registry),
         EventCollector(),
         MachineRegistrationController(),
-        MachineLinkController(keys),
+        MachineLinkController(keys, clients=clients(0, 10)),
         ClusterSecretsController(KeyPool(options.spare_keys), make_keys_now=options.spare_keys_now),
         ClusterTeardownController(),
         balancer,
@@ -111,14 +118,14 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         MachineSetStatusController(),
         ClusterMachineController(),
         ClusterMachineConfigController(keys),
-        ConfigApplyController(keys),
-        BootstrapController(keys, EtcdRecovery(stores)),
-        ControlPlaneStatusController(keys, balancer.health),
+        ConfigApplyController(keys, clients(32, 30)),
+        BootstrapController(keys, EtcdRecovery(stores), clients(8, 30)),
+        ControlPlaneStatusController(keys, balancer.health, dialer=options.dialer),
         ClusterStatusController(),
-        ClusterMachineTeardownController(keys),
+        ClusterMachineTeardownController(keys, clients(8, 30)),
         VersionRolloutController(),
-        TalosUpgradeController(keys),
-        EtcdBackupController(keys, stores, options.backup_policy),
+        TalosUpgradeController(keys, clients=clients(8, 60)),
+        EtcdBackupController(keys, stores, options.backup_policy, clients(8, SNAPSHOT_TIMEOUT)),
         BackupRetentionController(options.backup_policy),
         EtcdBackupRemovalController(stores),
         BackupKeyCleanupController(),

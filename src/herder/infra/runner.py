@@ -46,6 +46,7 @@ from herder.resources.provisioning import (
     RELEASE_FINALIZER,
     MachineRequestSpec,
 )
+from herder.workqueue import ShutDown, WorkQueue, retry_delay
 
 log = logging.getLogger("herder.infra")
 
@@ -84,11 +85,8 @@ class ProviderRunner:
         self.config: BaseModel | None = None
         self.join = JoinConfig()
         self._requests: dict[Key, Resource] = {}
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
-        self._running: set[Key] = set()
-        self._dirty: set[Key] = set()
-        self._timers: dict[Key, asyncio.TimerHandle] = {}
+        # One reconcile per request at a time; a change meanwhile runs it again (as controllers' queues).
+        self._queue: WorkQueue[Key] = WorkQueue()
         # When a request waiting (Retry) or backing off may be worked on again: other changes to it
         # (herder's finalizer, the echo of its own status write) do not cut the wait short.
         self._not_before: dict[Key, float] = {}
@@ -122,10 +120,9 @@ class ProviderRunner:
             for task in done - {stopped}:
                 task.result()
         finally:
+            self._queue.shut_down()
             for task in [*tasks, stopped, *self._machine_work.values()]:
                 task.cancel()
-            for timer in self._timers.values():
-                timer.cancel()
             await asyncio.gather(*tasks, stopped, *self._machine_work.values(), return_exceptions=True)
             await self.provider.stop()
 
@@ -233,32 +230,21 @@ class ProviderRunner:
         if self._written.get(key) != request.metadata.resource_version:
             self._enqueue(key)
 
-    # --- the work queue: one reconcile per request at a time, changes meanwhile run it again ---
+    # --- the work queue ---
 
     def _enqueue(self, key: Key) -> None:
-        if key in self._running:
-            self._dirty.add(key)
-        elif key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+        self._queue.add(key)
 
     def _later(self, key: Key, seconds: float) -> None:
-        if (timer := self._timers.pop(key, None)) is not None:
-            timer.cancel()
         self._not_before[key] = time.monotonic() + seconds
-
-        def due() -> None:
-            self._timers.pop(key, None)
-            self._not_before.pop(key, None)
-            self._enqueue(key)
-
-        self._timers[key] = asyncio.get_running_loop().call_later(seconds, due)
+        self._queue.add_after(key, seconds)
 
     async def _work(self) -> None:
         while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            self._running.add(key)
+            try:
+                key = await self._queue.get()
+            except ShutDown:
+                return
             try:
                 async with self._slots:
                     await self._reconcile(key)
@@ -269,10 +255,7 @@ class ProviderRunner:
                 log.exception("provider %s: request %s/%s", self.provider_id, *key)
                 self._later(key, 5.0)
             finally:
-                self._running.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self._enqueue(key)
+                self._queue.done(key)
 
     async def _reconcile(self, key: Key) -> None:
         try:
@@ -282,7 +265,8 @@ class ProviderRunner:
             self._written.pop(key, None)
             return
         if self._not_before.get(key, 0.0) > time.monotonic():
-            return  # waiting or backing off: its timer brings it back
+            return  # waiting or backing off: its delayed add brings it back
+        self._not_before.pop(key, None)
         if request.metadata.deletion_timestamp:
             await self._deprovision(request)
             return
@@ -358,7 +342,7 @@ class ProviderRunner:
                     )
                     await self._write(request, status)
                     return
-                delay = min(self.options.backoff_first * 2 ** (attempts - 1), self.options.backoff_max)
+                delay = retry_delay(attempts, self.options.backoff_first, self.options.backoff_max)
                 status["message"] = (
                     f"step {step.name} failed (attempt {attempts}); trying again in {delay:g}s"
                 )
@@ -425,7 +409,7 @@ class ProviderRunner:
             status.update(attempts=attempts, lastError={"message": error, "time": now()}, message=error)
             await self._write(request, status)
             self._later(
-                _key(request), min(self.options.backoff_first * 2 ** (attempts - 1), self.options.backoff_max)
+                _key(request), retry_delay(attempts, self.options.backoff_first, self.options.backoff_max)
             )
             return
         await self._finalizer(request, add=False)

@@ -17,7 +17,7 @@ from herder.resources.backups import BackupsStatus, BootstrapSpec, ClusterBackup
 from herder.resources.configuration import GROUP, VERSION
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL, Stage
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
-from herder.resources.status import condition_column, condition_reason_column
+from herder.resources.status import WithConditions, condition_column, condition_reason_column
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -146,7 +146,7 @@ class Rollout(BaseModel):
     message: str = ""
 
 
-class ClusterStatus(BaseModel):
+class ClusterStatus(WithConditions):
     model_config = _STRICT
 
     phase: ClusterPhase = "Provisioning"
@@ -157,6 +157,7 @@ class ClusterStatus(BaseModel):
     bootstrap: BootstrapStatus | None = None
     rollouts: list[Rollout] = []
     backups: BackupsStatus | None = None
+    teardown: str = Field(default="", description="what tearing the cluster down is waiting for")
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []
 

@@ -8,9 +8,12 @@ same verdict again writes nothing new (the store skips unchanged objects).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from herder.resources.meta import now_rfc3339
+from pydantic import BaseModel
+
+from herder.resources.meta import Condition, now_rfc3339
+from herder.resources.object import Resource
 from herder.resources.registry import PrinterColumn
 
 Conditions = list[dict[str, Any]]
@@ -33,19 +36,21 @@ def set_condition(
     message: str = "",
     *,
     observed_generation: int | None = None,
+    now: str | None = None,
 ) -> Conditions:
-    """``conditions`` with ``kind`` set to True, False or (``ok`` None) Unknown, in place and returned."""
+    """``conditions`` with ``kind`` set to True, False or (``ok`` None) Unknown, in place and returned;
+    ``now`` (default: the wall clock) is the transition time of a flip."""
     status = "Unknown" if ok is None else "True" if ok else "False"
     current = find_condition(conditions, kind)
     entry: dict[str, Any] = {"type": kind, "status": status, "reason": reason, "message": message}
     if observed_generation is not None:
         entry["observedGeneration"] = observed_generation
     if current is not None and current.get("status") == status:
-        entry["lastTransitionTime"] = current.get("lastTransitionTime") or now_rfc3339()
+        entry["lastTransitionTime"] = current.get("lastTransitionTime") or now or now_rfc3339()
         current.clear()
         current.update(entry)
     else:
-        entry["lastTransitionTime"] = now_rfc3339()
+        entry["lastTransitionTime"] = now or now_rfc3339()
         if current is not None:
             current.clear()
             current.update(entry)
@@ -75,3 +80,51 @@ def condition_reason_column(kind: str, name: str, priority: int = 1) -> PrinterC
         return (found.get("message") or found.get("reason")) if found else ""
 
     return PrinterColumn(name, ".status.conditions", priority=priority, compute=cell)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def status_of(obj: Resource, model: type[M]) -> M:
+    """The object's status as its typed model (an object without one gets the model's defaults)."""
+    return model.model_validate(obj.status or {})
+
+
+def dump_status(status: BaseModel) -> dict[str, Any]:
+    """A typed status as the store keeps it (JSON names, no nulls: what ``KindInfo`` normalizes to)."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def mutate_status(obj: Resource, model: type[M], change: Callable[[M], None]) -> Resource:
+    """A copy of ``obj`` whose status ``change`` edited as its typed model."""
+    status = status_of(obj, model)
+    change(status)
+    return obj.model_copy(update={"status": dump_status(status)})
+
+
+class WithConditions(BaseModel):
+    """A typed status with Kubernetes conditions, and the ways controllers read and set them."""
+
+    conditions: list[dict[str, Any]] = []
+
+    def condition(self, kind: str) -> Condition | None:
+        found = find_condition(self.conditions, kind)
+        return Condition.model_validate(found) if found is not None else None
+
+    def condition_true(self, kind: str) -> bool:
+        found = find_condition(self.conditions, kind)
+        return found is not None and found.get("status") == "True"
+
+    def set_condition(
+        self,
+        kind: str,
+        ok: bool | None,
+        reason: str,
+        message: str = "",
+        *,
+        observed_generation: int | None = None,
+        now: str | None = None,
+    ) -> None:
+        set_condition(
+            self.conditions, kind, ok, reason, message, observed_generation=observed_generation, now=now
+        )

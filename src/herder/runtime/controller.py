@@ -1,6 +1,8 @@
-"""What a controller is: the kinds it watches, how an event maps to keys, and its reconcile.
+"""What a controller is: its primary kind, the watches that map events to its keys, what it writes, and
+its reconcile.
 
-A reconcile gets a ``Context`` whose writes carry the controller's name, so the store lets it, and
+A reconcile gets a ``Context``: reads shared from the store's caches, and writes checked against the
+controller's declared outputs (``runtime.outputs``), made in its name, so that the store lets it, and
 only it, change the objects it owns.
 """
 
@@ -8,14 +10,21 @@ from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel
 
 from herder.resources import KindInfo, ObjectMeta, OwnerReference, Resource
+from herder.resources.status import dump_status, find_condition, set_condition, status_of
+from herder.runtime.clock import REAL_CLOCK, Clock
 from herder.runtime.event_recorder import EventRecorder, EventType
-from herder.state.errors import Conflict, NotFound
-from herder.state.store import CONTROLLER_ANNOTATION, Store, WatchEvent
+from herder.runtime.outputs import Declaration, Output, UndeclaredOutput
+from herder.state.errors import AlreadyExists, Conflict, NotFound
+from herder.state.store import CONTROLLER_ANNOTATION, SYSTEM, Store, WatchEvent
+
+M = TypeVar("M", bound=BaseModel)
 
 # How often a mutation is redone on the newest object when another writer got in first.
 _MUTATE_ATTEMPTS = 10
@@ -140,15 +149,20 @@ class Result:
 
 
 class Controller(abc.ABC):
-    """Subclasses set ``name`` and ``watches`` and write ``reconcile``; it must be idempotent.
+    """Subclasses set ``name``, ``primary`` (the kind of the keys they reconcile), ``watches`` (their
+    inputs: the primary kind and what maps to it) and ``outputs`` (what they write: ``Owns``, ``Writes``),
+    and write ``reconcile``, which must be idempotent.
 
     What a controller reads (``Context.get``, ``Context.list``, its watch events) is shared with every
     other reader: it writes through ``Context.mutate``, ``mutate_status`` and ``apply_output``, which
-    change copies, and never changes an object it read in place.
+    change copies, and never changes an object it read in place. Writes outside ``outputs`` raise
+    ``UndeclaredOutput``.
     """
 
     name: str
+    primary: str
     watches: Sequence[Watch]
+    outputs: Sequence[Output] = ()
     concurrency: int = 1
 
     @abc.abstractmethod
@@ -162,12 +176,34 @@ class Controller(abc.ABC):
 
 
 class Context:
-    """The store as one controller sees it: its writes are made in its name, its Events carry it."""
+    """The store as one controller (or one action) sees it: reads shared from the caches; writes made
+    in its name, checked against what it declared it writes; its Events and its clock.
 
-    def __init__(self, store: Store, controller: str, events: EventRecorder | None = None) -> None:
+    ``owners`` are the declarations of every controller running beside it, by name: ``release`` asks
+    the owner of an object for its deletion through them.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        outputs: Sequence[Output] = (),
+        *,
+        primary: str | None = None,
+        events: EventRecorder | None = None,
+        clock: Clock = REAL_CLOCK,
+        owners: Mapping[str, Declaration] | None = None,
+    ) -> None:
         self.store = store
-        self.controller = controller
+        self.controller = name
+        self.primary = primary
+        self._owners = owners if owners is not None else {}
+        # Known beside the others', it also knows what they claim of its own outputs.
+        self.declaration = self._owners.get(name) or Declaration(name, outputs)
         self.events = events or EventRecorder(store)
+        self.clock = clock
+
+    # reads
 
     async def get(self, key: ObjectKey) -> Resource | None:
         """The object as stored now, shared with every other reader of it: read it, never change it
@@ -178,20 +214,56 @@ class Context:
             return None
 
     async def list(
-        self, kind: str, namespace: str | None = None, *, label_selector: str | None = None
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[Resource]:
-        """The objects of a kind (in ``namespace``, matching ``label_selector``), shared as ``get``'s are."""
-        listed = await self.store.scan(kind, namespace, label_selector=label_selector)
+        """The objects of a kind (in ``namespace``, matching the selectors), shared as ``get``'s are."""
+        listed = await self.store.scan(
+            kind, namespace, label_selector=label_selector, field_selector=field_selector
+        )
         return [state.shared() for state in listed.items]
 
+    # writes
+
+    def own(self, obj: Resource) -> bool:
+        """Whether ``obj`` is one of this controller's outputs: marked with its name, or (a shared output,
+        or one made before outputs were marked) unmarked with a controller owner of its primary kind."""
+        made_by = obj.metadata.annotations.get(CONTROLLER_ANNOTATION)
+        if made_by is not None:
+            return made_by == self.controller
+        ref = obj.metadata.controller_ref()
+        return ref is not None and ref.kind == self.primary and self.declaration.owns(obj.kind)
+
+    def theirs(self, obj: Resource) -> bool:
+        """Whether ``obj`` is another controller's output, closed to this one."""
+        return obj.metadata.annotations.get(CONTROLLER_ANNOTATION) not in (None, self.controller)
+
+    def _actor(self, current: Resource) -> str:
+        """Whose name a checked write of ``current`` carries: the controller's, or (for a declared field
+        of another controller's object, which the store would refuse it) herder's own."""
+        owner = current.metadata.annotations.get(CONTROLLER_ANNOTATION)
+        return SYSTEM if owner not in (None, self.controller) else self.controller
+
+    async def _update(self, current: Resource, changed: Resource) -> Resource:
+        self.declaration.check_update(current, changed, own=self.own(current))
+        return await self.store.update(changed, actor=self._actor(current))
+
+    async def _update_status(self, current: Resource, changed: Resource) -> Resource:
+        self.declaration.check_update(current, changed, own=self.own(current))
+        return await self._write_status(current, changed)
+
+    async def _write_status(self, current: Resource, changed: Resource) -> Resource:
+        return await self.store.update_status(changed, actor=self.controller)
+
     async def create(self, obj: Resource) -> Resource:
+        """Create an object of a kind the controller declares it creates (``Writes(kind, creates=True)``),
+        which is not its own: for its own outputs, ``apply_output``."""
+        self.declaration.check_create(obj, owned=False)
         return await self.store.create(obj, actor=self.controller)
-
-    async def update(self, obj: Resource) -> Resource:
-        return await self.store.update(obj, actor=self.controller)
-
-    async def update_status(self, obj: Resource) -> Resource:
-        return await self.store.update_status(obj, actor=self.controller)
 
     async def mutate(self, key: ObjectKey, change: Callable[[Resource], None]) -> Resource | None:
         """Change an object's metadata or body: ``change`` edits a copy of the newest object in place,
@@ -202,27 +274,82 @@ class Context:
             change(changed)
             return changed
 
-        return await self._retrying(key, edit, self.update)
+        return await self._retrying(key, edit, self._update)
+
+    @overload
+    async def mutate_status(
+        self, key: ObjectKey, model: type[M], change: Callable[[Resource, M], None]
+    ) -> Resource | None: ...
+
+    @overload
+    async def mutate_status(
+        self, key: ObjectKey, model: Callable[[Resource, dict[str, Any]], None]
+    ) -> Resource | None: ...
 
     async def mutate_status(
-        self, key: ObjectKey, mutate: Callable[[Resource, dict[str, Any]], None]
+        self,
+        key: ObjectKey,
+        model: Any,
+        change: Any = None,
     ) -> Resource | None:
-        """Change part of an object's status: ``mutate`` edits the status dict of the newest object in
-        place, and is run again on a fresher one when another writer got in first, so controllers that
-        own different status fields of one object never undo each other. None when the object is gone."""
+        """Change part of an object's status: ``change`` edits the status of the newest object as its
+        typed ``model``, and is run again on a fresher one when another writer got in first, so that
+        controllers owning different status fields of one object never undo each other. None when the
+        object is gone."""
+        if change is None:  # the untyped form, until every controller is typed
+            untyped: Callable[[Resource, dict[str, Any]], None] = model
 
-        def edit(current: Resource) -> Resource:
-            status = copy.deepcopy(current.status or {})
-            mutate(current, status)
-            return current.model_copy(update={"status": status})
+            def edit(current: Resource) -> Resource:
+                status = copy.deepcopy(current.status or {})
+                untyped(current, status)
+                return current.model_copy(update={"status": status})
 
-        return await self._retrying(key, edit, self.update_status)
+            return await self._retrying(key, edit, self._update_status)
+        else:
+
+            def edit(current: Resource) -> Resource:
+                status = status_of(current, model)
+                # What the status is, as its model reads it: the defaults it fills in are no change.
+                baseline = dump_status(status)
+                change(current, status)
+                changed = current.model_copy(update={"status": dump_status(status)})
+                self.declaration.check_update(
+                    current.model_copy(update={"status": baseline}), changed, own=self.own(current)
+                )
+                return changed
+
+        return await self._retrying(key, edit, self._write_status)
+
+    async def condition(
+        self,
+        obj: Resource,
+        kind: str,
+        ok: bool | None,
+        reason: str,
+        message: str = "",
+        *,
+        event: EventType | None = None,
+    ) -> Resource | None:
+        """Set condition ``kind`` of ``obj`` (its transition time moves only when its status flips), and
+        tell it as an Event of type ``event`` when its reason changed. None when the object is gone."""
+        before: list[str] = []
+
+        def edit(current: Resource, status: dict[str, Any]) -> None:
+            found = find_condition(status.get("conditions"), kind)
+            before[:] = [str(found.get("reason"))] if found is not None else []
+            conditions = status.setdefault("conditions", [])
+            set_condition(conditions, kind, ok, reason, message, now=self.clock.rfc3339())
+
+        updated = await self.mutate_status(ObjectKey.of(obj), edit)
+        if updated is not None and event is not None and before != [reason]:
+            await self.event(updated, event, reason, message)
+        return updated
 
     async def _retrying(
         self,
         key: ObjectKey,
         edit: Callable[[Resource], Resource],
-        write: Callable[[Resource], Awaitable[Resource]],
+        write: Callable[[Resource, Resource], Awaitable[Resource]],
     ) -> Resource | None:
         for attempt in range(_MUTATE_ATTEMPTS):
             current = await self.get(key)
@@ -232,7 +359,7 @@ class Context:
             if changed == current:
                 return current
             try:
-                return await write(changed)
+                return await write(current, changed)
             except Conflict:
                 if attempt == _MUTATE_ATTEMPTS - 1:
                     raise
@@ -243,55 +370,103 @@ class Context:
         await self.events.record(obj, type_, reason, message)
 
     async def delete(self, key: ObjectKey) -> Resource | None:
+        """Delete one of the controller's own outputs, or an object of a kind it declares it deletes.
+        None when it is gone already."""
+        current = await self.get(key)
+        if current is None:
+            return None
+        self.declaration.check_delete(current, own=self.own(current), theirs=self.theirs(current))
         try:
-            return await self.store.delete(key.kind, key.name, key.namespace, actor=self.controller)
+            return await self.store.delete(key.kind, key.name, key.namespace, actor=self._actor(current))
         except NotFound:
             return None
 
-    def reference_to(self, owner: Resource) -> OwnerReference:
-        """A controller owner reference to ``owner``: what it owns is garbage-collected after it."""
+    async def release(self, key: ObjectKey) -> Resource | None:
+        """Delete an object that may be another controller's output: that one by its owner's leave
+        (``Owns(kind, releasable=True)``), anything else as ``delete`` does. None when it is gone already."""
+        current = await self.get(key)
+        if current is None:
+            return None
+        if not self.theirs(current):
+            self.declaration.check_delete(current, own=self.own(current), theirs=False)
+        else:
+            owner = current.metadata.annotations[CONTROLLER_ANNOTATION]
+            declared = self._owners.get(owner)
+            if declared is None or not declared.releasable(key.kind):
+                raise UndeclaredOutput(
+                    f"controller {self.controller} releases {key}, whose owner {owner} does not let others "
+                    "release it"
+                )
+        try:
+            return await self.store.delete(key.kind, key.name, key.namespace, actor=self._actor(current))
+        except NotFound:
+            return None
+
+    def reference_to(self, owner: Resource, *, controller: bool = True) -> OwnerReference:
+        """An owner reference to ``owner``: what it refers from is garbage-collected after it. Outputs get
+        theirs, the controller one, from ``apply_output``; a plain one makes an object a dependent."""
         info: KindInfo = self.store.registry.for_object(owner)
         return OwnerReference(
             apiVersion=info.api_version,
             kind=owner.kind,
             name=owner.name,
             uid=owner.metadata.uid or "",
-            controller=True,
+            controller=controller,
             blockOwnerDeletion=True,
         )
 
-    async def apply_output(self, owner: Resource, desired: Resource) -> Resource:
-        """Create or update an object this controller owns on behalf of ``owner``.
+    async def apply_output(self, owner: Resource | None, desired: Resource) -> Resource:
+        """Create or update an object this controller owns (``Owns``) on behalf of ``owner``.
 
-        The output gets an ownerReference with ``controller: true`` (so it is garbage-collected after
-        its owner) and the controller annotation (so nobody else may change it). Its status is kept.
+        The output gets a controller owner reference to ``owner`` (so it is garbage-collected after it;
+        none without an owner) and the controller annotation (so nobody else may change it). An update
+        takes the desired metadata and body and keeps the status. An object of the same name that is
+        another owner's is not taken over: ``AlreadyExists``.
         """
         out = desired.clone()
-        out.metadata.owner_references = [self.reference_to(owner)]
-        out.metadata.annotations[CONTROLLER_ANNOTATION] = self.controller
-        current = await self.get(ObjectKey.of(out))
+        out.metadata.owner_references = [self.reference_to(owner)] if owner is not None else []
+        if not self.declaration.shares(out.kind):
+            out.metadata.annotations[CONTROLLER_ANNOTATION] = self.controller
+        self.declaration.check_create(out, owned=True)
+        # A generated name is new by definition.
+        current = await self.get(ObjectKey.of(out)) if out.name else None
         if current is None:
-            return await self.create(out)
+            return await self.store.create(out, actor=self.controller)
+        if self.theirs(current) or current.metadata.owner_references != out.metadata.owner_references:
+            # Another owner's (an object of the same name made for another set, say): never taken over.
+            raise AlreadyExists(out.kind, out.name)
         merged = current.clone()
         merged.spec = out.spec
         merged.metadata.labels = out.metadata.labels
         merged.metadata.annotations = {**current.metadata.annotations, **out.metadata.annotations}
-        merged.metadata.owner_references = out.metadata.owner_references
+        merged.metadata.finalizers = list(
+            dict.fromkeys([*current.metadata.finalizers, *out.metadata.finalizers])
+        )
         for field, value in (out.model_extra or {}).items():
             setattr(merged, field, value)
-        return await self.update(merged)
+        if merged == current:
+            return current
+        # Its own, or (made before outputs were marked) adopted now by the same owner.
+        self.declaration.check_update(current, merged, own=True)
+        return await self.store.update(merged, actor=self.controller)
 
     async def ensure_finalizer(self, obj: Resource, finalizer: str) -> Resource:
+        """Add a finalizer (to the newest object: others write it meanwhile); ``obj`` when it is gone."""
         if finalizer in obj.metadata.finalizers:
             return obj
-        changed = obj.clone()
-        changed.metadata.finalizers.append(finalizer)
-        return await self.update(changed)
+
+        def add(current: Resource) -> None:
+            if finalizer not in current.metadata.finalizers:
+                current.metadata.finalizers.append(finalizer)
+
+        return await self.mutate(ObjectKey.of(obj), add) or obj
 
     async def remove_finalizer(self, obj: Resource, finalizer: str) -> Resource:
         """Drop a finalizer; the store removes the object if it was the last one of a deleted object."""
         if finalizer not in obj.metadata.finalizers:
             return obj
-        changed = obj.clone()
-        changed.metadata.finalizers = [f for f in obj.metadata.finalizers if f != finalizer]
-        return await self.update(changed)
+
+        def drop(current: Resource) -> None:
+            current.metadata.finalizers = [f for f in current.metadata.finalizers if f != finalizer]
+
+        return await self.mutate(ObjectKey.of(obj), drop) or obj

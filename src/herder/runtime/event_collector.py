@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.outputs import Writes
 
 EVENT_TTL = 3600.0
 
@@ -21,6 +22,8 @@ class EventCollector(Controller):
     """Deletes each Event ``ttl`` seconds after it last happened."""
 
     name = "EventCollector"
+    primary = "Event"
+    outputs = (Writes("Event", deletes=True),)
 
     def __init__(self, ttl: float = EVENT_TTL) -> None:
         self.ttl = ttl

@@ -13,11 +13,14 @@ from collections.abc import Iterable
 
 from herder.resources import KindRegistry
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
-from herder.state.store import SYSTEM, WatchEvent
+from herder.runtime.outputs import ANY_KIND, Writes
+from herder.state.store import WatchEvent
 
 
 class GarbageCollector(Controller):
     name = "GarbageCollector"
+    primary = ANY_KIND
+    outputs = (Writes(ANY_KIND, deletes=True),)
     concurrency = 2
 
     def __init__(self, registry: KindRegistry) -> None:
@@ -51,5 +54,5 @@ class GarbageCollector(Controller):
             owner = await ctx.get(ObjectKey(ref.kind, obj.namespace if info.namespaced else None, ref.name))
             if owner is not None and owner.metadata.uid == ref.uid:
                 return None
-        await ctx.store.delete(key.kind, key.name, key.namespace, actor=SYSTEM)
+        await ctx.delete(key)
         return None

@@ -11,16 +11,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from herder.runtime.backoff import Backoff
 from herder.runtime.controller import Context, Controller, ObjectKey, Watch
 from herder.runtime.event_recorder import EventRecorder
 from herder.runtime.leader import AlwaysLeader, LeaderElection
 from herder.runtime.metrics import IS_LEADER, QUEUE_DEPTH, RECONCILE_ERRORS, RECONCILE_SECONDS, RECONCILES
-from herder.runtime.queue import ShutDown, WorkQueue
+from herder.runtime.outputs import ANY_KIND, Declaration, declarations_of
 from herder.state.errors import Gone
 from herder.state.store import Store, WatchEvent
+from herder.workqueue import Backoff, ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +35,20 @@ class ControllerRunner:
         *,
         backoff: Backoff | None = None,
         events: EventRecorder | None = None,
+        owners: Mapping[str, Declaration] | None = None,
     ) -> None:
         self.store = store
         self.controller = controller
         self.queue: WorkQueue[ObjectKey] = WorkQueue()
         self.backoff = backoff or Backoff()
-        self.ctx = Context(store, controller.name, events)
+        self.ctx = Context(
+            store,
+            controller.name,
+            controller.outputs,
+            primary=controller.primary,
+            events=events,
+            owners=owners,
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._workers: list[asyncio.Task[None]] = []
         self.synced = asyncio.Event()
@@ -100,7 +108,16 @@ class ControllerRunner:
                 await asyncio.sleep(1)
 
     def _enqueue(self, watch: Watch, event: WatchEvent) -> None:
+        primary = self.controller.primary
         for key in watch.map(event):
+            if key.kind != primary and primary != ANY_KIND:
+                log.error(
+                    "%s: a watch of %s mapped to %s, not its primary kind",
+                    self.controller.name,
+                    watch.kind,
+                    key,
+                )
+                continue
             self.queue.add(key)
         self._depth.set(len(self.queue))
 
@@ -156,6 +173,7 @@ class Manager:
     ) -> None:
         self.store = store
         self.controllers = list(controllers)
+        self.declarations = declarations_of((c.name, c.outputs) for c in self.controllers)
         self.leader: LeaderElection = leader or AlwaysLeader()
         self.shutdown_grace = shutdown_grace
         self.events = EventRecorder(store)
@@ -178,7 +196,10 @@ class Manager:
             acquire.result()
             log.info("leading: starting %d controllers", len(self.controllers))
             IS_LEADER.set(1)
-            self.runners = [ControllerRunner(self.store, c, events=self.events) for c in self.controllers]
+            self.runners = [
+                ControllerRunner(self.store, c, events=self.events, owners=self.declarations)
+                for c in self.controllers
+            ]
             for runner in self.runners:
                 runner.start()
             self._leading.set()

@@ -8,6 +8,7 @@ from herder.resources.backups import ETCD_BACKUP, ETCD_BACKUP_KEY
 from herder.resources.clusters import CLUSTER
 from herder.resources.machines import CLUSTER_LABEL
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.outputs import Writes
 from herder.state.store import WatchEvent
 
 
@@ -25,6 +26,8 @@ def _key_of_cluster(event: WatchEvent) -> Iterable[ObjectKey]:
 
 class BackupKeyCleanupController(Controller):
     name = "BackupKeyCleanup"
+    primary = ETCD_BACKUP_KEY.kind
+    outputs = (Writes(ETCD_BACKUP_KEY.kind, deletes=True),)
     watches = (
         Watch(ETCD_BACKUP_KEY.kind),
         Watch(ETCD_BACKUP.kind, _key_of_backup),
@@ -39,10 +42,7 @@ class BackupKeyCleanupController(Controller):
         cluster = await ctx.get(ObjectKey(CLUSTER.kind, key.namespace, name)) if name else None
         if cluster is not None and cluster.metadata.uid == key.name:
             return None
-        listed = await ctx.store.list(
-            ETCD_BACKUP.kind, key.namespace, field_selector=f"spec.clusterUUID={key.name}", limit=1
-        )
-        if listed.items:
+        if await ctx.list(ETCD_BACKUP.kind, key.namespace, field_selector=f"spec.clusterUUID={key.name}"):
             return None
         await ctx.delete(key)
         return None

@@ -10,12 +10,15 @@ from __future__ import annotations
 from herder.controllers.backups.schedule import BLOB_FINALIZER
 from herder.controllers.backups.stores import BackupStores, NoSuchStore, StoreFailed, blob_key
 from herder.resources.backups import ETCD_BACKUP, EtcdBackupSpec
-from herder.runtime.backoff import Backoff
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.outputs import Writes
+from herder.workqueue import Backoff
 
 
 class EtcdBackupRemovalController(Controller):
     name = "EtcdBackupRemoval"
+    primary = ETCD_BACKUP.kind
+    outputs = (Writes(ETCD_BACKUP.kind, f"metadata.finalizers[{BLOB_FINALIZER}]"),)
     concurrency = 4
     watches = (Watch(ETCD_BACKUP.kind),)
 

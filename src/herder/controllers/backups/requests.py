@@ -15,7 +15,9 @@ import json
 from typing import Any
 
 from herder.resources import Resource
+from herder.resources.clusters import CLUSTER
 from herder.runtime.controller import Context, ObjectKey
+from herder.runtime.outputs import Writes
 from herder.state.store import Store
 
 
@@ -25,7 +27,7 @@ class BackupRefused(Exception):
 
 class BackupRequests:
     def __init__(self, store: Store) -> None:
-        self._ctx = Context(store, "BackupRequests")
+        self._ctx = Context(store, "BackupRequests", (Writes(CLUSTER.kind, "status.backups.requested"),))
 
     async def request(self, cluster: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
         if cluster.metadata.deletion_timestamp:

@@ -17,7 +17,7 @@ import asyncio
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from typing import IO, Any
+from typing import IO
 
 from herder.controllers.backups.backup_cipher import BackupUnreadable, checksum, decrypt
 from herder.controllers.backups.keys import backup_key
@@ -26,7 +26,6 @@ from herder.controllers.clusters.members import machine_sets
 from herder.resources import Resource
 from herder.resources.backups import ETCD_BACKUP, BootstrapSpec, EtcdBackupSpec
 from herder.resources.clusters import MACHINE_SET, MachineSetSpec, control_plane_set_name
-from herder.resources.status import set_condition
 from herder.runtime.controller import Context, ObjectKey
 from herder.talos.machine import AlreadyExists, MachineClient
 
@@ -49,12 +48,12 @@ async def bootstrap_spec(ctx: Context, cluster: Resource) -> BootstrapSpec | Non
 
 async def find_backup(ctx: Context, namespace: str | None, spec: BootstrapSpec) -> Resource | None:
     """The EtcdBackup ``spec`` names, among those of ``namespace``."""
-    listed = await ctx.store.list(
+    listed = await ctx.list(
         ETCD_BACKUP.kind,
         namespace,
         field_selector=f"spec.clusterUUID={spec.cluster_uuid},spec.snapshot={spec.snapshot}",
     )
-    return next((b for b in listed.items if not b.metadata.deletion_timestamp), None)
+    return next((b for b in listed if not b.metadata.deletion_timestamp), None)
 
 
 class EtcdRecovery:
@@ -149,10 +148,4 @@ def _named(spec: BootstrapSpec) -> str:
 
 
 async def _tell(ctx: Context, cluster: Resource, ok: bool, reason: str, message: str) -> None:
-    def record(_: Resource, status: dict[str, Any]) -> None:
-        conditions = list(status.get("conditions") or [])
-        set_condition(conditions, CONDITION, ok, reason, message)
-        status["conditions"] = conditions
-
-    await ctx.mutate_status(ObjectKey.of(cluster), record)
-    await ctx.event(cluster, "Normal" if ok else "Warning", reason, message)
+    await ctx.condition(cluster, CONDITION, ok, reason, message, event="Normal" if ok else "Warning")

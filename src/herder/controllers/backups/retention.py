@@ -12,10 +12,13 @@ from herder.resources.backups import ETCD_BACKUP
 from herder.resources.clusters import CLUSTER
 from herder.resources.machines import CLUSTER_LABEL
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
+from herder.runtime.outputs import Writes
 
 
 class BackupRetentionController(Controller):
     name = "BackupRetention"
+    primary = CLUSTER.kind
+    outputs = (Writes(ETCD_BACKUP.kind, deletes=True),)
     concurrency = 2
 
     def __init__(self, policy: BackupPolicy | None = None) -> None:
@@ -32,11 +35,11 @@ class BackupRetentionController(Controller):
         schedule = self._policy.schedule(cluster)
         if schedule is None:
             return None
-        listed = await ctx.store.list(
+        listed = await ctx.list(
             ETCD_BACKUP.kind, key.namespace, field_selector=f"spec.clusterUUID={cluster.metadata.uid}"
         )
         kept = sorted(
-            (b for b in listed.items if not b.metadata.deletion_timestamp),
+            (b for b in listed if not b.metadata.deletion_timestamp),
             key=lambda b: (str((b.spec or {}).get("takenAt", "")), b.name),
         )
         excess = kept[: max(0, len(kept) - schedule.retention)]

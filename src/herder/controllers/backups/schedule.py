@@ -26,18 +26,29 @@ from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL
-from herder.resources.backups import DEFAULT_STORE, ETCD_BACKUP, BackupsStatus, ClusterBackups
+from herder.resources.backups import (
+    DEFAULT_STORE,
+    ETCD_BACKUP,
+    ETCD_BACKUP_KEY,
+    BackupsStatus,
+    ClusterBackups,
+)
 from herder.resources.clusters import CLUSTER
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.outputs import Writes
 from herder.state.errors import StateError
-from herder.talos.machine import Credentials, MachineAPIError, MachineClient
+from herder.talos.machine import Credentials, MachineAPIError
+from herder.talos.machine.pool import ClientPool
+from herder.workqueue import retry_delay as backoff_delay
 
 CONDITION = "BackupsHealthy"
 # On an EtcdBackup: its file in the store goes before it does (``removal``).
 BLOB_FINALIZER = "herder.dev/backup-blob"
 FIRST_RETRY = 5.0
+# What this controller writes of Cluster.status.backups: all of it but the requests (BackupRequests').
+BACKUP_FIELDS = ("lastBackup", "lastSuccessTime", "lastAttemptTime", "lastError", "failures", "served")
 MAX_RETRY = 300.0
 SNAPSHOT_TIMEOUT = 120.0
 _TIME = "%Y-%m-%dT%H:%M:%SZ"
@@ -57,15 +68,32 @@ def _stamp(seconds: float) -> str:
 
 def retry_delay(failures: int, schedule: ClusterBackups | None) -> float:
     cap = min(MAX_RETRY, schedule.interval_seconds) if schedule is not None else MAX_RETRY
-    return min(cap, FIRST_RETRY * 2.0 ** max(failures - 1, 0))
+    return backoff_delay(failures, FIRST_RETRY, cap)
 
 
 class EtcdBackupController(Controller):
     name = "EtcdBackup"
+    primary = CLUSTER.kind
+    outputs = (
+        Writes(
+            CLUSTER.kind,
+            *(f"status.backups.{field}" for field in BACKUP_FIELDS),
+            f"status.conditions[{CONDITION}]",
+        ),
+        Writes(ETCD_BACKUP.kind, creates=True),
+        Writes(ETCD_BACKUP_KEY.kind, creates=True),
+    )
     concurrency = 4
 
-    def __init__(self, keys: ClusterKeys, stores: BackupStores, policy: BackupPolicy | None = None) -> None:
+    def __init__(
+        self,
+        keys: ClusterKeys,
+        stores: BackupStores,
+        policy: BackupPolicy | None = None,
+        clients: ClientPool | None = None,
+    ) -> None:
         self._keys = keys
+        self._clients = clients or ClientPool(keep=8, timeout=SNAPSHOT_TIMEOUT)
         self._stores = stores
         self._policy = policy or BackupPolicy()
         self.watches = (Watch(CLUSTER.kind, cluster_changes("backups", "bootstrap")),)
@@ -178,7 +206,7 @@ class EtcdBackupController(Controller):
             store = await self._stores.get(store_name)
         except StoreFailed as exc:
             raise BackupFailed(str(exc)) from None
-        snapshot, machine = await _snapshot(await _etcd_members(ctx, cluster), view.talos)
+        snapshot, machine = await _snapshot(self._clients, await _etcd_members(ctx, cluster), view.talos)
         uuid = cluster.metadata.uid or ""
         key = await ensure_backup_key(ctx, cluster)
         taken = int(time.time())
@@ -239,14 +267,16 @@ async def _etcd_members(ctx: Context, cluster: Resource) -> list[tuple[str, str]
     return sorted(found)
 
 
-async def _snapshot(members: list[tuple[str, str]], credentials: Credentials) -> tuple[bytes, str]:
+async def _snapshot(
+    clients: ClientPool, members: list[tuple[str, str]], credentials: Credentials
+) -> tuple[bytes, str]:
     """An etcd snapshot from the first member that gives one, and that member's machine."""
     if not members:
         raise BackupFailed("no control plane runs etcd")
     problems = []
     for machine, endpoint in members:
         try:
-            async with MachineClient(endpoint, credentials=credentials, timeout=SNAPSHOT_TIMEOUT) as client:
+            async with clients.client(endpoint, credentials) as client:
                 return await client.etcd_snapshot(), machine
         except MachineAPIError as exc:
             problems.append(f"{machine}: {exc}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from herder.controllers.backups.restore import CONDITION as RESTORED
 from herder.controllers.backups.restore import EtcdRecovery, RestoreRefused
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
@@ -22,7 +23,9 @@ from herder.resources import Resource, now_rfc3339
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
-from herder.talos.machine import AlreadyExists, MachineAPIError, MachineClient
+from herder.runtime.outputs import Writes
+from herder.talos.machine import AlreadyExists, MachineAPIError
+from herder.talos.machine.pool import ClientPool
 
 _RETRY = 5.0
 _RESTORE_RETRY = 30.0
@@ -30,10 +33,15 @@ _RESTORE_RETRY = 30.0
 
 class BootstrapController(Controller):
     name = "Bootstrap"
+    primary = CLUSTER.kind
+    outputs = (Writes(CLUSTER.kind, "status.bootstrap", f"status.conditions[{RESTORED}]"),)
     concurrency = 4
 
-    def __init__(self, keys: ClusterKeys, recovery: EtcdRecovery | None = None) -> None:
+    def __init__(
+        self, keys: ClusterKeys, recovery: EtcdRecovery | None = None, clients: ClientPool | None = None
+    ) -> None:
         self._keys = keys
+        self._clients = clients or ClientPool(keep=8, timeout=30)
         self._recovery = recovery
         self.watches = (
             Watch(CLUSTER.kind, cluster_changes("bootstrap")),
@@ -76,7 +84,7 @@ class BootstrapController(Controller):
         except RestoreRefused:
             return Result(requeue_after=_RESTORE_RETRY)  # the cluster's EtcdRestored condition says why
         try:
-            async with MachineClient(endpoint, credentials=view.talos, timeout=30) as client:
+            async with self._clients.client(endpoint, view.talos) as client:
                 await client.bootstrap() if restore is None else await restore.bootstrap(client)
         except AlreadyExists:
             pass  # a call before a crash got through: this machine is bootstrapped

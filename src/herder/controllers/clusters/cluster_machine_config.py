@@ -51,6 +51,7 @@ from herder.runtime.controller import (
     same_name,
 )
 from herder.runtime.index import LabelIndex
+from herder.runtime.outputs import Owns, Writes
 from herder.state.store import CONTROLLER_ANNOTATION, WatchEvent
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import ConfigInput, GenerateError, MachineType, generate_documents
@@ -81,6 +82,11 @@ class ConfigError(Exception):
 
 class ClusterMachineConfigController(Controller):
     name = "ClusterMachineConfigController"
+    primary = CLUSTER_MACHINE.kind
+    outputs = (
+        Owns(CLUSTER_MACHINE_CONFIG.kind),
+        Writes(CLUSTER_MACHINE.kind, "status.conditions[ConfigValid]"),
+    )
     concurrency = 4
 
     def __init__(self, keys: ClusterKeys) -> None:

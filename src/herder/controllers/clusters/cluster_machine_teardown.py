@@ -37,18 +37,26 @@ from herder.runtime.controller import (
     own_key,
     same_name,
 )
-from herder.talos.machine import FailedPrecondition, MachineAPIError, MachineClient, WipeMode
+from herder.runtime.outputs import Writes
+from herder.talos.machine import FailedPrecondition, MachineAPIError, WipeMode
 from herder.talos.machine.client import split_endpoint
+from herder.talos.machine.pool import ClientPool
 
 _RETRY = 5.0
 
 
 class ClusterMachineTeardownController(Controller):
     name = "ClusterMachineTeardown"
+    primary = CLUSTER_MACHINE.kind
+    outputs = (
+        Writes(CLUSTER_MACHINE.kind, "status.teardown", f"metadata.finalizers[{TEARDOWN_FINALIZER}]"),
+        Writes(MACHINE.kind, f"metadata.annotations[{FORCE_RELEASE_ANNOTATION}]"),
+    )
     concurrency = 8
 
-    def __init__(self, keys: ClusterKeys) -> None:
+    def __init__(self, keys: ClusterKeys, clients: ClientPool | None = None) -> None:
         self._keys = keys
+        self._clients = clients or ClientPool(keep=8, timeout=30)
         self.watches = (
             Watch(
                 CLUSTER_MACHINE.kind, on_change(own_key, "metadata.deletionTimestamp", "metadata.finalizers")
@@ -98,9 +106,7 @@ class ClusterMachineTeardownController(Controller):
         staying = cluster is not None and not cluster.metadata.deletion_timestamp
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
         try:
-            async with MachineClient(
-                endpoint, credentials=view.talos if view else None, timeout=30
-            ) as client:
+            async with self._clients.client(endpoint, view.talos if view else None) as client:
                 if (member.spec or {}).get("role") == "controlplane" and staying and status.get("etcdMember"):
                     assert cluster is not None
                     if not condition_true(cluster.status, "EtcdHealthy"):
@@ -148,7 +154,7 @@ class ClusterMachineTeardownController(Controller):
             )
             return False
         try:
-            async with MachineClient(sorted(running)[0], credentials=view.talos, timeout=30) as client:
+            async with self._clients.client(sorted(running)[0], view.talos) as client:
                 stray = [
                     m
                     for m in await client.etcd_member_list()

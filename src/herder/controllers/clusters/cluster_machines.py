@@ -22,6 +22,7 @@ from herder.resources.clusters import (
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, ROLE_LABEL
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, on_change, same_name
+from herder.runtime.outputs import Owns, Writes
 
 NODE_FINALIZER = "herder.dev/cluster-machine"
 TEARDOWN_FINALIZER = "herder.dev/teardown"
@@ -30,6 +31,12 @@ MACHINE_LABELS = (CLUSTER_LABEL, MACHINE_SET_LABEL)
 
 class ClusterMachineController(Controller):
     name = "ClusterMachineController"
+    primary = MACHINE_SET_NODE.kind
+    outputs = (
+        Owns(CLUSTER_MACHINE.kind, shared=True),
+        Writes(MACHINE_SET_NODE.kind, f"metadata.finalizers[{NODE_FINALIZER}]"),
+        Writes(MACHINE.kind, f"metadata.labels[{CLUSTER_LABEL}]", f"metadata.labels[{MACHINE_SET_LABEL}]"),
+    )
     concurrency = 4
     watches = (
         Watch(MACHINE_SET_NODE.kind),
@@ -66,7 +73,8 @@ class ClusterMachineController(Controller):
         labels = {CLUSTER_LABEL: cluster.name, MACHINE_SET_LABEL: machine_set.name, ROLE_LABEL: role}
         if member is None:
             versions = CLUSTER.spec_of(cluster, ClusterSpec)
-            await ctx.create(
+            await ctx.apply_output(
+                node,
                 Resource.model_validate(
                     {
                         "apiVersion": CLUSTER_MACHINE.api_version,
@@ -77,9 +85,6 @@ class ClusterMachineController(Controller):
                             "labels": labels,
                             "annotations": read_only_of(node),
                             "finalizers": [TEARDOWN_FINALIZER],
-                            "ownerReferences": [
-                                ctx.reference_to(node).model_dump(by_alias=True, exclude_none=True)
-                            ],
                         },
                         "spec": {
                             "role": role,
@@ -87,7 +92,7 @@ class ClusterMachineController(Controller):
                             "kubernetesVersion": versions.kubernetes_version,
                         },
                     }
-                )
+                ),
             )
             await ctx.event(
                 node, "Normal", "Joined", f"machine {node.name} joins cluster {cluster.name} as {role}"

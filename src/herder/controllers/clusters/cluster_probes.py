@@ -22,7 +22,7 @@ from herder.talos.machine import (
     MachineAPIError,
     split_endpoint,
 )
-from herder.talos.machine.pool import ClientPool
+from herder.talos.machine.pool import ClientPool, MachineDialer, dial
 from herder.talos.pki import load_cert_chain
 
 PROBE_TIMEOUT = 5.0
@@ -122,9 +122,9 @@ async def probe_etcd(
     return EtcdReport(not problems, "; ".join(problems), True, members, min(leaders) if leaders else 0)
 
 
-def machine_clients(keep: int = KEEP) -> ClientPool:
+def machine_clients(dialer: MachineDialer = dial, keep: int = KEEP) -> ClientPool:
     """The machine API clients the etcd probe keeps between rounds."""
-    return ClientPool(keep=keep, timeout=PROBE_TIMEOUT, retries=0)
+    return ClientPool(dialer=dialer, keep=keep, timeout=PROBE_TIMEOUT, retries=0)
 
 
 class KubernetesClients:

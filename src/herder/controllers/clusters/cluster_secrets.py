@@ -14,12 +14,18 @@ from herder.resources import Resource
 from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
 from herder.resources.clusters import CLUSTER, ClusterSpec
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.runtime.outputs import Owns, Writes
 from herder.talos.contracts import VersionContract
 from herder.talos.secrets import dump_secrets, generate_secrets, service_account_key_type
 
 
 class ClusterSecretsController(Controller):
     name = "ClusterSecretsController"
+    primary = "Cluster"
+    outputs = (
+        Owns("ClusterSecrets"),
+        Writes("Cluster", "status.talosContract", "status.initialTalosVersion"),
+    )
     concurrency = 4
     watches = (Watch("Cluster"), Watch("ClusterSecrets", controller_owner("Cluster")))
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_sets
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET
+from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, ClusterStatus
 from herder.resources.control_planes import CONTROL_PLANE_STATUS
 from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.status import find_condition, set_condition
@@ -25,17 +25,28 @@ from herder.runtime.controller import (
     on_change,
     same_name,
 )
+from herder.runtime.outputs import Writes
 
 _CONDITIONS = ("ControlPlaneReady", "EtcdHealthy", "KubernetesAPIReady", "Ready")
 
 
 class ClusterStatusController(Controller):
     name = "ClusterStatus"
+    primary = CLUSTER.kind
+    outputs = (
+        Writes(
+            CLUSTER.kind,
+            "status.phase",
+            "status.machines",
+            "status.observedGeneration",
+            *(f"status.conditions[{kind}]" for kind in _CONDITIONS),
+        ),
+    )
     concurrency = 8
 
     def __init__(self) -> None:
         self.watches = (
-            Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions", "rollouts")),
+            Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions", "rollouts", "teardown")),
             Watch(
                 CLUSTER_MACHINE.kind,
                 on_change(
@@ -55,7 +66,8 @@ class ClusterStatusController(Controller):
         if cluster is None:
             return None
         if cluster.metadata.deletion_timestamp:
-            return None  # its teardown tells how it goes
+            await self._destroying(ctx, cluster)
+            return None
         status = cluster.status or {}
         sets = await machine_sets(ctx, cluster)
         members = await cluster_machines(ctx, cluster)
@@ -79,6 +91,16 @@ class ClusterStatusController(Controller):
         if updated is not None:
             await _tell_flips(ctx, updated, status)
         return None
+
+    async def _destroying(self, ctx: Context, cluster: Resource) -> None:
+        """A cluster being deleted is not ready, for what its teardown waits for."""
+
+        def record(_: Resource, status: ClusterStatus) -> None:
+            status.phase = "Destroying"
+            why = status.teardown or "tearing down the cluster's machines"
+            status.set_condition("Ready", False, "Destroying", why, now=ctx.clock.rfc3339())
+
+        await ctx.mutate_status(ObjectKey.of(cluster), ClusterStatus, record)
 
     async def _health(
         self,

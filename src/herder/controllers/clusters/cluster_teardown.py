@@ -10,22 +10,26 @@ condition names them and says why.
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, labelled, machine_sets
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET_NODE
+from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE, ClusterStatus
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.machines import CLUSTER_LABEL
-from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
-from herder.state.store import CONTROLLER_ANNOTATION
+from herder.runtime.outputs import Writes
 
 CLUSTER_FINALIZER = "herder.dev/cluster"
 
 
 class ClusterTeardownController(Controller):
     name = "ClusterTeardown"
+    primary = CLUSTER.kind
+    outputs = (
+        Writes(CLUSTER.kind, "status.teardown", f"metadata.finalizers[{CLUSTER_FINALIZER}]"),
+        Writes(MACHINE_SET.kind, deletes=True),
+        Writes(MACHINE_SET_NODE.kind, deletes=True),
+        Writes(CONFIG_PATCH.kind, deletes=True),
+    )
     concurrency = 4
     watches = (
         Watch(CLUSTER.kind, cluster_changes()),
@@ -43,9 +47,7 @@ class ClusterTeardownController(Controller):
             return None
         if CLUSTER_FINALIZER not in cluster.metadata.finalizers:
             return None
-        first = not any(
-            c.get("reason") == "Destroying" for c in (cluster.status or {}).get("conditions") or ()
-        )
+        first = not (cluster.status or {}).get("teardown")
         for kind_objects in (
             await machine_sets(ctx, cluster),
             await labelled(ctx, MACHINE_SET_NODE.kind, key.namespace, CLUSTER_LABEL, key.name),
@@ -53,8 +55,7 @@ class ClusterTeardownController(Controller):
         ):
             for obj in kind_objects:
                 # Another controller's outputs (a managed control plane's set and patches) are its to take down.
-                theirs = obj.metadata.annotations.get(CONTROLLER_ANNOTATION, self.name) != self.name
-                if not obj.metadata.deletion_timestamp and not theirs:
+                if not obj.metadata.deletion_timestamp and not ctx.theirs(obj):
                     await ctx.delete(ObjectKey.of(obj))
         members = await cluster_machines(ctx, cluster)
         if first:
@@ -67,13 +68,10 @@ class ClusterTeardownController(Controller):
             if blocked:
                 message = "; ".join(str((m.status or {}).get("teardown")) for m in blocked[:3])
 
-            def record(_: Resource, status: dict[str, Any]) -> None:
-                status["phase"] = "Destroying"
-                conditions = list(status.get("conditions") or [])
-                set_condition(conditions, "Ready", False, "Destroying", message)
-                status["conditions"] = conditions
+            def record(_: Resource, status: ClusterStatus) -> None:
+                status.teardown = message
 
-            await ctx.mutate_status(key, record)
+            await ctx.mutate_status(key, ClusterStatus, record)
             return None
         await ctx.remove_finalizer(cluster, CLUSTER_FINALIZER)
         await ctx.event(cluster, "Normal", "Destroyed", "every machine is back in maintenance mode")

@@ -42,8 +42,10 @@ from herder.runtime.controller import (
     own_key,
     same_name,
 )
+from herder.runtime.outputs import Writes
 from herder.state.store import WatchEvent
-from herder.talos.machine import ApplyMode, MachineAPIError, MachineClient
+from herder.talos.machine import ApplyMode, MachineAPIError
+from herder.talos.machine.pool import ClientPool
 
 # Retries of a failed apply: doubling from a second, at most every five minutes.
 _RETRY_FIRST, _RETRY_MAX = 1.0, 300.0
@@ -61,10 +63,23 @@ def _machine_state(event: WatchEvent) -> Iterable[ObjectKey]:
 
 class ConfigApplyController(Controller):
     name = "ConfigApply"
+    primary = CLUSTER_MACHINE.kind
+    outputs = (
+        Writes(
+            CLUSTER_MACHINE.kind,
+            "status.apply",
+            "status.configHash",
+            "status.stage",
+            "status.talosVersion",
+            "status.ready",
+            "status.conditions[Ready]",
+        ),
+    )
     concurrency = 8
 
-    def __init__(self, keys: ClusterKeys) -> None:
+    def __init__(self, keys: ClusterKeys, clients: ClientPool | None = None) -> None:
         self._keys = keys
+        self._clients = clients or ClientPool(keep=32, timeout=30)
         self._locks: dict[str, asyncio.Lock] = {}
         self.watches = (
             Watch(
@@ -182,7 +197,7 @@ class ConfigApplyController(Controller):
             credentials = view.talos
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
         try:
-            async with MachineClient(endpoint, credentials=credentials, timeout=30) as client:
+            async with self._clients.client(endpoint, credentials) as client:
                 result = await client.apply_configuration(spec["config"], mode=ApplyMode.AUTO)
         except MachineAPIError as exc:
             error = str(exc)

@@ -33,6 +33,8 @@ from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.meta import age_seconds
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+from herder.runtime.outputs import Owns, Writes
+from herder.talos.machine.pool import MachineDialer, dial
 
 HEALTHY_EVERY = 10.0
 UNHEALTHY_EVERY = 5.0
@@ -68,19 +70,29 @@ _CONDITIONS = {
 
 class ControlPlaneStatusController(Controller):
     name = "ControlPlaneStatus"
+    primary = CLUSTER.kind
+    outputs = (
+        Owns(CONTROL_PLANE_STATUS.kind, "status"),
+        Writes(CLUSTER_MACHINE.kind, "status.etcdMember"),
+    )
     # Probes mostly wait for machines to answer: many at once keep a forming cluster's etcd members
     # from waiting for a turn to be seen.
     concurrency = 24
 
     def __init__(
-        self, keys: ClusterKeys, balancers: BalancerHealth, *, healthy_every: float = HEALTHY_EVERY
+        self,
+        keys: ClusterKeys,
+        balancers: BalancerHealth,
+        *,
+        healthy_every: float = HEALTHY_EVERY,
+        dialer: MachineDialer = dial,
     ) -> None:
         self._keys = keys
         self._balancers = balancers
         self._healthy_every = healthy_every
         self._leaders: dict[tuple[str, str], int] = {}
         self._elections: dict[tuple[str, str], int] = {}
-        self._machines = machine_clients()
+        self._machines = machine_clients(dialer)
         self._kubernetes = KubernetesClients()
         self.watches = (
             Watch(CLUSTER.kind, cluster_changes("bootstrap", "endpoint")),

@@ -24,6 +24,7 @@ from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+from herder.runtime.outputs import Writes
 from herder.talos.machine import split_endpoint
 
 KUBERNETES_PORT = 6443
@@ -65,6 +66,8 @@ class EndpointRange:
 
 class LoadBalancerController(Controller):
     name = "LoadBalancer"
+    primary = CLUSTER.kind
+    outputs = (Writes(CLUSTER.kind, "status.endpoint", "status.conditions[EndpointReady]"),)
 
     def __init__(self, endpoints: EndpointRange | None) -> None:
         self._range = endpoints
@@ -139,9 +142,8 @@ class LoadBalancerController(Controller):
         assert self._range is not None
         key = ObjectKey.of(cluster)
         if self._taken is None:
-            listed = await ctx.store.list(CLUSTER.kind)
             self._taken = {}
-            for other in listed.items:
+            for other in await ctx.list(CLUSTER.kind):
                 port = self._range.port_of(str((other.status or {}).get("endpoint") or ""))
                 if port is not None:
                     self._taken[port] = ObjectKey.of(other)

@@ -28,8 +28,10 @@ from herder.resources.clusters import CLUSTER_MACHINE
 from herder.resources.machines import MACHINE, MachineSpec
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
+from herder.runtime.outputs import Writes
 from herder.state.store import WatchEvent
-from herder.talos.machine import Credentials, MachineAPIError, MachineClient, MachineStage, Unauthenticated
+from herder.talos.machine import Credentials, MachineAPIError, MachineStage, Unauthenticated
+from herder.talos.machine.pool import ClientPool
 from herder.talos.machine.resources import (
     MACHINE_STATUS,
     MACHINE_STATUS_ID,
@@ -79,6 +81,27 @@ class _Link:
 
 class MachineLinkController(Controller):
     name = "MachineLink"
+    primary = MACHINE.kind
+    outputs = (
+        Writes(
+            MACHINE.kind,
+            *(
+                f"status.{field}"
+                for field in (
+                    "connected",
+                    "stage",
+                    "maintenance",
+                    "talosVersion",
+                    "hostname",
+                    "addresses",
+                    "hardware",
+                    "lastError",
+                    "connectedAt",
+                )
+            ),
+            "status.conditions[Connected]",
+        ),
+    )
     concurrency = 8
 
     def __init__(
@@ -87,8 +110,11 @@ class MachineLinkController(Controller):
         *,
         unreachable_after: float = UNREACHABLE_AFTER,
         resync_after: float = RESYNC_AFTER,
+        clients: ClientPool | None = None,
     ) -> None:
         self._keys = keys
+        # Its streams are its own, never shared: the pool only dials them.
+        self._clients = clients or ClientPool()
         self._unreachable_after = unreachable_after
         self._resync_after = resync_after
         self._links: dict[ObjectKey, _Link] = {}
@@ -200,9 +226,7 @@ class MachineLinkController(Controller):
 
     async def _stream(self, link: _Link, credentials: Credentials | None) -> None:
         """Connect once and report the machine's state until the stream ends or the link must reconnect."""
-        client = MachineClient(
-            link.endpoint, credentials=credentials, timeout=10, connect_timeout=5, retries=0
-        )
+        client = self._clients.dial(link.endpoint, credentials, timeout=10, connect_timeout=5, retries=0)
         async with client:
             version = await client.version()
             facts = await read_facts(client)

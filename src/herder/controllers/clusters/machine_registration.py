@@ -14,6 +14,7 @@ from herder.resources import Resource
 from herder.resources.machines import MACHINE, MACHINE_REGISTRATION, MachineRegistrationSpec, MachineSpec
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.outputs import Writes
 from herder.state.errors import AlreadyExists
 from herder.talos.machine import MachineAPIError, MachineClient, Unauthenticated
 
@@ -22,6 +23,11 @@ _RETRY_FIRST, _RETRY_MAX = 1.0, 60.0
 
 class MachineRegistrationController(Controller):
     name = "MachineRegistration"
+    primary = MACHINE_REGISTRATION.kind
+    outputs = (
+        Writes(MACHINE_REGISTRATION.kind, "status"),
+        Writes(MACHINE.kind, "spec.endpoint", creates=True),
+    )
     concurrency = 16
     watches = (Watch(MACHINE_REGISTRATION.kind),)
 

@@ -38,6 +38,7 @@ from herder.resources.provisioning import (
 )
 from herder.resources.status import condition_true, find_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.runtime.outputs import Owns, Writes
 from herder.state.errors import AlreadyExists
 from herder.state.store import WatchEvent
 
@@ -61,6 +62,12 @@ def free_for_allocation(machine: Resource, *, read_only: bool = False) -> bool:
 
 class MachineSetAllocationController(Controller):
     name = "MachineSetAllocation"
+    primary = MACHINE_SET.kind
+    outputs = (
+        Writes(MACHINE_SET.kind, "status.allocation"),
+        Owns(MACHINE_SET_NODE.kind, shared=True),
+        Writes(MACHINE_SET_NODE.kind, deletes=True),
+    )
     concurrency = 4
 
     def __init__(self) -> None:
@@ -184,8 +191,7 @@ class MachineSetAllocationController(Controller):
             selector = f"{MACHINE_REQUEST_SET_LABEL}={machine_set.name}"
         else:
             selector = LabelSelectorSpec.model_validate(class_spec.selector).to_selector_string()
-        listed = await ctx.store.list(MACHINE.kind, machine_set.namespace, label_selector=selector)
-        matching = listed.items
+        matching = await ctx.list(MACHINE.kind, machine_set.namespace, label_selector=selector)
         if class_spec.selector is not None and MACHINE_REQUEST_SET_LABEL not in selector:
             # A provider's machines are for their own request set: a selector takes them only by name.
             matching = [m for m in matching if MACHINE_REQUEST_SET_LABEL not in m.metadata.labels]
@@ -212,10 +218,10 @@ class MachineSetAllocationController(Controller):
     ) -> str:
         """Bind the free machines of ``request_set``: the set's own, read-only ones included (a managed
         control plane's machines are read-only to users, not to the set made for them)."""
-        listed = await ctx.store.list(
+        listed = await ctx.list(
             MACHINE.kind, machine_set.namespace, label_selector=f"{MACHINE_REQUEST_SET_LABEL}={request_set}"
         )
-        free = [m for m in listed.items if free_for_allocation(m, read_only=True)]
+        free = [m for m in listed if free_for_allocation(m, read_only=True)]
         short = await self._bind_free(ctx, machine_set, spec, free, wanted)
         if not short:
             return ""
@@ -256,14 +262,11 @@ class MachineSetAllocationController(Controller):
                         ROLE_LABEL: spec.role,
                     },
                     "annotations": read_only_of(machine_set),
-                    "ownerReferences": [
-                        ctx.reference_to(machine_set).model_dump(by_alias=True, exclude_none=True)
-                    ],
                 },
             }
         )
         try:
-            await ctx.create(node)
+            await ctx.apply_output(machine_set, node)
         except AlreadyExists:
             return False
         await ctx.event(machine_set, "Normal", "Allocated", f"machine {uuid} allocated")

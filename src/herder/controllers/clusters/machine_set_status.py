@@ -13,10 +13,21 @@ from herder.resources.machines import MACHINE_SET_LABEL
 from herder.resources.provisioning import MACHINE_REQUEST_SET
 from herder.resources.status import find_condition, set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+from herder.runtime.outputs import Writes
 
 
 class MachineSetStatusController(Controller):
     name = "MachineSetStatus"
+    primary = MACHINE_SET.kind
+    outputs = (
+        Writes(
+            MACHINE_SET.kind,
+            "status.phase",
+            "status.machines",
+            "status.observedGeneration",
+            "status.conditions[Ready]",
+        ),
+    )
     concurrency = 4
 
     def __init__(self) -> None:

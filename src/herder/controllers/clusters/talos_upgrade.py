@@ -31,7 +31,9 @@ from herder.runtime.controller import (
     own_key,
     same_name,
 )
-from herder.talos.machine import MachineAPIError, MachineClient
+from herder.runtime.outputs import Writes
+from herder.talos.machine import MachineAPIError
+from herder.talos.machine.pool import ClientPool
 
 # A machine that has not gone down this long after an upgrade was asked of it did not start it.
 START_TIMEOUT = 120.0
@@ -46,10 +48,15 @@ def _seconds_since(stamp: str) -> float:
 
 class TalosUpgradeController(Controller):
     name = "TalosUpgrade"
+    primary = CLUSTER_MACHINE.kind
+    outputs = (Writes(CLUSTER_MACHINE.kind, "status.upgrade"),)
     concurrency = 8
 
-    def __init__(self, keys: ClusterKeys, *, start_timeout: float = START_TIMEOUT) -> None:
+    def __init__(
+        self, keys: ClusterKeys, *, start_timeout: float = START_TIMEOUT, clients: ClientPool | None = None
+    ) -> None:
         self._keys = keys
+        self._clients = clients or ClientPool(keep=8, timeout=60)
         self._start_timeout = start_timeout
         self.watches = (
             Watch(
@@ -103,7 +110,7 @@ class TalosUpgradeController(Controller):
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
         image = await member_installer(ctx, member, target)
         try:
-            async with MachineClient(endpoint, credentials=view.talos, timeout=60) as client:
+            async with self._clients.client(endpoint, view.talos) as client:
                 await client.upgrade(image)
         except MachineAPIError as exc:
             await self._fail(ctx, member, requested, f"the upgrade was refused: {exc}")

@@ -28,12 +28,18 @@ from herder.resources.clusters import (
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL
 from herder.resources.status import condition_true
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
+from herder.runtime.outputs import Writes
 
 _FIELDS = {"Talos": "talosVersion", "Kubernetes": "kubernetesVersion"}
 
 
 class VersionRolloutController(Controller):
     name = "VersionRollout"
+    primary = CLUSTER.kind
+    outputs = (
+        Writes(CLUSTER.kind, "status.rollouts"),
+        Writes(CLUSTER_MACHINE.kind, "spec.talosVersion", "spec.kubernetesVersion"),
+    )
     concurrency = 4
     watches = (
         Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions")),

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from herder.controllers.managed.offerings import offered
+from herder.controllers.managed.offerings import offered, provider_lookup
 from herder.controllers.writers import writer_role
 from herder.resources import FieldError, InvalidObject, Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
@@ -93,7 +93,7 @@ class ManagedAdmission:
             except UnknownTalosVersion as exc:
                 causes.append(FieldError(f"spec.managedControlPlanes.talosVersions[{i}]", str(exc)))
         name = offering_name(new.name)
-        found = await offered(self._store, name)
+        found = await offered(provider_lookup(self._store), name)
         if found is not None and found[0].name != new.name:
             causes.append(
                 FieldError(
@@ -144,7 +144,7 @@ class ManagedAdmission:
         before: ClusterSpec | None,
         was: ManagedControlPlane | None,
     ) -> None:
-        found = await offered(self._store, managed.provider)
+        found = await offered(provider_lookup(self._store), managed.provider)
         if found is None:
             raise _invalid(
                 new,

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from herder.controllers.clusters.members import cluster_changes
-from herder.controllers.managed.offerings import offered
+from herder.controllers.managed.offerings import context_lookup, offered
 from herder.resources import KindInfo, Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
 from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterSpec, control_plane_set_name
@@ -34,6 +34,7 @@ from herder.resources.managed import (
 from herder.resources.provisioning import INFRA_PROVIDER, MACHINE_REQUEST_SET, ManagedControlPlanes
 from herder.resources.status import find_condition, set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.runtime.outputs import Owns, Writes
 from herder.state.store import WatchEvent
 from herder.talos.contracts import VersionContract
 from herder.talos.system_patches import kube_span, managed_control_plane
@@ -48,6 +49,13 @@ _RETRY = 10.0
 
 class ManagedControlPlaneController(Controller):
     name = "ManagedControlPlane"
+    primary = CLUSTER.kind
+    outputs = (
+        Writes(CLUSTER.kind, f"status.conditions[{CONDITION}]"),
+        Owns(MACHINE_REQUEST_SET.kind),
+        Owns(MACHINE_SET.kind),
+        Owns(CONFIG_PATCH.kind),
+    )
     concurrency = 4
 
     def __init__(self) -> None:
@@ -85,7 +93,7 @@ class ManagedControlPlaneController(Controller):
         managed = spec.managed
         if managed is None:
             return None
-        found = await offered(ctx.store, managed.provider)
+        found = await offered(context_lookup(ctx), managed.provider)
         size = found[1].sizes.get(managed.size) if found is not None else None
         if found is None or size is None:
             what = "size " + managed.size if found is not None else "offering " + managed.provider
@@ -140,7 +148,7 @@ class ManagedControlPlaneController(Controller):
         ]
         for kind, name in names:
             current = await ctx.get(ObjectKey(kind, cluster.namespace, name))
-            if current is not None and not current.metadata.deletion_timestamp:
+            if current is not None and ctx.own(current) and not current.metadata.deletion_timestamp:
                 await ctx.delete(ObjectKey.of(current))
 
     def _patches(self, cluster: Resource, spec: ClusterSpec, offer: ManagedControlPlanes) -> list[Resource]:

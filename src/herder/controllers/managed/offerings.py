@@ -7,24 +7,43 @@ provider stops offering, or goes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from herder.resources import Resource
 from herder.resources.access import RESERVED_PREFIX
 from herder.resources.managed import MANAGED_CONTROL_PLANE_OFFERING, offering_name
 from herder.resources.provisioning import INFRA_PROVIDER, InfraProviderSpec, ManagedControlPlanes
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.outputs import Owns
 from herder.state.errors import NotFound
-from herder.state.store import CONTROLLER_ANNOTATION, Store, WatchEvent
+from herder.state.store import Store, WatchEvent
+
+ProviderLookup = Callable[[str], Awaitable[Resource | None]]
 
 
-async def offered(store: Store, name: str) -> tuple[Resource, ManagedControlPlanes] | None:
+def provider_lookup(store: Store) -> ProviderLookup:
+    """InfraProviders by id, read from ``store`` (for the admission checks; controllers read theirs)."""
+
+    async def get(provider_id: str) -> Resource | None:
+        try:
+            return await store.get(INFRA_PROVIDER.kind, provider_id)
+        except NotFound:
+            return None
+
+    return get
+
+
+def context_lookup(ctx: Context) -> ProviderLookup:
+    """InfraProviders by id, as a controller reads them."""
+    return lambda provider_id: ctx.get(ObjectKey(INFRA_PROVIDER.kind, None, provider_id))
+
+
+async def offered(providers: ProviderLookup, name: str) -> tuple[Resource, ManagedControlPlanes] | None:
     """The provider offering managed control planes as ``name``, and its offer (None when none does, or
     it is being deleted)."""
     for provider_id in dict.fromkeys((RESERVED_PREFIX + name, name)):
-        try:
-            provider = await store.get(INFRA_PROVIDER.kind, provider_id)
-        except NotFound:
+        provider = await providers(provider_id)
+        if provider is None:
             continue
         offer = INFRA_PROVIDER.spec_of(provider, InfraProviderSpec).managed_control_planes
         if offer is not None and not provider.metadata.deletion_timestamp:
@@ -34,6 +53,8 @@ async def offered(store: Store, name: str) -> tuple[Resource, ManagedControlPlan
 
 class OfferingController(Controller):
     name = "ManagedControlPlaneOffering"
+    primary = MANAGED_CONTROL_PLANE_OFFERING.kind
+    outputs = (Owns(MANAGED_CONTROL_PLANE_OFFERING.kind),)
 
     def __init__(self) -> None:
         self.watches = (
@@ -45,10 +66,10 @@ class OfferingController(Controller):
         return (ObjectKey(MANAGED_CONTROL_PLANE_OFFERING.kind, None, offering_name(event.object.name)),)
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
-        found = await offered(ctx.store, key.name)
+        found = await offered(context_lookup(ctx), key.name)
         current = await ctx.get(key)
         if found is None:
-            if current is not None and current.metadata.annotations.get(CONTROLLER_ANNOTATION) == self.name:
+            if current is not None and ctx.own(current):
                 await ctx.delete(key)
             return None
         _, offer = found
@@ -56,19 +77,16 @@ class OfferingController(Controller):
             "sizes": [{"name": n, "machines": s.machines} for n, s in offer.sizes.items()],
             "talosVersions": offer.talos_versions,
         }
-        if current is None:
-            await ctx.create(
+        if current is None or current.spec != spec:
+            await ctx.apply_output(
+                None,
                 Resource.model_validate(
                     {
                         "apiVersion": MANAGED_CONTROL_PLANE_OFFERING.api_version,
                         "kind": MANAGED_CONTROL_PLANE_OFFERING.kind,
-                        "metadata": {"name": key.name, "annotations": {CONTROLLER_ANNOTATION: self.name}},
+                        "metadata": {"name": key.name},
                         "spec": spec,
                     }
-                )
+                ),
             )
-        elif current.spec != spec:
-            changed = current.clone()
-            changed.spec = spec
-            await ctx.update(changed)
         return None

@@ -34,7 +34,7 @@ from herder.runtime.controller import (
     on_change,
     same_name,
 )
-from herder.state.store import SYSTEM
+from herder.runtime.outputs import Writes
 
 
 def _unreachable_for(machine: Resource) -> float:
@@ -47,6 +47,8 @@ def _unreachable_for(machine: Resource) -> float:
 
 class ManagedReplacementController(Controller):
     name = "ManagedControlPlaneReplacement"
+    primary = CLUSTER.kind
+    outputs = (Writes(MACHINE.kind, deletes=True),)
     concurrency = 2
 
     def __init__(self, unreachable_after: float) -> None:
@@ -99,7 +101,7 @@ class ManagedReplacementController(Controller):
         if not await self._may_replace(ctx, cluster, lost[0], request_set):
             return Result(requeue_after=5.0)
         gone = lost[0]
-        await ctx.store.delete(MACHINE.kind, gone.name, gone.namespace, actor=SYSTEM)
+        await ctx.delete(ObjectKey.of(gone))
         await ctx.event(
             cluster,
             "Warning",

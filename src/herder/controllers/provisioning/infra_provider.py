@@ -27,7 +27,7 @@ from herder.resources.provisioning import (
 )
 from herder.resources.status import set_condition
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
-from herder.state.store import SYSTEM
+from herder.runtime.outputs import Owns, Writes
 
 CLEANUP_FINALIZER = "herder.dev/infra-provider-cleanup"
 MISSED_BEATS = 3
@@ -36,6 +36,17 @@ DEFAULT_INTERVAL = 10.0
 
 class InfraProviderController(Controller):
     name = "InfraProvider"
+    primary = INFRA_PROVIDER.kind
+    outputs = (
+        Writes(
+            INFRA_PROVIDER.kind,
+            "status.conditions[Connected]",
+            "status.conditions[Ready]",
+            f"metadata.finalizers[{CLEANUP_FINALIZER}]",
+        ),
+        Owns(JOIN_CONFIG.kind),
+        Writes(MACHINE_REQUEST.kind, f"metadata.finalizers[{PROVIDER_FINALIZER}]", deletes=True),
+    )
     concurrency = 2
 
     def __init__(self, api_url: str = "") -> None:
@@ -120,25 +131,24 @@ class InfraProviderController(Controller):
     async def _let_go(self, ctx: Context, provider: Resource) -> Result | None:
         if CLEANUP_FINALIZER not in provider.metadata.finalizers:
             return None
-        listed = await ctx.store.list(
-            MACHINE_REQUEST.kind, None, label_selector=f"{INFRA_PROVIDER_LABEL}={provider.name}"
+        listed = await ctx.list(
+            MACHINE_REQUEST.kind, label_selector=f"{INFRA_PROVIDER_LABEL}={provider.name}"
         )
-        for request in listed.items:
+        for request in listed:
             key = ObjectKey.of(request)
             if not request.metadata.deletion_timestamp:
-                # Requests of a set are its controller's: herder lets them go in the system's name.
-                await ctx.store.delete(key.kind, key.name, key.namespace, actor=SYSTEM)
+                await ctx.release(key)  # a set's request by its controller's leave
 
             def drop(obj: Resource) -> None:
                 obj.metadata.finalizers = [f for f in obj.metadata.finalizers if f != PROVIDER_FINALIZER]
 
             await ctx.mutate(key, drop)
-        if listed.items:
+        if listed:
             await ctx.event(
                 provider,
                 "Normal",
                 "RequestsReleased",
-                f"{len(listed.items)} machine request(s) let go of infra provider {provider.name}",
+                f"{len(listed)} machine request(s) let go of infra provider {provider.name}",
             )
         await ctx.remove_finalizer(provider, CLEANUP_FINALIZER)
         return None

@@ -34,13 +34,26 @@ from herder.runtime.controller import (
     controller_owner,
     labelled_owner,
 )
-from herder.state.store import CONTROLLER_ANNOTATION, WatchEvent
+from herder.runtime.outputs import Owns, Writes
+from herder.state.store import WatchEvent
 
 _RETRY = 10.0
 
 
 class MachineRequestSetController(Controller):
     name = "MachineRequestSet"
+    primary = MACHINE_REQUEST_SET.kind
+    outputs = (
+        Writes(
+            MACHINE_REQUEST_SET.kind,
+            "status.requests",
+            "status.provisioned",
+            "status.failed",
+            "status.observedGeneration",
+            "status.conditions[Ready]",
+        ),
+        Owns(MACHINE_REQUEST.kind, releasable=True),
+    )
     concurrency = 4
 
     def __init__(self) -> None:
@@ -85,10 +98,13 @@ class MachineRequestSetController(Controller):
         requests = _standing(self._seen[(key.namespace, key.name)].values())
         if len(requests) != wanted or any(_failed(r) for r in requests):
             # About to act: on what the store holds, not on what the watch has shown so far.
-            listed = await ctx.store.list(
-                MACHINE_REQUEST.kind, key.namespace, label_selector=f"{MACHINE_REQUEST_SET_LABEL}={key.name}"
+            requests = _standing(
+                await ctx.list(
+                    MACHINE_REQUEST.kind,
+                    key.namespace,
+                    label_selector=f"{MACHINE_REQUEST_SET_LABEL}={key.name}",
+                )
             )
-            requests = _standing(listed.items)
         failed = [r for r in requests if _failed(r)]
         for request in failed:
             why = (request.status or {}).get("reason") or (request.status or {}).get("message") or "failed"
@@ -147,18 +163,14 @@ class MachineRequestSetController(Controller):
                         "generateName": f"{request_set.name}-",
                         "namespace": request_set.namespace,
                         "labels": labels,
-                        "annotations": {CONTROLLER_ANNOTATION: self.name},
                         # herder's own, from the start: one write less per request.
                         "finalizers": [RELEASE_FINALIZER],
-                        "ownerReferences": [
-                            ctx.reference_to(request_set).model_dump(by_alias=True, exclude_none=True)
-                        ],
                     },
                     "spec": spec,
                 }
             )
             try:
-                made.append((await ctx.create(request)).name)
+                made.append((await ctx.apply_output(request_set, request)).name)
             except InvalidObject as exc:
                 why = "; ".join(f"{c.field}: {c.message}" for c in exc.causes) or str(exc)
                 current = find_condition((request_set.status or {}).get("conditions"), "Ready") or {}

@@ -33,8 +33,9 @@ from herder.resources.provisioning import (
     MachineRequestSpec,
 )
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.outputs import Writes
 from herder.state.errors import AlreadyExists
-from herder.state.store import SYSTEM, WatchEvent
+from herder.state.store import WatchEvent
 
 MACHINE_FINALIZER = "herder.dev/machine-request"
 """On a provider's Machine: it stays until its request has released it."""
@@ -43,6 +44,22 @@ MACHINE_GONE = "MachineGone"
 
 class MachineRequestController(Controller):
     name = "MachineRequest"
+    primary = MACHINE_REQUEST.kind
+    outputs = (
+        Writes(MACHINE_REQUEST.kind, f"metadata.finalizers[{RELEASE_FINALIZER}]", deletes=True),
+        Writes(
+            MACHINE.kind,
+            "metadata.labels",
+            f"metadata.annotations[{READ_ONLY_ANNOTATION}]",
+            f"metadata.annotations[{RELEASING_ANNOTATION}]",
+            f"metadata.annotations[{FORCE_RELEASE_ANNOTATION}]",
+            f"metadata.finalizers[{MACHINE_FINALIZER}]",
+            "spec.endpoint",
+            creates=True,
+            deletes=True,
+        ),
+        Writes(MACHINE_SET_NODE.kind, deletes=True),
+    )
     concurrency = 8
 
     def __init__(self) -> None:
@@ -128,9 +145,9 @@ class MachineRequestController(Controller):
             await ctx.event(request, "Warning", why, str(status.get("message") or "provisioning failed"))
 
     async def _drop(self, ctx: Context, request: Resource, why: str) -> Result | None:
-        """Delete a request whose machine is gone (requests of a set are its controller's: herder
-        deletes them in the system's name); its set replaces it."""
-        await ctx.store.delete(MACHINE_REQUEST.kind, request.name, request.namespace, actor=SYSTEM)
+        """Delete a request whose machine is gone (a set's request by its controller's leave); its set
+        replaces it."""
+        await ctx.release(ObjectKey.of(request))
         await ctx.event(request, "Normal", "Deleting", f"{why}: the request goes, and its set replaces it")
         return None
 

@@ -18,6 +18,7 @@ from herder.resources.machines import CLUSTER_LABEL, MACHINE_CLASS, MACHINE_SET_
 from herder.resources.provisioning import MACHINE_REQUEST_SET, MachineRequestSetSpec, provider_data_object
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
 from herder.runtime.index import LabelIndex
+from herder.runtime.outputs import Owns
 from herder.state.store import WatchEvent
 
 _RETRY = 10.0
@@ -25,6 +26,8 @@ _RETRY = 10.0
 
 class MachineSetProvisioningController(Controller):
     name = "MachineSetProvisioning"
+    primary = MACHINE_SET.kind
+    outputs = (Owns(MACHINE_REQUEST_SET.kind),)
     concurrency = 2
 
     def __init__(self) -> None:

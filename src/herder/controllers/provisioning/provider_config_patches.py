@@ -16,10 +16,13 @@ from herder.resources.machines import MACHINE_LABEL
 from herder.resources.provisioning import MACHINE_REQUEST, MACHINE_REQUEST_LABEL
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
 from herder.runtime.index import LabelIndex
+from herder.runtime.outputs import Writes
 
 
 class ProviderConfigPatchController(Controller):
     name = "ProviderConfigPatch"
+    primary = CONFIG_PATCH.kind
+    outputs = (Writes(CONFIG_PATCH.kind, f"metadata.labels[{MACHINE_LABEL}]", "metadata.ownerReferences"),)
     concurrency = 2
 
     def __init__(self) -> None:
@@ -56,7 +59,7 @@ class ProviderConfigPatchController(Controller):
         owned = any(ref.uid == request.metadata.uid for ref in patch.metadata.owner_references)
         if owned and (not uuid or labels.get(MACHINE_LABEL) == uuid):
             return None
-        reference = ctx.reference_to(request).model_copy(update={"controller": False})
+        reference = ctx.reference_to(request, controller=False)
 
         def target(p: Resource) -> None:
             if not any(ref.uid == reference.uid for ref in p.metadata.owner_references):

@@ -16,6 +16,7 @@ from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE
 from herder.resources.provisioning import MACHINE_REQUEST, PROVIDER_FINALIZER
 from herder.runtime.controller import Context, ObjectKey
 from herder.runtime.event_recorder import EventRecorder
+from herder.runtime.outputs import Writes
 from herder.state.store import SYSTEM, Store
 
 
@@ -27,7 +28,15 @@ class ForceRelease:
     """The ``release`` action of MachineRequests."""
 
     def __init__(self, store: Store) -> None:
-        self._ctx = Context(store, SYSTEM, EventRecorder(store))
+        self._ctx = Context(
+            store,
+            SYSTEM,
+            (
+                Writes(MACHINE_REQUEST.kind, f"metadata.finalizers[{PROVIDER_FINALIZER}]", deletes=True),
+                Writes(MACHINE.kind, f"metadata.annotations[{FORCE_RELEASE_ANNOTATION}]"),
+            ),
+            events=EventRecorder(store),
+        )
 
     async def __call__(self, request: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
         if options.get("force") is not True:
@@ -38,7 +47,7 @@ class ForceRelease:
         ctx = self._ctx
         key = ObjectKey.of(request)
         if not request.metadata.deletion_timestamp:
-            await ctx.delete(key)
+            await ctx.release(key)
         uuid = reported_uuid(request)
         if uuid:
 

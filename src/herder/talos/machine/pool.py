@@ -5,6 +5,9 @@ the same machines again and again (health probes every few seconds, the Talos AP
 from here instead. A client whose machine stopped answering (unavailable, timed out) is dropped, so the
 next call dials afresh rather than waiting out gRPC's reconnect backoff; the least recently used idle
 clients are closed when more than ``keep`` are open.
+
+Every client is opened by the pool's ``MachineDialer``: ``dial`` (a real ``MachineClient``) unless one is
+injected — tests give controllers a dialer of fake machines.
 """
 
 from __future__ import annotations
@@ -13,10 +16,23 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from herder.talos.machine.client import Credentials, MachineClient
 from herder.talos.machine.errors import DeadlineExceeded, Unavailable
+
+
+class MachineDialer(Protocol):
+    """Opens a client of one machine's Talos API (``options`` as ``MachineClient`` takes them)."""
+
+    def __call__(
+        self, endpoint: str, *, credentials: Credentials | None, **options: Any
+    ) -> MachineClient: ...
+
+
+def dial(endpoint: str, *, credentials: Credentials | None, **options: Any) -> MachineClient:
+    """The real dialer: a ``MachineClient`` (it connects on its first call)."""
+    return MachineClient(endpoint, credentials=credentials, **options)
 
 
 @dataclass
@@ -29,7 +45,8 @@ class _Entry:
 class ClientPool:
     """Shared ``MachineClient``s; ``options`` are every client's (``timeout``, ``retries``…)."""
 
-    def __init__(self, *, keep: int = 64, **options: Any) -> None:
+    def __init__(self, *, dialer: MachineDialer = dial, keep: int = 64, **options: Any) -> None:
+        self._dialer = dialer
         self._keep = keep
         self._options = options
         self._entries: OrderedDict[tuple[str, bytes], _Entry] = OrderedDict()
@@ -44,7 +61,7 @@ class ClientPool:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _Entry(
-                MachineClient(endpoint, credentials=credentials, **self._options)
+                self._dialer(endpoint, credentials=credentials, **self._options)
             )
         self._entries.move_to_end(key)
         entry.users += 1
@@ -60,6 +77,11 @@ class ClientPool:
             if entry.dropped and entry.users == 0:
                 await entry.client.close()
             await self._trim()
+
+    def dial(self, endpoint: str, credentials: Credentials | None, **options: Any) -> MachineClient:
+        """A client of its own (for a stream the caller keeps open, and closes), with the pool's options
+        and ``options`` over them."""
+        return self._dialer(endpoint, credentials=credentials, **{**self._options, **options})
 
     async def _trim(self) -> None:
         if len(self._entries) <= self._keep:
