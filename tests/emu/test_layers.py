@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-LAYERS = ("herder.emu", "herder.emu.cluster", "herder.emu.machine", "herder.emu.control")
+LAYERS = ("herder.emu", "herder.emu.cluster", "herder.emu.machine", "herder.emu.bmc", "herder.emu.control")
 """From the bottom up: the shared vocabulary (modules directly in herder.emu), then each subpackage."""
 BELOW = frozenset({"talos", "krm", "state", "resources", "infra", "client"})
 """The herder layers the emulator may import (DESIGN §3)."""

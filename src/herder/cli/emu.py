@@ -19,6 +19,7 @@ from herder.emu.options import (
     DEFAULT_MACHINE_PORT,
     DEFAULT_TALOS_VERSION,
     FAULTS,
+    BmcOptions,
     EmulatorOptions,
 )
 from herder.emu.timings import Timings
@@ -42,10 +43,10 @@ UrlOption = Annotated[
 ]
 
 
-def _split_listen(listen: str) -> tuple[str, int]:
+def _split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
-        raise fail(f"invalid --listen {listen!r}: expected HOST:PORT")
+        raise fail(f"invalid {option} {listen!r}: expected HOST:PORT")
     return host, int(port)
 
 
@@ -91,11 +92,39 @@ def run(
             show_default=False,
         ),
     ] = None,
+    bmc: Annotated[
+        bool,
+        typer.Option(
+            "--bmc",
+            help="Bare metal: the machines made at start are powered off with no OS, each with a BMC in one "
+            "Redfish service (HTTPS; its CA in DATA_DIR/bmc/ca.pem).",
+        ),
+    ] = False,
+    bmc_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--bmc-listen",
+            help="The Redfish service's address (default: --listen's host, a port the system picks).",
+            show_default=False,
+        ),
+    ] = None,
+    bmc_user: Annotated[str, typer.Option("--bmc-user", help="The BMCs' user name.")] = "admin",
+    bmc_password: Annotated[
+        str, typer.Option("--bmc-password", help="The BMCs' password.", show_default=False)
+    ] = "password",
 ) -> None:
     """Run N emulated Talos machines until SIGTERM or SIGINT; writes DATA_DIR/machines.json."""
     host, port = _split_listen(listen)
     if machines < 0:
         raise fail("--machines must not be negative")
+    if (bmc_listen is not None or bmc_user != "admin" or bmc_password != "password") and not bmc:
+        raise fail("--bmc-listen, --bmc-user and --bmc-password go with --bmc")
+    bmcs = None
+    if bmc:
+        bmc_host, bmc_port = _split_listen(bmc_listen, "--bmc-listen") if bmc_listen else (host, 0)
+        if not bmc_user or not bmc_password:
+            raise fail("--bmc-user and --bmc-password must not be empty")
+        bmcs = BmcOptions(host=bmc_host, port=bmc_port, username=bmc_user, password=bmc_password)
     options = EmulatorOptions(
         data_dir=data_dir,
         machines=machines,
@@ -103,6 +132,7 @@ def run(
         machine_port=machine_port,
         talos_version=talos_version,
         timings=_timings(timings, timing or []),
+        bmc=bmcs,
     )
     if register is not None and not register.is_file():
         raise fail(f"--register {register}: no such kubeconfig")
@@ -146,9 +176,22 @@ def _request(method: str, url: str, path: str, body: dict[str, Any] | None = Non
 
 
 @app.command("machines")
-def list_machines(url: UrlOption = None, data_dir: DataDirOption = None) -> None:
-    """List the emulated machines: uuid, endpoint, stage, power, version, faults."""
-    for m in _request("GET", _base_url(url, data_dir), "/machines"):
+def list_machines(
+    url: UrlOption = None,
+    data_dir: DataDirOption = None,
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="table (default) or json (every field, bmc and power too).")
+    ] = "table",
+) -> None:
+    """List the emulated machines: uuid, endpoint, stage, power, version, faults (and with -o json their
+    BMC's address, field bmc)."""
+    if output not in ("table", "json"):
+        raise fail(f"unknown output {output!r}: expected table or json")
+    machines = _request("GET", _base_url(url, data_dir), "/machines")
+    if output == "json":
+        typer.echo(json.dumps(machines, indent=2))
+        return
+    for m in machines:
         faults = ",".join(m["faults"]) or "-"
         typer.echo(
             f"{m['uuid']}\t{m['endpoint']}\t{m['hostname']}\t{m['stage']}\t{m['power']}\t{m['talos_version']}\t{faults}"

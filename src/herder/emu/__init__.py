@@ -7,6 +7,7 @@ Its subpackages import only downward, never in a circle (``tests/emu/test_layers
   Kubernetes API and what its kubelets and controllers write there;
 - ``machine``: one emulated machine (its lifecycle, its config, its apid listener and certificates, its
   events) and the Talos API every machine answers;
+- ``bmc``: the machines' emulated BMCs (``--bmc``): their Redfish service and each machine's firmware;
 - ``control``: the emulator as a whole (``Emulator`` composes the layers below), its persistence, its
   control API, and how it runs: as a process, in the demo, forming clusters the operator's way.
 

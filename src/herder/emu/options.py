@@ -20,6 +20,16 @@ CLOUD_OPERATIONS = ("create", "destroy", "power")
 """What an infra provider asks of the emulator as of a cloud, each of which can be made to fail."""
 
 
+@dataclass(frozen=True)
+class BmcOptions:
+    """Emulated BMCs (``--bmc``): where their Redfish service listens, and its one account."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    username: str = "admin"
+    password: str = "password"
+
+
 @dataclass
 class EmulatorOptions:
     data_dir: Path
@@ -29,3 +39,5 @@ class EmulatorOptions:
     machine_port: int = DEFAULT_MACHINE_PORT
     talos_version: str = DEFAULT_TALOS_VERSION
     timings: Timings = field(default_factory=Timings)
+    bmc: BmcOptions | None = None
+    """With BMCs, the machines made at start are bare metal: powered off, with no OS, each with a BMC."""

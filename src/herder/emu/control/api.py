@@ -5,7 +5,8 @@
                                           its emulated Kubernetes API is served: each control plane's
                                           https://IP:6443, and whether it serves there now
     GET    /clusters/{cluster}            one of them, by id or name
-    GET    /machines                      every machine's summary (uuid, endpoint, node, stage, power, …)
+    GET    /machines                      every machine's summary (uuid, endpoint, node, stage, power, …; with
+                                          --bmc: bmc, its BMC's Redfish System URL, boots, media)
     POST   /machines                      {"count": N, "talos_version": "v1.x.y", "uuid": "…",
                                            "hardware": {"cpus": N, "memory_mib": N, "disk_gib": N}}
                                           → the new machines
@@ -121,7 +122,7 @@ class ControlAPI:
             return self._faults(method, body)
         if parts == ["machines"]:
             if method == "GET":
-                return 200, [m.summary() for m in emulator.machines.values()]
+                return 200, [emulator.summary(m) for m in emulator.machines.values()]
             if method == "POST":
                 count = int(body.get("count", 1))
                 if not 1 <= count <= 10000:
@@ -137,7 +138,7 @@ class ControlAPI:
                     ]
                 except ValueError as e:
                     raise HTTPError(400, str(e)) from None
-                return 201, [m.summary() for m in created]
+                return 201, [emulator.summary(m) for m in created]
             raise HTTPError(405, f"{method} not allowed on /machines")
         if len(parts) < 2 or parts[0] != "machines":
             raise HTTPError(404, "not found")
@@ -146,7 +147,7 @@ class ControlAPI:
             raise HTTPError(404, f"machine {parts[1]!r} not found")
         action = parts[2] if len(parts) == 3 else ""
         if len(parts) == 2 and method == "GET":
-            return 200, machine.summary()
+            return 200, emulator.summary(machine)
         if len(parts) == 2 and method == "DELETE":
             self._cloud_call("destroy")
             await emulator.destroy_machine(machine)
@@ -155,12 +156,12 @@ class ControlAPI:
             fault = str(body.get("fault", ""))
             if fault not in FAULTS:
                 raise HTTPError(400, f"unknown fault {fault!r}: expected one of {', '.join(FAULTS)}")
-            summary = machine.summary()
+            summary = emulator.summary(machine)
             if fault == "vanish":
                 await emulator.destroy_machine(machine)
                 return 200, {**summary, "stage": "GONE"}
             await machine.inject(fault)
-            return 200, machine.summary()
+            return 200, emulator.summary(machine)
         if action == "power" and method == "POST":
             self._cloud_call("power")
             state = body.get("state")
@@ -170,7 +171,7 @@ class ControlAPI:
                 await machine.power_off()
             else:
                 raise HTTPError(400, "state must be on or off")
-            return 200, machine.summary()
+            return 200, emulator.summary(machine)
         raise HTTPError(404 if method in ("GET", "POST", "DELETE") else 405, "not found")
 
     def _faults(self, method: str, body: dict[str, Any]) -> tuple[int, Any]:

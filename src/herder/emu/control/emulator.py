@@ -15,12 +15,14 @@ import asyncio
 import ipaddress
 import uuid as uuidlib
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 
 from herder.emu.cluster.kubelet import Kubelet
 from herder.emu.cluster.services import ClusterServices
 from herder.emu.cluster.state import Cluster
+from herder.emu.control.bmcs import EmulatedBmcs
 from herder.emu.control.store import Store
 from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.network import Network
@@ -41,12 +43,21 @@ class Emulator:
         self.machines: dict[str, Machine] = {}
         self.network: Network
         self._server: grpc.aio.Server | None = None
+        self.bmc_url = ""
+        """Where the BMCs' Redfish service listens (``--bmc``)."""
         self.services = ClusterServices(self)
         """The clusters, each with its etcd health and emulated Kubernetes API, following the machines."""
         self._changed = asyncio.Event()
         self._network = ipaddress.ip_network(options.machine_cidr)
         self._used: set[int] = set()
         self._cursor = int(self._network.network_address) + 1
+        self.bmcs: EmulatedBmcs | None = None
+        """The machines' BMCs and their Redfish service (``--bmc``)."""
+        if options.bmc is not None:
+            self.bmcs = EmulatedBmcs(
+                self.store, lambda: self.machines, self.wait_for, options.bmc.username, options.bmc.password
+            )
+        self._published_power: dict[str, bool] = {}
 
     async def start(self) -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
@@ -61,14 +72,24 @@ class Emulator:
         for record in self.store.load_machines():
             self.machines[record.uuid] = Machine(self, record)
             self._used.add(int(ipaddress.ip_address(record.address)))
+            if self.bmcs is not None:
+                self.bmcs.attach(self.machines[record.uuid])
         missing = self.options.machines - len(self.machines)
         for _ in range(max(missing, 0)):
-            self._new_machine(self.options.talos_version, None, None)
-        self.store.publish([m.record for m in self.machines.values()])
+            machine = self._new_machine(
+                self.options.talos_version, None, None, bare_metal=self.bmcs is not None
+            )
+            if self.bmcs is not None:
+                self.bmcs.add(machine)
+        if self.bmcs is not None and self.options.bmc is not None:
+            self.bmc_url = await self.bmcs.start(self.options.bmc.host, self.options.bmc.port)
+        self._publish()
         for machine in self.machines.values():
             machine.start()
 
     async def stop(self) -> None:
+        if self.bmcs is not None:
+            await self.bmcs.stop()
         for machine in list(self.machines.values()):
             await machine.stop()
         await self.services.stop()
@@ -89,7 +110,10 @@ class Emulator:
         self._used.add(self._cursor)
         return str(ipaddress.ip_address(self._cursor))
 
-    def _new_machine(self, talos_version: str, uuid: str | None, hardware: Hardware | None) -> Machine:
+    def _new_machine(
+        self, talos_version: str, uuid: str | None, hardware: Hardware | None, *, bare_metal: bool = False
+    ) -> Machine:
+        """A new machine: a cloud's (booting its Talos), or bare metal (powered off, nothing installed)."""
         if uuid is not None and uuid in self.machines:
             raise ValueError(f"machine {uuid} already exists")
         address = self._allocate_address()
@@ -99,6 +123,7 @@ class Emulator:
             port=self.options.machine_port,
             talos_version=talos_version,
             hardware=hardware or Hardware(),
+            powered_on=not bare_metal,
         )
         self.store.save_machine(record)
         machine = Machine(self, record)
@@ -110,7 +135,7 @@ class Emulator:
     ) -> Machine:
         """A new machine, powered on and booting into maintenance mode."""
         machine = self._new_machine(talos_version or self.options.talos_version, uuid, hardware)
-        self.store.publish([m.record for m in self.machines.values()])
+        self._publish()
         machine.start()
         return machine
 
@@ -121,7 +146,9 @@ class Emulator:
         self._used.discard(freed)
         self._cursor = min(self._cursor, freed)
         self.store.delete_machine(machine.uuid)
-        self.store.publish([m.record for m in self.machines.values()])
+        if self.bmcs is not None:
+            self.bmcs.remove(machine.uuid)
+        self._publish()
         # Its cluster sees it gone: its etcd member down, its node NotReady.
         booting = machine.stage is MachineStage.BOOTING
         self.services.machine_changed(machine.uuid, _cluster_id(machine), booting=booting, gone=True)
@@ -157,7 +184,29 @@ class Emulator:
 
     # --- observation ---
 
+    def summary(self, machine: Machine) -> dict[str, Any]:
+        """What the control API shows of a machine: its own summary, and its BMC's (``bmc``: its address)."""
+        return {**machine.summary(), **(self.bmcs.summary(machine.uuid) if self.bmcs else {"bmc": ""})}
+
+    def _publish(self) -> None:
+        """``machines.json``: each machine's uuid, endpoint, node, power (on or off) and BMC address."""
+        self._published_power = {m.uuid: m.record.powered_on for m in self.machines.values()}
+        self.store.publish(
+            [
+                {
+                    "uuid": m.uuid,
+                    "endpoint": m.record.endpoint,
+                    "node": m.address,
+                    "power": "on" if m.record.powered_on else "off",
+                    "bmc": self.bmcs.address(m.uuid) if self.bmcs else "",
+                }
+                for m in self.machines.values()
+            ]
+        )
+
     def machine_changed(self, machine: Machine) -> None:
+        if self._published_power.get(machine.uuid, machine.record.powered_on) != machine.record.powered_on:
+            self._publish()
         booting = machine.stage is MachineStage.BOOTING
         self.services.machine_changed(machine.uuid, _cluster_id(machine), booting=booting)
         self._changed.set()

@@ -63,7 +63,7 @@ async def serve(
     control = ControlAPI(emulator)
     try:
         url = await control.start(listen_host, listen_port)
-        emulator.store.write_info(url)
+        emulator.store.write_info(url, emulator.bmc_url)
         log.warning(
             "emulator: %d machines in %s (port %d); control API %s; data in %s",
             len(emulator.machines),
@@ -72,6 +72,12 @@ async def serve(
             url,
             options.data_dir,
         )
+        if emulator.bmc_url:
+            log.warning(
+                "emulator: BMCs' Redfish service %s (its CA: %s)",
+                emulator.bmc_url,
+                emulator.store.bmc_ca_file,
+            )
         loop = asyncio.get_running_loop()
         tasks = [loop.create_task(_return_freed_memory())]
         if ready is not None:

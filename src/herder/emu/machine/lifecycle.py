@@ -32,6 +32,7 @@ from herder.emu.machine.config import (
     parse_config,
 )
 from herder.emu.machine.events import EventLog
+from herder.emu.machine.firmware import Firmware
 from herder.emu.machine.kube_config import kube_facts
 from herder.emu.machine.logs import LogLine, MachineLogs, boot_messages
 from herder.emu.machine.network import GRACE, Network
@@ -39,6 +40,7 @@ from herder.emu.machine.record import MachineRecord
 from herder.emu.machine.resources import (
     ResourceState,
     address_resources,
+    extension_resources,
     hardware_resources,
     hostname_resource,
     status_resource,
@@ -131,6 +133,8 @@ class Machine:
         self._sequence_name = ""
         self._try_revert: asyncio.TimerHandle | None = None
         self._api_context: tuple[tuple[bytes, str, tuple[str, ...], bytes], ssl.SSLContext] | None = None
+        self.firmware: Firmware | None = None
+        """What picks the system to boot at power-on (a BMC's); None: its Talos boots, as a cloud's does."""
 
     # --- identity ---
 
@@ -162,6 +166,7 @@ class Machine:
             for item in (
                 *hardware_resources(self.uuid, self.record.hardware),
                 *address_resources(self.address),
+                *extension_resources(self.record.schematic),
                 status_resource(self.stage, self.ready, self.unmet),
                 hostname_resource(self.hostname),
             ):
@@ -370,6 +375,8 @@ class Machine:
 
     async def _boot(self) -> None:
         self._api_down()
+        if not self._firmware_boot():
+            return
         self._set_stage(MachineStage.BOOTING)
         await self._sleep("boot")
         record = self.record
@@ -382,6 +389,25 @@ class Machine:
             self._set_stage(MachineStage.MAINTENANCE)
             return
         await self._configured_boot()
+
+    def _firmware_boot(self) -> bool:
+        """The firmware's pick at power-on: a Talos image on a medium runs that version and schematic;
+        nothing bootable leaves the machine on with no system (and no Talos API). Whether it boots."""
+        if self.firmware is None:
+            return True
+        boot = self.firmware.power_on(installed=self.record.installed)
+        if boot is None:
+            self.last_error = "no bootable device: nothing installed on the disk and no boot medium"
+            self._set_stage(MachineStage.UNKNOWN)
+            return False
+        if not boot.from_disk:
+            self.record.talos_version, self.record.schematic = boot.talos_version, boot.schematic
+            self._persist()
+            if self._resources is not None:
+                for item in extension_resources(boot.schematic):
+                    self._resources.put(*item)
+        self.last_error = ""
+        return True
 
     def _parse_persisted(self) -> MachineConfig | None:
         if self.record.config is None:

@@ -31,6 +31,8 @@ class MachineRecord:
     staged_config: bytes | None = None
     installed: bool = False
     powered_on: bool = True
+    schematic: str = ""
+    """The Image Factory schematic of the Talos it runs (booted from an ISO of it), or empty."""
 
     @property
     def endpoint(self) -> str:
@@ -47,6 +49,7 @@ class MachineRecord:
             "staged_config": self.staged_config.decode() if self.staged_config is not None else None,
             "installed": self.installed,
             "powered_on": self.powered_on,
+            "schematic": self.schematic,
         }
 
     @classmethod
@@ -65,4 +68,5 @@ class MachineRecord:
             staged_config=blob("staged_config"),
             installed=bool(raw.get("installed")),
             powered_on=bool(raw.get("powered_on", True)),
+            schematic=str(raw.get("schematic") or ""),
         )

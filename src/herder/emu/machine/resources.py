@@ -336,6 +336,22 @@ def hostname_resource(hostname: str) -> tuple[str, str, str, Spec]:
     )
 
 
+def extension_resources(schematic: str) -> list[tuple[str, str, str, Spec]]:
+    """(namespace, type, id, spec) of the extensions of a machine booted from an Image Factory image: the
+    image's ``schematic`` extension, whose version is its schematic ID (none without a schematic)."""
+    if not schematic:
+        return []
+    metadata = res.ExtensionMetadataSpec(
+        name=res.SCHEMATIC_EXTENSION,
+        version=schematic,
+        author="Image Factory",
+        description="This image was built by Image Factory with the schematic of this ID.",
+        compatibility=res.CompatibilitySpec(talos=res.ConstraintSpec(version=">= 1.0.0")),
+    )
+    spec = res.ExtensionStatusSpec(image=f"000.{res.SCHEMATIC_EXTENSION}.sqsh", metadata=metadata)
+    return [(res.RUNTIME, res.EXTENSION_STATUS, "0", spec)]
+
+
 def status_resource(
     stage: MachineStage, ready: bool, unmet: tuple[tuple[str, str], ...]
 ) -> tuple[str, str, str, Spec]:

@@ -70,6 +70,8 @@ EXTENSION_STATUS = "ExtensionStatuses.runtime.talos.dev"
 MACHINE_TYPE = "MachineTypes.config.talos.dev"
 STATIC_POD_STATUS = "StaticPodStatuses.kubernetes.talos.dev"
 KUBELET_SPEC = "KubeletSpecs.kubernetes.talos.dev"
+SCHEMATIC_EXTENSION = "schematic"
+"""The extension an Image Factory image carries whose version is the image's schematic ID."""
 
 SYSTEM_INFORMATION_ID = "systeminformation"
 MACHINE_STATUS_ID = "machine"
@@ -486,31 +488,6 @@ class VersionSpec(Spec):
         return runtime_pb2.VersionSpec(version=self.version, name=self.name)
 
 
-class ExtensionMetadataSpec(Spec):
-    name: str = ""
-    version: str = ""
-    author: str = ""
-    description: str = ""
-
-
-class ExtensionStatusSpec(Spec):
-    """``ExtensionStatuses.runtime.talos.dev`` (id: its order): an installed system extension."""
-
-    always_marshalled = frozenset({"image", "metadata"})
-
-    image: str = ""
-    metadata: ExtensionMetadataSpec = ExtensionMetadataSpec()
-
-    def to_proto(self) -> Message:
-        m = self.metadata
-        return extensions_pb2.Layer(
-            image=self.image,
-            metadata=extensions_pb2.Metadata(
-                name=m.name, version=m.version, author=m.author, description=m.description
-            ),
-        )
-
-
 class MachineTypeSpec(Spec):
     """``MachineTypes.config.talos.dev`` (namespace ``config``, id ``machine-type``): the type of the
     machine's config (``controlplane``, ``worker``; ``unknown`` in maintenance). Its YAML is the bare name."""
@@ -603,6 +580,47 @@ class MachineStatusSpec(Spec):
         return runtime_pb2.MachineStatusSpec(
             stage=enums_pb2.RuntimeMachineStage.Value(f"MACHINE_STAGE_{self.machine_stage.name}"),
             status=runtime_pb2.MachineStatusStatus(ready=self.status.ready, unmet_conditions=conditions),
+        )
+
+
+class ConstraintSpec(Spec):
+    version: str = ""
+
+
+class CompatibilitySpec(Spec):
+    talos: ConstraintSpec = ConstraintSpec()
+
+
+class ExtensionMetadataSpec(Spec):
+    name: str = ""
+    version: str = ""
+    author: str = ""
+    description: str = ""
+    compatibility: CompatibilitySpec = CompatibilitySpec()
+
+
+class ExtensionStatusSpec(Spec):
+    """``ExtensionStatuses.runtime.talos.dev`` (id: its index, ``0``): a system extension the machine runs
+    with. An Image Factory image has one named ``schematic`` whose version is its schematic ID."""
+
+    always_marshalled = frozenset({"image", "metadata"})
+
+    image: str = ""
+    metadata: ExtensionMetadataSpec = ExtensionMetadataSpec()
+
+    def to_proto(self) -> Message:
+        meta = self.metadata
+        return extensions_pb2.Layer(
+            image=self.image,
+            metadata=extensions_pb2.Metadata(
+                name=meta.name,
+                version=meta.version,
+                author=meta.author,
+                description=meta.description,
+                compatibility=extensions_pb2.Compatibility(
+                    talos=extensions_pb2.Constraint(version=meta.compatibility.talos.version)
+                ),
+            ),
         )
 
 

@@ -1,0 +1,1 @@
+"""Generated stubs of Talos's ``talos.resource.definitions.extensions``, herder's subset."""
