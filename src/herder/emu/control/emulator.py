@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 import uuid as uuidlib
 from collections.abc import Callable
 
@@ -49,13 +50,8 @@ class Emulator:
         self._cursor = int(self._network.network_address) + 1
 
     async def start(self) -> None:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
-        pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
-        state_pb2_grpc.add_StateServicer_to_server(ResourceService(self), server)  # type: ignore[no-untyped-call]
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        self._server = server
-        self.network = Network(port)
+        """Start the machines. An address a machine must serve on that is taken (another emulator on the
+        same network) is an ``OSError`` saying which, before anything listens."""
         for cluster in self.store.load_clusters():
             self.services.adopt(cluster)
         for record in self.store.load_machines():
@@ -64,6 +60,15 @@ class Emulator:
         missing = self.options.machines - len(self.machines)
         for _ in range(max(missing, 0)):
             self._new_machine(self.options.talos_version, None, None)
+        for machine in self.machines.values():
+            _check_free(machine)
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+        pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
+        state_pb2_grpc.add_StateServicer_to_server(ResourceService(self), server)  # type: ignore[no-untyped-call]
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        self._server = server
+        self.network = Network(port)
         self.store.publish([m.record for m in self.machines.values()])
         for machine in self.machines.values():
             machine.start()
@@ -168,6 +173,21 @@ class Emulator:
         async with asyncio.timeout(timeout):
             while not predicate():
                 await self._changed.wait()
+
+
+def _check_free(machine: Machine) -> None:
+    """Whether the machine's address can be listened on (as its listener will, reusing an address in
+    TIME_WAIT): an ``OSError`` naming it and the flag that moves the machines if not."""
+    with socket.socket(socket.AF_INET6 if ":" in machine.address else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((machine.address, machine.record.port))
+        except OSError as exc:
+            raise OSError(
+                f"{machine.record.endpoint}, where emulated machine {machine.uuid} serves its Talos API, "
+                f"cannot be listened on ({exc.strerror}): free it, or move the machines with --machine-cidr "
+                "(another emulator may run on this network)",
+            ) from None
 
 
 def _cluster_id(machine: Machine) -> str:

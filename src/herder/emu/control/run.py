@@ -8,7 +8,8 @@ import ctypes.util
 import logging
 import resource
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from typing import Any
 
 from herder.emu.control.api import ControlAPI
@@ -45,6 +46,33 @@ def _raise_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+@asynccontextmanager
+async def running(
+    options: EmulatorOptions, listen_host: str, listen_port: int, *, listen_option: str = "--listen"
+) -> AsyncIterator[Emulator]:
+    """The emulator and its control API, listening until the block ends. An address in use (the control
+    API's, named by ``listen_option``, or a machine's) ends the start with an ``OSError`` saying which."""
+    _raise_file_limit()
+    emulator = Emulator(options)
+    await emulator.start()
+    control = ControlAPI(emulator)
+    try:
+        url = await control.start(listen_host, listen_port, option=listen_option)
+        emulator.store.write_info(url)
+        log.warning(
+            "emulator: %d machines in %s (port %d); control API %s; data in %s",
+            len(emulator.machines),
+            options.machine_cidr,
+            options.machine_port,
+            url,
+            options.data_dir,
+        )
+        yield emulator
+    finally:
+        await control.stop()
+        await emulator.stop()
+
+
 async def serve(
     options: EmulatorOptions,
     listen_host: str,
@@ -57,34 +85,29 @@ async def serve(
 
     ``ready`` runs once everything listens (the demo forms its cluster there); its failure is logged.
     """
-    _raise_file_limit()
-    emulator = Emulator(options)
-    await emulator.start()
-    control = ControlAPI(emulator)
+    async with running(options, listen_host, listen_port) as emulator:
+        await run_until(emulator, stop, ready)
+
+
+async def run_until(
+    emulator: Emulator,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[Emulator], Coroutine[Any, Any, None]] | None = None,
+) -> None:
+    """Keep a started emulator's housekeeping (and ``ready``) going until ``stop`` is set (default: until
+    SIGTERM or SIGINT)."""
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(_return_freed_memory())]
+    if ready is not None:
+        tasks.append(loop.create_task(ready(emulator)))
+        tasks[-1].add_done_callback(_report_failure)
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     try:
-        url = await control.start(listen_host, listen_port)
-        emulator.store.write_info(url)
-        log.warning(
-            "emulator: %d machines in %s (port %d); control API %s; data in %s",
-            len(emulator.machines),
-            options.machine_cidr,
-            options.machine_port,
-            url,
-            options.data_dir,
-        )
-        loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(_return_freed_memory())]
-        if ready is not None:
-            tasks.append(loop.create_task(ready(emulator)))
-            tasks[-1].add_done_callback(_report_failure)
-        if stop is None:
-            stop = asyncio.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+    finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    finally:
-        await control.stop()
-        await emulator.stop()
