@@ -6,6 +6,7 @@ It is always ended by its PID (SIGTERM, then SIGKILL if it lingers), even when a
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import signal
 import socket
@@ -41,6 +42,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def random_cidr() -> str:
+    """A /24 of 127.0.0.0/8 nobody else is likely to use at the same time: never in the emulator's default
+    network (127.100.0.0/16), which a user's ``make run`` demo holds."""
+    return f"127.{random.choice([n for n in range(64, 251) if n != 100])}.{random.randint(0, 255)}.0/24"
 
 
 @dataclass

@@ -111,6 +111,8 @@ def test_a_support_token_file_others_may_read_is_refused(tmp_path: Path) -> None
             str(tmp_path / "d"),
             "--listen",
             f"127.0.0.1:{free_port()}",
+            "--talos-listen",
+            f"127.0.0.1:{free_port()}",
             "--support-token-file",
             str(path),
         ],

@@ -20,7 +20,7 @@ import yaml
 
 from herder.emu.control.process import EmulatorProcess
 from herder.resources import Resource
-from tests.api.server import HERDER, KUBECTL, Server, free_port, running
+from tests.api.server import HERDER, KUBECTL, Server, free_port, random_cidr, running
 
 
 def endpoint_range() -> str:
@@ -148,7 +148,7 @@ def running_site(
         emulator = EmulatorProcess(
             data_dir=workdir / "emulator",
             machines=machines,
-            machine_cidr=f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24",
+            machine_cidr=random_cidr(),
             extra_args=[*(["--register", str(server.kubeconfig)] if register else []), *emulator_args],
         )
         emulator.data_dir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import httpx
 import typer
 
 from herder.cli.errors import fail
+from herder.cli.ports import check_free
 from herder.emu.options import (
     CLOUD_OPERATIONS,
     DEFAULT_MACHINE_CIDR,
@@ -106,6 +107,7 @@ def run(
     )
     if register is not None and not register.is_file():
         raise fail(f"--register {register}: no such kubeconfig")
+    check_free(listen, "the emulator's control API", "--listen")
     # The emulator itself (grpc, the emulated Kubernetes API) loads only for the command that runs it.
     from herder.emu.control.registration import register_machines
     from herder.emu.control.run import serve
