@@ -138,13 +138,16 @@ def running_site(
     *serve_args: str,
     register: bool = True,
     emulator_args: tuple[str, ...] = (),
+    cluster_endpoints: bool = True,
 ) -> Iterator[Site]:
     """A server and an emulator of ``machines`` machines on a loopback network of their own; with
     ``register`` the emulator registers its machines with the server (``herder emu run --register``);
-    ``emulator_args`` go to ``herder emu run`` (``--timing boot=2``)."""
+    ``emulator_args`` go to ``herder emu run`` (``--timing boot=2``); without ``cluster_endpoints`` the
+    server has its default range of cluster endpoints, not one of the site's own."""
     workdir.mkdir(parents=True, exist_ok=True)
-    endpoints = endpoint_range()
-    with running(workdir / "server", "--cluster-endpoints", endpoints, *serve_args) as server:
+    endpoints = endpoint_range() if cluster_endpoints else ""
+    flags = ("--cluster-endpoints", endpoints) if endpoints else ()
+    with running(workdir / "server", *flags, *serve_args) as server:
         emulator = EmulatorProcess(
             data_dir=workdir / "emulator",
             machines=machines,
