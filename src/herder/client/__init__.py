@@ -13,6 +13,7 @@ from herder.client.errors import (
     TransportError,
     Unauthorized,
     Unavailable,
+    describe,
 )
 from herder.client.kubeconfig import Credentials, KubeconfigError
 
@@ -34,4 +35,5 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "WatchEvent",
+    "describe",
 ]

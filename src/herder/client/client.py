@@ -18,12 +18,14 @@ from urllib.parse import quote
 
 import httpx
 
-from herder.client.errors import TransportError, from_status
+from herder.client.errors import TransportError, describe, from_status
 from herder.client.kubeconfig import Credentials, load
 from herder.resources import KindInfo, KindRegistry, Resource
 from herder.resources.catalog import herder_registry
 
 PatchType = Literal["merge", "json", "strategic"]
+# How long a watch may stay silent before its connection counts as gone: several of herder's bookmarks.
+WATCH_SILENCE = 120.0
 _PATCH_MEDIA = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -142,7 +144,7 @@ class Client:
         try:
             response = await self._http.request(method, path, params=params, content=content, headers=headers)
         except httpx.HTTPError as err:
-            raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None
+            raise TransportError(f"cannot reach {self.server}: {describe(err)}") from None
         return _decode(response)
 
     # verbs
@@ -243,11 +245,15 @@ class Client:
         ):
             if value:
                 params[key] = value
-        request = self._http.build_request("GET", self.path(info, namespace), params=params)
+        # A watch is silent between events: herder sends a bookmark every 30 s, so only a longer silence
+        # means the connection is gone (the client's timeout would end a quiet watch every time).
+        timeout = self._http.timeout
+        quiet = httpx.Timeout(timeout.connect, read=WATCH_SILENCE, write=timeout.write, pool=timeout.pool)
+        request = self._http.build_request("GET", self.path(info, namespace), params=params, timeout=quiet)
         try:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as err:
-            raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None
+            raise TransportError(f"cannot reach {self.server}: {describe(err)}") from None
         try:
             if response.status_code >= 400:
                 await response.aread()
@@ -261,7 +267,7 @@ class Client:
                     raise from_status(int(status.get("code") or 500), status)
                 yield WatchEvent(event["type"], Resource.from_dict(event["object"]))
         except httpx.HTTPError as err:
-            raise TransportError(f"the watch on {self.server} broke: {err or type(err).__name__}") from None
+            raise TransportError(f"the watch on {self.server} broke: {describe(err)}") from None
         finally:
             await response.aclose()
 
@@ -300,7 +306,7 @@ class Client:
                 headers={"Content-Type": "application/json"},
             )
         except httpx.HTTPError as err:
-            raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None
+            raise TransportError(f"cannot reach {self.server}: {describe(err)}") from None
         if response.status_code >= 400:
             _decode(response)
         return response.content
