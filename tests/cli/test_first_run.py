@@ -6,6 +6,7 @@ never the defaults, which a user's demo may hold."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.server import HERDER, free_port, random_cidr
+from tests.api.server import HERDER, free_port, random_cidr, stop
 from tests.cli.test_cli import demo_addresses
 
 
@@ -26,6 +27,10 @@ def held(host: str, port: int) -> Iterator[None]:
         other.bind((host, port))
         other.listen()
         yield
+
+
+def _machines() -> list[str]:
+    return ["--machine-cidr", random_cidr()]
 
 
 def _with(args: list[str], flag: str, value: str) -> list[str]:
@@ -67,3 +72,34 @@ def test_a_taken_address_ends_the_demo_at_once(tmp_path: Path, flag: str, what: 
     assert len(errors) == 1, result.stderr
     assert f"{host}:{port}" in errors[0] and what in errors[0] and flag in errors[0], errors[0]
     assert took < 10, f"{took:.1f} s"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_emulator_stops_at_once_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    process = subprocess.Popen(
+        [
+            HERDER,
+            "emu",
+            "run",
+            "--data-dir",
+            str(tmp_path),
+            "--machines",
+            "3",
+            "--listen",
+            "127.0.0.1:0",
+            *_machines(),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        assert "control API" in process.stderr.readline()  # it listens
+        process.send_signal(sig)
+        stopping = time.monotonic()
+        assert process.wait(15) == 0
+        took = time.monotonic() - stopping
+    finally:
+        stop(process)
+    assert "Traceback" not in process.stderr.read()
+    assert took < 3, f"{took:.1f} s"

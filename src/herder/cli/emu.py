@@ -121,6 +121,8 @@ def run(
         asyncio.run(serve(options, host, port, ready=ready))
     except (OSError, ValueError) as e:
         raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None  # Ctrl+C before the emulator took over the signals
 
 
 def _base_url(url: str | None, data_dir: Path | None) -> str:

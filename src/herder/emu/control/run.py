@@ -81,33 +81,23 @@ async def serve(
     stop: asyncio.Event | None = None,
     ready: Callable[[Emulator], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    """Run the emulator and its control API until ``stop`` is set (default: until SIGTERM or SIGINT).
+    """Run the emulator and its control API until ``stop`` is set (default: until SIGTERM or SIGINT, from
+    the start on: a signal while it starts stops it once started).
 
     ``ready`` runs once everything listens (the demo forms its cluster there); its failure is logged.
     """
-    async with running(options, listen_host, listen_port) as emulator:
-        await run_until(emulator, stop, ready)
-
-
-async def run_until(
-    emulator: Emulator,
-    stop: asyncio.Event | None = None,
-    ready: Callable[[Emulator], Coroutine[Any, Any, None]] | None = None,
-) -> None:
-    """Keep a started emulator's housekeeping (and ``ready``) going until ``stop`` is set (default: until
-    SIGTERM or SIGINT)."""
-    loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(_return_freed_memory())]
-    if ready is not None:
-        tasks.append(loop.create_task(ready(emulator)))
-        tasks[-1].add_done_callback(_report_failure)
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with running(options, listen_host, listen_port) as emulator:
+        tasks = [asyncio.create_task(_return_freed_memory())]
+        if ready is not None:
+            tasks.append(asyncio.create_task(ready(emulator)))
+            tasks[-1].add_done_callback(_report_failure)
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
