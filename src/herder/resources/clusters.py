@@ -35,9 +35,12 @@ def control_plane_set_name(cluster: str) -> str:
     return cluster + CONTROL_PLANE_SET_SUFFIX
 
 
+_EXAMPLES = {"Talos": "v1.13.2", "Kubernetes": "1.33.0"}
+
+
 def _version(value: str, what: str) -> str:
     if not _VERSION.match(value.strip()):
-        raise ValueError(f"invalid {what} version {value!r}: expected X.Y.Z, e.g. v1.13.2")
+        raise ValueError(f"invalid {what} version {value!r}: expected X.Y.Z, e.g. {_EXAMPLES[what]}")
     return value.strip()
 
 
