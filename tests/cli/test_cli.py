@@ -10,7 +10,9 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -157,7 +159,7 @@ def test_errors_are_one_line(server: Server, tmp_path: Path) -> None:
 
 
 def test_kubeconfig_is_found_through_env_then_default_data_dir(server: Server, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "HERDER_KUBECONFIG"}
+    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_KUBECONFIG", "KUBECONFIG")}
     by_env = subprocess.run(
         [HERDER, "get", "ns"],
         env={**env, "HERDER_KUBECONFIG": str(server.kubeconfig)},
@@ -165,12 +167,62 @@ def test_kubeconfig_is_found_through_env_then_default_data_dir(server: Server, t
         text=True,
     )
     assert "default" in ok(by_env)
+    # $KUBECONFIG as kubectl users set it: a list, of which the first file that exists is read.
+    missing = tmp_path / "missing.kubeconfig"
+    by_kubectl_env = subprocess.run(
+        [HERDER, "get", "ns"],
+        env={**env, "KUBECONFIG": f"{missing}:{server.kubeconfig}"},
+        capture_output=True,
+        text=True,
+    )
+    assert "default" in ok(by_kubectl_env)
+    # The flag comes first, then $HERDER_KUBECONFIG, then $KUBECONFIG.
+    for precedence in (
+        [HERDER, "get", "ns", "--kubeconfig", str(server.kubeconfig)],
+        [HERDER, "get", "ns"],
+    ):
+        first = subprocess.run(
+            precedence,
+            env={**env, "HERDER_KUBECONFIG": str(server.kubeconfig), "KUBECONFIG": str(missing)},
+            capture_output=True,
+            text=True,
+        )
+        assert "default" in ok(first)
+    assert "cannot read kubeconfig" in one_line_error(
+        subprocess.run(
+            [HERDER, "get", "ns"], env={**env, "KUBECONFIG": str(missing)}, capture_output=True, text=True
+        )
+    )
     (tmp_path / "herder").mkdir()
     shutil.copy(server.kubeconfig, tmp_path / "herder" / "admin.kubeconfig")
     by_default = subprocess.run(
         [HERDER, "get", "ns"], env={**env, "XDG_DATA_HOME": str(tmp_path)}, capture_output=True, text=True
     )
     assert "default" in ok(by_default)
+
+
+def test_every_command_taking_a_kubeconfig_honours_the_environment() -> None:
+    """Each --kubeconfig option is resolved through the same precedence (flag, $HERDER_KUBECONFIG,
+    $KUBECONFIG), which its help names."""
+    from typer.main import get_command
+
+    from herder.cli.main import build
+
+    def commands(group: Any, path: str) -> Iterator[tuple[str, Any]]:
+        for name, command in getattr(group, "commands", {}).items():
+            yield f"{path} {name}", command
+            yield from commands(command, f"{path} {name}")
+
+    taking = [
+        (path, param)
+        for path, command in commands(get_command(build()), "herder")
+        for param in command.params
+        if "--kubeconfig" in getattr(param, "opts", ())
+    ]
+    assert len(taking) > 20
+    for path, param in taking:
+        assert not param.required, path
+        assert "$HERDER_KUBECONFIG, then $KUBECONFIG" in (param.help or ""), path
 
 
 def test_get_watch_sees_changes(server: Server) -> None:

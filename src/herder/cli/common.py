@@ -28,18 +28,36 @@ KubeconfigOption = Annotated[
     Path | None,
     typer.Option(
         "--kubeconfig",
-        help="Kubeconfig of the server (default: $HERDER_KUBECONFIG, then the default data dir's admin.kubeconfig).",
+        help="Kubeconfig of the server (default: $HERDER_KUBECONFIG, then $KUBECONFIG, then the default "
+        "data dir's admin.kubeconfig).",
+        show_default=False,
+    ),
+]
+ProviderKubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="The provider's kubeconfig (default: $HERDER_KUBECONFIG, then $KUBECONFIG).",
         show_default=False,
     ),
 ]
 
 
-def kubeconfig_path(given: Path | None) -> Path:
-    """``--kubeconfig``, else ``$HERDER_KUBECONFIG``, else the admin kubeconfig of the default data dir."""
+def kubeconfig_path(given: Path | None, *, admin_default: bool = True) -> Path:
+    """``--kubeconfig``, else ``$HERDER_KUBECONFIG``, else ``$KUBECONFIG`` (as kubectl users set it; of a
+    list of files, the first that exists), else (with ``admin_default``) the admin kubeconfig of the
+    default data dir."""
     if given is not None:
         return given
     env = os.environ.get("HERDER_KUBECONFIG")
-    return Path(env) if env else default_data_dir() / KUBECONFIG
+    if env:
+        return Path(env)
+    listed = [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        return next((p for p in listed if p.is_file()), listed[0])
+    if not admin_default:
+        raise fail("give --kubeconfig (or set $HERDER_KUBECONFIG or $KUBECONFIG)")
+    return default_data_dir() / KUBECONFIG
 
 
 def connect(kubeconfig: Path | None) -> Client:
