@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
+import yaml
 
+from herder.cli.common import ProviderKubeconfigOption
 from herder.cli.errors import fail
 from herder.cli.ports import check_free
 from herder.emu.options import (
@@ -149,13 +152,48 @@ def _request(method: str, url: str, path: str, body: dict[str, Any] | None = Non
     return data
 
 
+MACHINE_COLUMNS = ("UUID", "ENDPOINT", "HOSTNAME", "STAGE", "POWER", "VERSION", "FAULTS")
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
 @app.command("machines")
-def list_machines(url: UrlOption = None, data_dir: DataDirOption = None) -> None:
-    """List the emulated machines: uuid, endpoint, stage, power, version, faults."""
-    for m in _request("GET", _base_url(url, data_dir), "/machines"):
-        faults = ",".join(m["faults"]) or "-"
+def list_machines(
+    url: UrlOption = None,
+    data_dir: DataDirOption = None,
+    output: Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")] = Format.table,
+) -> None:
+    """List the emulated machines, one per line under a header: UUID, ENDPOINT (where its Talos API
+    answers), HOSTNAME, STAGE, POWER (on or off), VERSION (of Talos) and FAULTS (injected, or -). With -o
+    json or yaml, everything the control API shows of each (also node, ready, installed, machine_type,
+    cluster_id, last_error and hardware), for scripts."""
+    machines = _request("GET", _base_url(url, data_dir), "/machines")
+    if output is Format.json:
+        typer.echo(json.dumps(machines, indent=2))
+        return
+    if output is Format.yaml:
+        typer.echo(yaml.safe_dump(machines, sort_keys=False), nl=False)
+        return
+    rows = [
+        (
+            m["uuid"],
+            m["endpoint"],
+            m["hostname"],
+            m["stage"],
+            m["power"],
+            m["talos_version"],
+            ",".join(m["faults"]) or "-",
+        )
+        for m in machines
+    ]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(MACHINE_COLUMNS, *rows, strict=True)]
+    for row in (MACHINE_COLUMNS, *rows):
         typer.echo(
-            f"{m['uuid']}\t{m['endpoint']}\t{m['hostname']}\t{m['stage']}\t{m['power']}\t{m['talos_version']}\t{faults}"
+            "   ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
 
 
@@ -225,7 +263,7 @@ def cloud_fault(
 @app.command("provider")
 def provider(
     provider_id: Annotated[str, typer.Option("--id", help="The infra provider's id.")],
-    kubeconfig: Annotated[Path, typer.Option("--kubeconfig", help="The provider's kubeconfig.")],
+    kubeconfig: ProviderKubeconfigOption = None,
     emulator: Annotated[
         str | None,
         typer.Option("--emulator", help="The emulator's control API URL (default: from herder's config)."),
