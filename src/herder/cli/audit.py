@@ -79,9 +79,12 @@ def _table(events: list[Resource]) -> Table:
         spec = event.spec or {}
         target = "/".join(p for p in (spec.get("namespace"), spec.get("name")) if p)
         what = f"{spec.get('kind', '')}{'/' + spec['subresource'] if spec.get('subresource') else ''}"
+        user = spec.get("user") or "(unauthenticated)"
+        if spec.get("impersonator"):
+            user += f" (by {spec['impersonator']})"
         grid.add_row(
             spec.get("time", "")[:19].replace("T", " "),
-            spec.get("user") or "(unauthenticated)",
+            user,
             spec.get("role", ""),
             spec.get("verb", ""),
             f"{what} {target}".strip(),
