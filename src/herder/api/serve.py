@@ -33,6 +33,7 @@ from herder.api.app import build_app
 from herder.api.audit import AuditLog
 from herder.api.audit_retention import AuditPruner, Retention
 from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
+from herder.api.lockout import LastAdmin
 from herder.api.policy import HerderPolicy
 from herder.api.support import Support, read_support_token
 from herder.api.tls import TlsFiles, ensure_tls
@@ -291,6 +292,7 @@ async def serve(
     except BaseException:
         listener.close()
         raise
+    LastAdmin(store).register(store.admission)
     for step in prepare:
         step(store)
     pruner = AuditPruner(store, options.audit_retention)
