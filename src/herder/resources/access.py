@@ -62,7 +62,7 @@ def audit_label_value(text: str) -> str | None:
     return value if _LABEL_VALUE.match(value) else None
 
 
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 class IdentitySpec(BaseModel):

@@ -19,7 +19,7 @@ from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL, Stage
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
 from herder.resources.status import condition_column, condition_reason_column
 
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 Role = Literal["controlplane", "worker"]
 CONTROL_PLANE_SET_SUFFIX = "-control-planes"
@@ -83,7 +83,7 @@ class ClusterSpec(BaseModel):
     endpoint: str = Field(
         default="", description="the Kubernetes API URL the configs carry; empty: herder's load balancer"
     )
-    features: ClusterFeatures = ClusterFeatures()
+    features: ClusterFeatures = Field(default_factory=ClusterFeatures)
     backups: ClusterBackups | None = Field(default=None, description="scheduled etcd backups")
     system_extensions: list[str] = Field(
         default_factory=list, alias="systemExtensions", description="official extensions of every machine"
@@ -153,7 +153,7 @@ class ClusterStatus(BaseModel):
     model_config = _STRICT
 
     phase: ClusterPhase = "Provisioning"
-    machines: MachineCounts = MachineCounts()
+    machines: MachineCounts = Field(default_factory=MachineCounts)
     endpoint: str = ""
     talos_contract: str = Field(default="", alias="talosContract")
     initial_talos_version: str = Field(default="", alias="initialTalosVersion")
@@ -176,7 +176,7 @@ class Strategy(BaseModel):
     model_config = _STRICT
 
     type: Literal["Rolling", "Unset"] = "Rolling"
-    rolling: RollingStrategy = RollingStrategy()
+    rolling: RollingStrategy = Field(default_factory=RollingStrategy)
 
     def parallelism(self, machines: int) -> int:
         return self.rolling.max_parallelism if self.type == "Rolling" else max(machines, 1)
@@ -256,7 +256,7 @@ class MachineSetStatus(BaseModel):
     model_config = _STRICT
 
     phase: ClusterPhase = "Provisioning"
-    machines: MachineCounts = MachineCounts()
+    machines: MachineCounts = Field(default_factory=MachineCounts)
     allocation: AllocationStatus | None = None
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []
@@ -315,7 +315,7 @@ class ClusterMachineStatus(BaseModel):
     stage: Stage = "Unknown"
     ready: bool = False
     config_hash: str = Field(default="", alias="configHash", description="the config last applied")
-    apply: ApplyStatus = ApplyStatus()
+    apply: ApplyStatus = Field(default_factory=ApplyStatus)
     upgrade: UpgradeStatus | None = None
     etcd_member: bool = Field(default=False, alias="etcdMember")
     talos_version: str = Field(default="", alias="talosVersion")
