@@ -155,3 +155,29 @@ def test_it_provisions_shrinks_and_releases_machines(site: tuple[Site, ProviderP
     assert not last & set(emulated(herder))
     herder.until(lambda: not _machines(herder), timeout=60, what="every Machine gone")
     assert "Traceback" not in log.read_text()
+
+
+def test_status_writes_keep_herders_conditions_as_the_page_says(site: tuple[Site, ProviderProcess]) -> None:
+    """As docs/providers.md says: a merge patch of the provider's own fields leaves herder's conditions
+    alone, and a PUT that would drop them is refused, naming the fields a provider may change."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    herder, _ = site
+    api = client.CustomObjectsApi(config.new_client_from_config(str(herder.workdir / "pycloud.kubeconfig")))
+    herder.until(
+        lambda: condition(herder.get("infraprovider", "pycloud"), "Connected").get("status") == "True",
+        what="the provider connected",
+    )
+    patched = api.patch_cluster_custom_object_status(
+        "herder.dev", "v1alpha1", "infraproviders", "pycloud", {"status": {"version": "1.0.1"}}
+    )
+    assert patched["status"]["version"] == "1.0.1"
+    assert {c["type"] for c in patched["status"]["conditions"]} >= {"Connected", "Ready"}
+    current = api.get_cluster_custom_object("herder.dev", "v1alpha1", "infraproviders", "pycloud")
+    del current["status"]["conditions"]
+    with pytest.raises(ApiException) as refused:
+        api.replace_cluster_custom_object_status(
+            "herder.dev", "v1alpha1", "infraproviders", "pycloud", current
+        )
+    assert refused.value.status == 403 and "may change only" in str(refused.value.body)
