@@ -100,6 +100,8 @@ class ServeOptions:
     max_body_bytes: int | None = None
     # The file holding the platform's Support token (no Support role without one).
     support_token_file: Path | None = None
+    # More names of the serving certificate herder issues: the address replicas are reached behind.
+    tls_sans: tuple[str, ...] = ()
 
     @property
     def state_url(self) -> str:
@@ -263,7 +265,7 @@ def _tls(options: ServeOptions, host: str) -> TlsFiles:
         if not (options.tls_cert and options.tls_key):
             raise ValueError("--tls-cert and --tls-key go together")
         return TlsFiles(options.tls_cert, options.tls_key, options.tls_ca)
-    return ensure_tls(options.data_dir, [host])
+    return ensure_tls(options.data_dir, [host, *options.tls_sans])
 
 
 async def serve(

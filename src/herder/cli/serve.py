@@ -211,6 +211,15 @@ def serve_command(
     tls_ca: Annotated[
         Path | None, typer.Option("--tls-ca", help="CA of --tls-cert, written to the admin kubeconfig.")
     ] = None,
+    tls_san: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tls-san",
+            help="Another host name or IP of the serving certificate herder issues from its CA: the "
+            "address replicas are reached behind. Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     encryption_key_file: Annotated[
         Path | None,
         typer.Option(
@@ -294,6 +303,7 @@ def serve_command(
         tls_cert=tls_cert,
         tls_key=tls_key,
         tls_ca=tls_ca,
+        tls_sans=tuple(tls_san or ()),
         encryption_key_file=encryption_key_file,
         audit_retention=Retention(timedelta(days=audit_max_age_days), audit_max_events),
         max_body_bytes=max_body_bytes,
