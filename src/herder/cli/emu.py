@@ -17,6 +17,7 @@ import yaml
 from herder.cli.common import ProviderKubeconfigOption
 from herder.cli.errors import fail
 from herder.cli.ports import check_free
+from herder.cli.text import columns
 from herder.emu.options import (
     CLOUD_OPERATIONS,
     DEFAULT_MACHINE_CIDR,
@@ -190,11 +191,7 @@ def list_machines(
         )
         for m in machines
     ]
-    widths = [max(len(str(cell)) for cell in column) for column in zip(MACHINE_COLUMNS, *rows, strict=True)]
-    for row in (MACHINE_COLUMNS, *rows):
-        typer.echo(
-            "   ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
+    typer.echo(columns(rows, MACHINE_COLUMNS))
 
 
 @app.command("clusters")

@@ -533,6 +533,10 @@ def demo(
 ) -> None:
     """Run herder with demo objects in ./.herder-demo, the Talos emulator beside it with a demo
     cluster, and print how to use kubectl against both."""
+    # Every address the demo listens on is checked before the server and the emulator load.
+    check_free(listen, "herder's API", "--listen")
+    check_free(talos_listen or _next_port(listen), "the Talos API gateway", "--talos-listen")
+    check_free(emulator_listen, "the emulator's control API", "--emulator-listen")
     from herder.api.serve import ServeOptions, parse_listen
     from herder.emu.control.demo import DemoEmulator
 
@@ -541,7 +545,6 @@ def demo(
         emulator_address = parse_listen(emulator_listen, "--emulator-listen")
     except ValueError as exc:
         raise fail(str(exc)) from None
-    check_free(emulator_listen, "the emulator's control API", "--emulator-listen")
     emulator = DemoEmulator(where, where / KUBECONFIG, listen=emulator_address, machine_cidr=machine_cidr)
     emulator_url = f"http://{emulator_listen}"
 
