@@ -204,12 +204,17 @@ def test_kubeconfig_is_found_through_env_then_default_data_dir(server: Server, t
 def test_every_command_taking_a_kubeconfig_honours_the_environment() -> None:
     """Each --kubeconfig option is resolved through the same precedence (flag, $HERDER_KUBECONFIG,
     $KUBECONFIG), which its help names."""
+    import typer
     from typer.main import get_command
 
     from herder.cli.main import build
 
     def commands(group: Any, path: str) -> Iterator[tuple[str, Any]]:
-        for name, command in getattr(group, "commands", {}).items():
+        if not hasattr(group, "list_commands"):
+            return
+        context = typer.Context(group)
+        for name in group.list_commands(context):
+            command = group.get_command(context, name)
             yield f"{path} {name}", command
             yield from commands(command, f"{path} {name}")
 

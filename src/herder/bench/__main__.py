@@ -16,6 +16,7 @@ BENCHMARKS = {
     "provision": "herder.bench.provision",
     "web": "herder.bench.web",
     "managed": "herder.bench.managed",
+    "cli": "herder.bench.cli",
 }
 
 
