@@ -27,6 +27,13 @@ def _has(errors: list[Problem], document: str, field: str, reason: str) -> None:
     )
 
 
+def _exactly(errors: list[Problem], expected: list[tuple[str, str, str]]) -> None:
+    """Each expected error (document, field, reason) is there, and no other."""
+    for document, field, reason in expected:
+        _has(errors, document, field, reason)
+    assert len(errors) == len(expected), "\n".join(str(e) for e in errors)
+
+
 def test_a_valid_template_has_no_errors_and_warns_of_what_herder_ignores() -> None:
     checked = check_file(TEMPLATES / "valid" / "cluster.yaml")
     assert checked.problems.errors == []
@@ -160,9 +167,7 @@ def test_every_error_is_reported_at_once_in_document_order() -> None:
         (gpu, "patches[2].file", "cannot read 'patches/missing.yaml'"),
         (gpu, "updateStrategy.rolling.maxParallelism", "greater than or equal to 1"),
     ]
-    for document, field, reason in expected:
-        _has(errors, document, field, reason)
-    assert len(errors) == len(expected), "\n".join(str(e) for e in errors)
+    _exactly(errors, expected)
     positions = [e.position for e in errors]
     assert positions == sorted(positions)
     assert str(errors[0]).startswith(f"{INVALID / 'many-errors.yaml'}: {cluster}: name: invalid cluster name")
@@ -187,9 +192,7 @@ def test_one_run_reports_what_a_broken_cluster_document_would_hide() -> None:
         (control_plane, "patches[0]", "makes an invalid config for Talos 1.13: HostnameConfig: conflicts"),
         (gpu, "patches[0]", "config patch 'disk' may not change machine.install.disk"),
     ]
-    for document, field, reason in expected:
-        _has(errors, document, field, reason)
-    assert len(errors) == len(expected), "\n".join(str(e) for e in errors)
+    _exactly(errors, expected)
 
 
 def test_an_invalid_talos_version_still_has_the_patches_checked() -> None:

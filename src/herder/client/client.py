@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import quote
 
 import httpx
 
 from herder.client.errors import TransportError, describe, from_status
 from herder.client.kubeconfig import Credentials, load
+from herder.client.rest import api_path
 from herder.resources import KindInfo, KindRegistry, Resource
 from herder.resources.catalog import herder_registry
 
@@ -118,13 +118,7 @@ class Client:
     def path(
         self, info: KindInfo, namespace: str | None = None, name: str | None = None, sub: str = ""
     ) -> str:
-        base = f"/apis/{info.group}/{info.version}" if info.group else f"/api/{info.version}"
-        if info.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{info.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-        return f"{base}/{sub}" if sub else base
+        return api_path(info.group, info.version, info.plural, info.namespaced, namespace, name, sub)
 
     @staticmethod
     def _namespace(info: KindInfo, namespace: str | None) -> str | None:

@@ -62,13 +62,26 @@ class Kind:
         return {self.plural, self.singular, self.kind.lower(), *self.short_names}
 
     def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-        return f"{base}/{sub}" if sub else base
+        return api_path(self.group, self.version, self.plural, self.namespaced, namespace, name, sub)
+
+
+def api_path(
+    group: str,
+    version: str,
+    plural: str,
+    namespaced: bool,
+    namespace: str | None = None,
+    name: str | None = None,
+    sub: str = "",
+) -> str:
+    """The path of a kind's objects, one object (``name``) or one's subresource or action (``sub``)."""
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if namespaced and namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{plural}"
+    if name is not None:
+        base += f"/{quote(name, safe='')}"
+    return f"{base}/{sub}" if sub else base
 
 
 class Rest:
