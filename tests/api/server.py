@@ -6,6 +6,7 @@ It is always ended by its PID (SIGTERM, then SIGKILL if it lingers), even when a
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import signal
 import socket
@@ -43,16 +44,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def random_cidr() -> str:
+    """A /24 of 127.0.0.0/8 nobody else is likely to use at the same time: never in the emulator's default
+    network (127.100.0.0/16), which a user's ``make run`` demo holds."""
+    return f"127.{random.choice([n for n in range(64, 251) if n != 100])}.{random.randint(0, 255)}.0/24"
+
+
 @dataclass
 class Server:
     data_dir: Path
     port: int
     process: subprocess.Popen[bytes]
     log: Path
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -122,19 +130,22 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 15) -> int:
 
 
 @contextmanager
-def running(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+def running(
+    data_dir: Path, *extra: str, env: dict[str, str] | None = None, host: str = "127.0.0.1"
+) -> Iterator[Server]:
+    """``herder serve`` on a free port of ``host`` (a loopback address), until the block ends."""
     port = free_port()
     log = data_dir.parent / f"{data_dir.name}.log"
     # The Talos API gateway's default port (the API's + 1) may be taken by another test's server.
-    gateway = [] if "--talos-listen" in extra else ["--talos-listen", f"127.0.0.1:{free_port()}"]
+    gateway = [] if "--talos-listen" in extra else ["--talos-listen", f"{host}:{free_port()}"]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [HERDER, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}", *gateway, *extra],
+            [HERDER, "serve", "--data-dir", str(data_dir), "--listen", f"{host}:{port}", *gateway, *extra],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
-    server = Server(data_dir, port, process, log)
+    server = Server(data_dir, port, process, log, host)
     try:
         _wait_ready(server, time.monotonic() + 30)
         yield server

@@ -16,7 +16,7 @@ from herder.client import (
     TransportError,
     WatchEvent,
 )
-from herder.client.kubeconfig import Credentials
+from herder.client.kubeconfig import Credentials, load
 from herder.resources import Resource
 from tests.api.server import Server, free_port
 
@@ -124,3 +124,41 @@ async def test_unreachable_server_is_a_transport_error(server: Server) -> None:
     async with Client(Credentials(f"https://127.0.0.1:{free_port()}", "t", server.ca)) as client:
         with pytest.raises(TransportError, match="cannot reach"):
             await client.list("ns")
+
+
+async def test_a_server_that_says_nothing_is_an_error_that_says_why() -> None:
+    """A timeout has no message of its own: the error still says what happened, never an empty reason
+    after a colon."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts, answers nothing until the client leaves
+        writer.close()
+
+    quiet = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{quiet.sockets[0].getsockname()[1]}"
+    try:
+        async with Client(Credentials(url, "t", None), timeout=0.3) as client:
+            with pytest.raises(TransportError) as raised:
+                await client.list("ns")
+    finally:
+        quiet.close()
+    assert str(raised.value) == f"cannot reach {url}: ReadTimeout"
+
+
+async def test_a_quiet_watch_outlasts_the_client_timeout(server: Server) -> None:
+    """Between events a watch is silent (bookmarks come every 30 s): a request timeout must not end it."""
+    credentials = load(server.kubeconfig)
+    async with Client(credentials, timeout=0.5) as watcher, server.client() as writer:
+        listed = await watcher.list("cp", "default")
+        seen: list[WatchEvent] = []
+
+        async def watch() -> None:
+            async for event in watcher.watch("cp", "default", resource_version=listed.resource_version):
+                seen.append(event)
+                return
+
+        task = asyncio.create_task(watch())
+        await asyncio.sleep(2)  # four client timeouts of silence
+        await writer.create(config_patch("after-silence"))
+        await asyncio.wait_for(task, 10)  # a broken watch raises here
+    assert [(e.type, e.object.name) for e in seen] == [("ADDED", "after-silence")]

@@ -97,6 +97,10 @@ def test_admins_see_what_support_did_as_whom(server: Server, kubeconfigs: dict[s
     )
     listed = server.run("kubectl", "get", "auditevents", kubeconfig=kubeconfigs["Admin"]).stdout
     assert "IMPERSONATOR" in listed and "support:platform" in listed
+    # herder audit's table shows who really acted beside whom they acted as.
+    shown = server.run("herder", "audit", "--name", "by-support", kubeconfig=kubeconfigs["Admin"])
+    rows = [line for line in shown.stdout.splitlines() if " create " in line or " patch " in line]
+    assert rows and all("serviceaccount:acct-operator (by support:platform)" in row for row in rows), shown
 
 
 def test_a_support_token_file_others_may_read_is_refused(tmp_path: Path) -> None:
@@ -110,6 +114,8 @@ def test_a_support_token_file_others_may_read_is_refused(tmp_path: Path) -> None
             "--data-dir",
             str(tmp_path / "d"),
             "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--talos-listen",
             f"127.0.0.1:{free_port()}",
             "--support-token-file",
             str(path),

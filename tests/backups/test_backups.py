@@ -172,9 +172,7 @@ def test_scheduled_and_manual_backups_into_the_folder_store(site: Site) -> None:
     site.until(
         lambda: "BackupsPruned" in site.run("kubectl", "get", "events").stdout, timeout=60, what="a prune"
     )
-    time.sleep(3)
-    kept = _backups(site, "alpha")
-    assert len(kept) <= 2, [b["metadata"]["name"] for b in kept]
+    site.until(lambda: len(_backups(site, "alpha")) <= 2, timeout=30, what="at most two backups kept")
     site.until(
         lambda: len(list((site.server.data_dir / "backups" / uid).iterdir())) <= 2,
         timeout=30,

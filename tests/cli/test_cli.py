@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from herder.api.tls import ensure_tls
 from herder.client.kubeconfig import load
-from tests.api.server import HERDER, Server, free_port, running, stop
+from tests.api.server import HERDER, KUBECTL, Server, free_port, random_cidr, running, stop
 
 PATCHES = """\
 apiVersion: herder.dev/v1alpha1
@@ -156,7 +159,7 @@ def test_errors_are_one_line(server: Server, tmp_path: Path) -> None:
 
 
 def test_kubeconfig_is_found_through_env_then_default_data_dir(server: Server, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "HERDER_KUBECONFIG"}
+    env = {k: v for k, v in os.environ.items() if k not in ("HERDER_KUBECONFIG", "KUBECONFIG")}
     by_env = subprocess.run(
         [HERDER, "get", "ns"],
         env={**env, "HERDER_KUBECONFIG": str(server.kubeconfig)},
@@ -164,12 +167,67 @@ def test_kubeconfig_is_found_through_env_then_default_data_dir(server: Server, t
         text=True,
     )
     assert "default" in ok(by_env)
+    # $KUBECONFIG as kubectl users set it: a list, of which the first file that exists is read.
+    missing = tmp_path / "missing.kubeconfig"
+    by_kubectl_env = subprocess.run(
+        [HERDER, "get", "ns"],
+        env={**env, "KUBECONFIG": f"{missing}:{server.kubeconfig}"},
+        capture_output=True,
+        text=True,
+    )
+    assert "default" in ok(by_kubectl_env)
+    # The flag comes first, then $HERDER_KUBECONFIG, then $KUBECONFIG.
+    for precedence in (
+        [HERDER, "get", "ns", "--kubeconfig", str(server.kubeconfig)],
+        [HERDER, "get", "ns"],
+    ):
+        first = subprocess.run(
+            precedence,
+            env={**env, "HERDER_KUBECONFIG": str(server.kubeconfig), "KUBECONFIG": str(missing)},
+            capture_output=True,
+            text=True,
+        )
+        assert "default" in ok(first)
+    assert "cannot read kubeconfig" in one_line_error(
+        subprocess.run(
+            [HERDER, "get", "ns"], env={**env, "KUBECONFIG": str(missing)}, capture_output=True, text=True
+        )
+    )
     (tmp_path / "herder").mkdir()
     shutil.copy(server.kubeconfig, tmp_path / "herder" / "admin.kubeconfig")
     by_default = subprocess.run(
         [HERDER, "get", "ns"], env={**env, "XDG_DATA_HOME": str(tmp_path)}, capture_output=True, text=True
     )
     assert "default" in ok(by_default)
+
+
+def test_every_command_taking_a_kubeconfig_honours_the_environment() -> None:
+    """Each --kubeconfig option is resolved through the same precedence (flag, $HERDER_KUBECONFIG,
+    $KUBECONFIG), which its help names."""
+    import typer
+    from typer.main import get_command
+
+    from herder.cli.main import build
+
+    def commands(group: Any, path: str) -> Iterator[tuple[str, Any]]:
+        if not hasattr(group, "list_commands"):
+            return
+        context = typer.Context(group)
+        for name in group.list_commands(context):
+            command = group.get_command(context, name)
+            yield f"{path} {name}", command
+            yield from commands(command, f"{path} {name}")
+
+    taking = [
+        (path, param)
+        for path, command in commands(get_command(build()), "herder")
+        for param in command.params
+        if "--kubeconfig" in getattr(param, "opts", ())
+    ]
+    assert len(taking) > 20
+    for path, param in taking:
+        assert not param.required, path
+        assert "$HERDER_KUBECONFIG, then $KUBECONFIG" in (param.help or ""), path
 
 
 def test_get_watch_sees_changes(server: Server) -> None:
@@ -195,14 +253,19 @@ def test_get_watch_sees_changes(server: Server) -> None:
         stop(watcher)
 
 
+def free_addresses() -> list[str]:
+    """``--listen`` and ``--talos-listen`` on free ports: a test never takes the defaults (8443, 8444),
+    which a user's ``make run`` may hold."""
+    return ["--listen", f"127.0.0.1:{free_port()}", "--talos-listen", f"127.0.0.1:{free_port()}"]
+
+
 def test_serve_defaults_and_clean_stop(tmp_path: Path) -> None:
-    """Default data dir from XDG_DATA_HOME; SIGINT and SIGTERM both end the server cleanly."""
+    """Default data dir from XDG_DATA_HOME; SIGINT and SIGTERM both end the server within 3 s, with a
+    watch open (which ends as a finished stream), and without a traceback."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         home = tmp_path / sig.name
-        port = free_port()
         process = subprocess.Popen(
-            # The Talos gateway gets a free port of its own: the default (the next port) may be taken here.
-            [HERDER, "serve", "--listen", f"127.0.0.1:{port}", "--talos-listen", f"127.0.0.1:{free_port()}"],
+            [HERDER, "serve", *free_addresses()],
             env={**os.environ, "XDG_DATA_HOME": str(home)},
             stderr=subprocess.PIPE,
             text=True,
@@ -210,38 +273,61 @@ def test_serve_defaults_and_clean_stop(tmp_path: Path) -> None:
         kubeconfig = home / "herder" / "admin.kubeconfig"
         assert process.stderr is not None
         log = ""
+        watch: subprocess.Popen[str] | None = None
         try:
             while "admin kubeconfig:" not in log:
                 line = process.stderr.readline()
                 assert line, f"herder serve ended early:\n{log}"
                 log += line
+            watch = subprocess.Popen(
+                [KUBECTL, "--kubeconfig", str(kubeconfig), "get", "ns", "-w"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            assert watch.stdout is not None
+            assert watch.stdout.readline().split()[:1] == ["NAME"]  # the watch is open
             os.kill(process.pid, sig)
+            stopping = time.monotonic()
             assert process.wait(15) == 0
+            took = time.monotonic() - stopping
+            # The watch saw its stream end: kubectl ends without an error of its own.
+            assert watch.wait(10) == 0, watch.stderr.read() if watch.stderr else ""
         finally:
             stop(process)
+            if watch is not None:
+                stop(watch)
         log += process.stderr.read()
         assert f"admin kubeconfig: {kubeconfig}" in log and "herder stopped" in log
-        assert "Traceback" not in log
+        assert "Traceback" not in log and "timeout graceful shutdown" not in log, log
+        assert took < 3, f"{sig.name} took {took:.1f} s"
+
+
+def demo_addresses() -> list[str]:
+    """Everything ``herder demo`` listens on, moved off its defaults (which a user's ``make run`` may
+    hold): the API, the Talos gateway, the emulator's control API, its machines and the cluster endpoints."""
+    first = random.randrange(20000, 30000, 10)
+    return [
+        *free_addresses(),
+        "--emulator-listen",
+        f"127.0.0.1:{free_port()}",
+        "--machine-cidr",
+        random_cidr(),
+        "--cluster-endpoints",
+        f"127.0.0.1:{first}-{first + 9}",
+    ]
 
 
 def test_demo_serves_demo_objects(tmp_path: Path) -> None:
-    port = free_port()
     data = tmp_path / "demo"
-    process = subprocess.Popen(
-        [
-            HERDER,
-            "demo",
-            "--data-dir",
-            str(data),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--talos-listen",
-            f"127.0.0.1:{free_port()}",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    log = tmp_path / "demo.log"
+    with log.open("w") as errors:
+        process = subprocess.Popen(
+            [HERDER, "demo", "--data-dir", str(data), *demo_addresses()],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
     try:
         assert process.stdout is not None
         printed = ""
@@ -309,8 +395,16 @@ def test_demo_serves_demo_objects(tmp_path: Path) -> None:
             text=True,
         )
         assert [line.split()[3] for line in ok(requests).splitlines()] == ["Provisioned"] * 2
+        # Ctrl+C ends it all (server, emulator, its provider) within 3 s, without a traceback.
+        os.kill(process.pid, signal.SIGINT)
+        stopping = time.monotonic()
+        assert process.wait(15) == 0
+        took = time.monotonic() - stopping
     finally:
         stop(process)
+    shown = log.read_text()
+    assert "Traceback" not in shown and "herder stopped" in shown, shown
+    assert took < 3, f"the demo took {took:.1f} s to stop"
 
 
 def test_serve_with_operator_certificates_and_memory_state(tmp_path: Path) -> None:
@@ -372,7 +466,7 @@ def test_serve_refuses_a_bad_encryption_key_file(tmp_path: Path) -> None:
     ):
         data = tmp_path / "data"
         result = subprocess.run(
-            [HERDER, "serve", "--data-dir", str(data), "--encryption-key-file", str(path)],
+            [HERDER, "serve", "--data-dir", str(data), "--encryption-key-file", str(path), *free_addresses()],
             capture_output=True,
             text=True,
             timeout=30,

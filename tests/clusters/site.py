@@ -20,7 +20,7 @@ import yaml
 
 from herder.emu.control.process import EmulatorProcess
 from herder.resources import Resource
-from tests.api.server import HERDER, KUBECTL, Server, free_port, running
+from tests.api.server import HERDER, KUBECTL, Server, free_port, random_cidr, running
 
 
 def endpoint_range() -> str:
@@ -138,17 +138,20 @@ def running_site(
     *serve_args: str,
     register: bool = True,
     emulator_args: tuple[str, ...] = (),
+    cluster_endpoints: bool = True,
 ) -> Iterator[Site]:
     """A server and an emulator of ``machines`` machines on a loopback network of their own; with
     ``register`` the emulator registers its machines with the server (``herder emu run --register``);
-    ``emulator_args`` go to ``herder emu run`` (``--timing boot=2``)."""
+    ``emulator_args`` go to ``herder emu run`` (``--timing boot=2``); without ``cluster_endpoints`` the
+    server has its default range of cluster endpoints, not one of the site's own."""
     workdir.mkdir(parents=True, exist_ok=True)
-    endpoints = endpoint_range()
-    with running(workdir / "server", "--cluster-endpoints", endpoints, *serve_args) as server:
+    endpoints = endpoint_range() if cluster_endpoints else ""
+    flags = ("--cluster-endpoints", endpoints) if endpoints else ()
+    with running(workdir / "server", *flags, *serve_args) as server:
         emulator = EmulatorProcess(
             data_dir=workdir / "emulator",
             machines=machines,
-            machine_cidr=f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24",
+            machine_cidr=random_cidr(),
             extra_args=[*(["--register", str(server.kubeconfig)] if register else []), *emulator_args],
         )
         emulator.data_dir.mkdir(parents=True, exist_ok=True)

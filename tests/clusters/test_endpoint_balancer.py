@@ -80,3 +80,36 @@ async def test_backends_changing_while_checked_keep_the_checks_going(balancer: E
     await _healthy(balancer, 6)
     for server, _ in servers:
         server.close()
+
+
+async def test_stopping_with_open_connections_ends_them_without_an_error() -> None:
+    """A cluster deleted while clients are connected through its balancer: the connections end, and asyncio
+    reports no error (a cancelled connection handler made it log a CancelledError traceback each)."""
+    held = asyncio.Event()
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.set()
+        await reader.read()  # until the balancer closes its side
+        writer.close()
+
+    backend = await asyncio.start_server(hold, "127.0.0.1", 0)
+    reported: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    lb = EndpointBalancer("127.0.0.1", free_port(), check_every=0.1, check_timeout=0.5)
+    await lb.start()
+    try:
+        lb.set_backends([f"127.0.0.1:{backend.sockets[0].getsockname()[1]}"])
+        await _healthy(lb, 1)
+        reader, writer = await asyncio.open_connection(lb.host, lb.port)
+        async with asyncio.timeout(5):
+            await held.wait()
+        await lb.stop()
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""  # the client's connection ended
+        writer.close()
+        await asyncio.sleep(0.1)  # the loop runs the done callbacks of the ended handlers
+        assert reported == []
+    finally:
+        loop.set_exception_handler(None)
+        backend.close()

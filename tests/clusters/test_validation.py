@@ -52,6 +52,13 @@ def test_versions_outside_the_policy_are_refused(server: Server) -> None:
     assert "spec.kubernetesVersion" in error and "not supported by Talos" in error
     error = _refused(server, cluster("c3", talos="1.13"))
     assert "spec.talosVersion" in error and "expected X.Y.Z" in error
+    # Each example is of its own kind of version, and the reason is said as it is (pydantic's "Value
+    # error, " prefix is not the user's business).
+    error = _refused(server, cluster("c4", kubernetes="v1.33.x"))
+    assert (
+        "spec.kubernetesVersion: invalid Kubernetes version 'v1.33.x': expected X.Y.Z, e.g. 1.33.0" in error
+    )
+    assert "Value error" not in error
 
 
 def test_an_upgrade_path_talos_does_not_allow_is_refused(server: Server) -> None:

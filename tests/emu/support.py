@@ -4,7 +4,6 @@ in-process emulator on a loopback network of its own, and small helpers to edit 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import cache
@@ -26,6 +25,7 @@ from herder.talos.documents import dump_documents, is_legacy, load_documents
 from herder.talos.machine import MachineClient, MachineStage, tls
 from herder.talos.machine.tunnel import ClientTunnel
 from herder.talos.secrets import SecretsBundle, generate_secrets
+from tests.api.server import random_cidr
 
 # ClusterConfigs and bring_up are the operator's tools from herder.emu.control.formation, shared here.
 __all__ = [
@@ -75,11 +75,6 @@ def edit_config(text: str, change: Callable[[dict[str, Any]], None]) -> str:
     documents = load_documents(text)
     change(next(d for d in documents if isinstance(d, dict) and is_legacy(d)))
     return dump_documents(documents)
-
-
-def random_cidr() -> str:
-    """A /24 of 127.0.0.0/8 nobody else is likely to use at the same time."""
-    return f"127.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24"
 
 
 @asynccontextmanager

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -19,4 +20,14 @@ def test_emu_clusters_benchmark_small(capsys: pytest.CaptureFixture[str]) -> Non
         "emu_clusters_until_all_ready",
         "emu_clusters_config_generation",
     ]
-    assert all(line["value"] > 0 for line in lines)
+    rss, ready, generation = lines
+    # Two clusters of three control planes and two workers each: ten machines, in little memory.
+    assert rss["unit"] == "MiB" and rss["clusters"] == 2 and rss["machines"] == 10 and 0 < rss["value"] < 300
+    # Every cluster's etcd healthy within the timeout; the configs made on every core.
+    assert (
+        ready["unit"] == "s"
+        and ready["clusters"] == 2
+        and ready["in_flight"] == 4
+        and 0 < ready["value"] < 120
+    )
+    assert generation["cores"] == os.cpu_count() and 0 < generation["value"] < 120

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
+import yaml
 
 from herder.emu.control.api import ControlAPI
 from herder.emu.control.emulator import Emulator
 from herder.talos.machine import MachineStage
-from tests.emu.support import wait_stage
+from tests.emu.support import herder_cli, wait_stage
 
 
 async def test_control_api(emulator: Emulator) -> None:
@@ -44,5 +47,34 @@ async def test_control_api(emulator: Emulator) -> None:
             assert (await http.delete(f"/machines/{machine.uuid}")).status_code == 200
             assert machine.uuid not in emulator.machines
             assert len((await http.get("/machines")).json()) == 5
+    finally:
+        await control.stop()
+
+
+async def test_emu_machines_prints_a_header_and_json_or_yaml(emulator: Emulator) -> None:
+    """``herder emu machines``: a table under the header its help names, or the control API's view of each
+    machine as JSON or YAML for scripts."""
+    control = ControlAPI(emulator)
+    url = await control.start("127.0.0.1", 0)
+    try:
+        await emulator.machines[next(iter(emulator.machines))].inject("slow-boot")
+        code, out, err = await herder_cli("emu", "machines", "--url", url)
+        assert code == 0, err
+        header, *rows = out.splitlines()
+        assert header.split() == ["UUID", "ENDPOINT", "HOSTNAME", "STAGE", "POWER", "VERSION", "FAULTS"]
+        assert sorted(row.split()[0] for row in rows) == sorted(emulator.machines)
+        for row in rows:
+            machine = emulator.machines[row.split()[0]]
+            cells = row.split()
+            assert cells[1:3] == [machine.record.endpoint, machine.hostname]
+            assert cells[4:7] == ["on", "v1.13.9", ",".join(sorted(machine.faults)) or "-"]
+        code, listed, err = await herder_cli("emu", "machines", "--url", url, "-o", "json")
+        assert code == 0, err
+        assert {m["uuid"] for m in json.loads(listed)} == set(emulator.machines)
+        code, dumped, err = await herder_cli("emu", "machines", "--url", url, "-o", "yaml")
+        assert code == 0, err
+        assert {m["uuid"] for m in yaml.safe_load(dumped)} == set(emulator.machines)
+        code, helped, err = await herder_cli("emu", "machines", "--help")
+        assert all(column in helped for column in header.split())
     finally:
         await control.stop()

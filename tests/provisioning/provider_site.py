@@ -69,15 +69,14 @@ def register(site: Site, provider_id: str, *args: str, by: Path | None = None) -
 
 
 def emulator_provider(site: Site, provider_id: str, kubeconfig: Path) -> ProviderProcess:
-    """``herder emu provider`` for ``provider_id`` on the site's emulator, with fast heartbeats and resyncs."""
+    """``herder emu provider`` for ``provider_id`` on the site's emulator, with fast heartbeats and resyncs;
+    its kubeconfig comes through ``$KUBECONFIG``, as a kubectl user gives it."""
     args = [
         HERDER,
         "emu",
         "provider",
         "--id",
         provider_id,
-        "--kubeconfig",
-        str(kubeconfig),
         "--emulator",
         site.emulator.control_url,
         "--heartbeat",
@@ -85,7 +84,8 @@ def emulator_provider(site: Site, provider_id: str, kubeconfig: Path) -> Provide
         "--resync",
         "1",
     ]
-    return ProviderProcess(args, site.workdir / f"{provider_id}-provider.log")
+    env = {"KUBECONFIG": str(kubeconfig), "HERDER_KUBECONFIG": ""}
+    return ProviderProcess(args, site.workdir / f"{provider_id}-provider.log", env=env)
 
 
 @contextmanager

@@ -22,4 +22,16 @@ def test_provision_benchmark_small(capsys: pytest.CaptureFixture[str]) -> None:
         "provision_emulator_rss",
         "provision_provider_rss",
     ]
-    assert all(line["value"] > 0 for line in lines)
+    provisioned, connected, writes, *rss = lines
+    # A machine is connected after its request was provisioned, both within the timeout.
+    assert provisioned["requests"] == connected["requests"] == 5
+    assert 0 < provisioned["value"] <= connected["value"] < 120
+    # Writes per request: the sum of those of each kind, a bounded number, and each request and its
+    # machine written at least once.
+    by_kind = writes["by_kind"]
+    assert writes["value"] == pytest.approx(sum(by_kind.values()), abs=0.1)
+    assert by_kind["MachineRequest"] >= 1 and by_kind["Machine"] >= 1
+    assert 0 < writes["value"] < 50
+    # Each process of a small run in a bounded amount of memory.
+    assert [r["unit"] for r in rss] == ["MiB"] * 3 and all(0 < r["value"] < 500 for r in rss)
+    assert rss[1]["machines"] == 5

@@ -94,17 +94,52 @@ def test_user_patches_may_not_touch_owned_paths(text: str, path: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "path", "value"),
     [
-        "cluster:\n  controlPlane:\n    localAPIServerPort: 7443",
-        "machine:\n  install:\n    extraKernelArgs: [a=b]",
-        "machine:\n  features:\n    kubernetesTalosAPIAccess:\n      allowedRoles: [os:reader]",
-        '[{"op": "add", "path": "/machine/certSANs", "value": ["x"]}]',
-        '[{"op": "test", "path": "/machine/type", "value": "worker"}]',
+        (
+            "cluster:\n  controlPlane:\n    localAPIServerPort: 7443",
+            "cluster.controlPlane.localAPIServerPort",
+            7443,
+        ),
+        ("machine:\n  install:\n    extraKernelArgs: [a=b]", "machine.install.extraKernelArgs", ["a=b"]),
+        (
+            "machine:\n  features:\n    kubernetesTalosAPIAccess:\n      allowedRoles: [os:reader]",
+            "machine.features.kubernetesTalosAPIAccess.allowedRoles",
+            ["os:reader"],
+        ),
+        ('[{"op": "add", "path": "/machine/certSANs", "value": ["x"]}]', "machine.certSANs", ["x"]),
+        # A test of a path herder owns reads it, and changes nothing.
+        ('[{"op": "test", "path": "/machine/type", "value": "worker"}]', "machine.type", "worker"),
     ],
 )
-def test_user_patches_may_touch_the_rest(text: str) -> None:
-    apply_layers(CONFIG, [LayeredPatch(PatchLayer.MACHINE, "300-user", text)])
+def test_user_patches_may_touch_the_rest(text: str, path: str, value: object) -> None:
+    patched = apply_layers(CONFIG, [LayeredPatch(PatchLayer.MACHINE, "300-user", text)])
+    assert _at(patched, path) == value
+    # Nothing else changed: putting the original value back gives the unpatched config.
+    unpatched = apply_layers(CONFIG, [])
+    [doc] = [d for d in load_documents(patched) if "machine" in d]
+    [before] = [d for d in load_documents(unpatched) if "machine" in d]
+    node, original = doc, before
+    *parents, leaf = path.split(".")
+    for part in parents:
+        if part not in original:  # the patch made this part: take it away whole
+            leaf = part
+            break
+        node, original = node[part], original[part]
+    if leaf in original:
+        node[leaf] = original[leaf]
+    else:
+        del node[leaf]
+    assert doc == before
+
+
+def _at(text: str, path: str) -> object:
+    [doc] = [d for d in load_documents(text) if "machine" in d]
+    node: object = doc
+    for part in path.split("."):
+        assert isinstance(node, dict) and part in node, f"{path}: no {part}"
+        node = node[part]
+    return node
 
 
 def test_system_patches_are_not_policed() -> None:

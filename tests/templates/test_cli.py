@@ -40,6 +40,25 @@ def test_validate_prints_every_error_and_exits_1() -> None:
     assert f'error: {path}: Workers "gpu" (document 3): patches[2].file: cannot read' in result.stderr
 
 
+def test_validate_prints_every_error_of_every_document_in_one_run() -> None:
+    path = TEMPLATES / "invalid" / "every-error-at-once.yaml"
+    result = _template("validate", "-f", str(path))
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    # error: FILE: DOCUMENT: FIELD: REASON, one per line
+    fields = [line.split(": ", 4) for line in lines]
+    assert all(f[0] == "error" and f[1] == str(path) and len(f) == 5 for f in fields), result.stderr
+    assert [(f[2], f[3]) for f in fields] == [
+        ('Cluster "Prod_EU" (document 1)', "name"),
+        ('Cluster "Prod_EU" (document 1)', "patches[0].file"),
+        ('Cluster "Prod_EU" (document 1)', "patches[1]"),
+        ('Cluster "Prod_EU" (document 1)', "kubernetes.version"),
+        ("ControlPlane (document 2)", "name"),
+        ("ControlPlane (document 2)", "patches[0]"),
+        ('Workers "gpu" (document 3)', "patches[0]"),
+    ]
+
+
 def test_render_prints_the_objects() -> None:
     result = _template("render", "-f", str(TEMPLATES / "valid" / "cluster.yaml"))
     assert result.returncode == 0, result.stderr

@@ -27,6 +27,13 @@ def _has(errors: list[Problem], document: str, field: str, reason: str) -> None:
     )
 
 
+def _exactly(errors: list[Problem], expected: list[tuple[str, str, str]]) -> None:
+    """Each expected error (document, field, reason) is there, and no other."""
+    for document, field, reason in expected:
+        _has(errors, document, field, reason)
+    assert len(errors) == len(expected), "\n".join(str(e) for e in errors)
+
+
 def test_a_valid_template_has_no_errors_and_warns_of_what_herder_ignores() -> None:
     checked = check_file(TEMPLATES / "valid" / "cluster.yaml")
     assert checked.problems.errors == []
@@ -160,12 +167,40 @@ def test_every_error_is_reported_at_once_in_document_order() -> None:
         (gpu, "patches[2].file", "cannot read 'patches/missing.yaml'"),
         (gpu, "updateStrategy.rolling.maxParallelism", "greater than or equal to 1"),
     ]
-    for document, field, reason in expected:
-        _has(errors, document, field, reason)
-    assert len(errors) == len(expected), "\n".join(str(e) for e in errors)
+    _exactly(errors, expected)
     positions = [e.position for e in errors]
     assert positions == sorted(positions)
     assert str(errors[0]).startswith(f"{INVALID / 'many-errors.yaml'}: {cluster}: name: invalid cluster name")
+
+
+def test_one_run_reports_what_a_broken_cluster_document_would_hide() -> None:
+    """An invalid cluster name and a refused field do not hide the versions, the patch files, the unnamed
+    inline patch and the patch contents (checked against the Talos contract even though the Kubernetes
+    version is invalid), as omnictl cluster template validate reports them all."""
+    errors = _errors("every-error-at-once.yaml")
+    cluster, control_plane, gpu = (
+        'Cluster "Prod_EU" (document 1)',
+        "ControlPlane (document 2)",
+        'Workers "gpu" (document 3)',
+    )
+    expected = [
+        (cluster, "name", "invalid cluster name 'Prod_EU'"),
+        (cluster, "kubernetes.version", "invalid Kubernetes version 'v1.33.x': expected X.Y.Z, e.g. 1.33.0"),
+        (cluster, "patches[0].file", "cannot read 'patches/nowhere.yaml'"),
+        (cluster, "patches[1]", "an inline patch needs a name or an idOverride"),
+        (control_plane, "name", "custom name is not allowed in the controlplane"),
+        (control_plane, "patches[0]", "makes an invalid config for Talos 1.13: HostnameConfig: conflicts"),
+        (gpu, "patches[0]", "config patch 'disk' may not change machine.install.disk"),
+    ]
+    _exactly(errors, expected)
+
+
+def test_an_invalid_talos_version_still_has_the_patches_checked() -> None:
+    errors = _errors("bad-talos-version.yaml")
+    cluster = 'Cluster "beta" (document 1)'
+    _has(errors, cluster, "talos.version", "invalid Talos version '1.13.9': it starts with v")
+    _has(errors, cluster, "patches[0]", "config patch 'disk' may not change machine.install.disk")
+    assert len(errors) == 2, "\n".join(str(e) for e in errors)
 
 
 def test_a_missing_file_is_one_error(tmp_path: Path) -> None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from herder.bench.web import signed_in
+from herder.client import Client, WatchEvent
 from herder.resources import Resource
 from herder.state.store import SYSTEM
 from herder.web import live
@@ -29,6 +32,20 @@ def _cluster(name: str) -> Resource:
 
 async def test_a_watch_the_api_ends_is_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(live, "WATCH_SECONDS", 1)
+    # The UI's watches of the API, counted as the API ends them.
+    ended = 0
+    twice = asyncio.Event()
+    watch = Client.watch
+
+    async def counted(self: Client, *args: Any, **kwargs: Any) -> AsyncIterator[WatchEvent]:
+        nonlocal ended
+        async for event in watch(self, *args, **kwargs):
+            yield event
+        ended += 1
+        if ended >= 2:
+            twice.set()
+
+    monkeypatch.setattr(Client, "watch", counted)
     async with signed_in(tmp_path) as (store, http):
         await store.create(_cluster("before"), actor=SYSTEM)
         page = (await http.get("/clusters")).text
@@ -44,7 +61,7 @@ async def test_a_watch_the_api_ends_is_resumed(tmp_path: Path, monkeypatch: pyte
                             return
 
         listening = asyncio.create_task(listen())
-        await asyncio.sleep(2.5)  # two of the API's watches have ended by now
+        await asyncio.wait_for(twice.wait(), 10)  # two of the API's watches have ended
         await store.create(_cluster("after"), actor=SYSTEM)
         await asyncio.wait_for(listening, 10)
         assert [(c["type"], c["name"]) for c in seen] == [("ADDED", "after")]

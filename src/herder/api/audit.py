@@ -23,8 +23,8 @@ from typing import Any
 
 from herder.krm.policy import Access, Identity
 from herder.resources import Resource
-from herder.resources.access import (
-    AUDIT_EVENT,
+from herder.resources.access import AUDIT_EVENT
+from herder.resources.audit_labels import (
     AUDIT_KIND_LABEL,
     AUDIT_NAME_LABEL,
     AUDIT_USER_LABEL,

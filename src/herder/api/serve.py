@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
 import socket
@@ -24,7 +25,7 @@ import yaml
 from starlette.applications import Starlette
 from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herder.api import cluster_access, tokens
 from herder.api.actions import ObjectAction
@@ -33,6 +34,7 @@ from herder.api.audit import AuditLog
 from herder.api.audit_retention import AuditPruner, Retention
 from herder.api.cluster_access import AccessPolicies
 from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
+from herder.api.lockout import LastAdmin
 from herder.api.policy import HerderPolicy
 from herder.api.support import Support, read_support_token
 from herder.api.tls import TlsFiles, ensure_tls
@@ -131,6 +133,8 @@ class ServeOptions:
     max_body_bytes: int | None = None
     # The file holding the platform's Support token (no Support role without one).
     support_token_file: Path | None = None
+    # More names of the serving certificate herder issues: the address replicas are reached behind.
+    tls_sans: tuple[str, ...] = ()
 
     @property
     def state_url(self) -> str:
@@ -233,12 +237,68 @@ class _Server(uvicorn.Server):
         yield
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The API's listening socket, bound before anything else is made: a port in use ends the start at
+    once, with one line saying so."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        where = host_port(host, port) if host not in ("0.0.0.0", "::") else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise OSError(
+                f"{where}, where herder's API listens, is in use: free it or move it with --listen"
+            ) from None
+        raise OSError(f"--listen {where}: cannot listen there: {exc.strerror or exc}") from None
+
+
+class Draining:
+    """The API app, which ends its open streams (watches, the web UI's live updates) once the server
+    stops: their requests hear that the client left, and each open response gets its last chunk, so
+    that clients see a stream that ended (and watch again) rather than one cut after a grace period."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.stopping = asyncio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = complete = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started, complete
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                complete = True
+            await send(message)
+
+        async def receiving() -> Message:
+            if self.stopping.is_set():
+                return {"type": "http.disconnect"}
+            received = asyncio.ensure_future(receive())
+            stopped = asyncio.ensure_future(self.stopping.wait())
+            await asyncio.wait({received, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if received.done():
+                return received.result()
+            received.cancel()
+            return {"type": "http.disconnect"}
+
+        await self.app(scope, receiving, sending)
+        if started and not complete and self.stopping.is_set():
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 def _tls(options: ServeOptions, host: str) -> TlsFiles:
     if options.tls_cert or options.tls_key:
         if not (options.tls_cert and options.tls_key):
             raise ValueError("--tls-cert and --tls-key go together")
         return TlsFiles(options.tls_cert, options.tls_key, options.tls_ca)
-    return ensure_tls(options.data_dir, [host])
+    return ensure_tls(options.data_dir, [host, *options.tls_sans])
 
 
 async def serve(
@@ -258,11 +318,17 @@ async def serve(
     # A key file given is checked before anything is made: a bad one is a one-line error.
     key = read_key_file(options.encryption_key_file) if options.encryption_key_file else None
     support_token = read_support_token(options.support_token_file) if options.support_token_file else None
-    options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tls = _tls(options, host)
-    store = await open_store(
-        options.state_url, herder_registry(), key=key, key_file=options.data_dir / KEY_FILE
-    )
+    listener = listen_socket(host, port)
+    try:
+        options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tls = _tls(options, host)
+        store = await open_store(
+            options.state_url, herder_registry(), key=key, key_file=options.data_dir / KEY_FILE
+        )
+    except BaseException:
+        listener.close()
+        raise
+    LastAdmin(store).register(store.admission)
     for step in prepare:
         step(store)
     cluster_access.register_admission(store.admission)
@@ -289,8 +355,9 @@ async def serve(
         mounted = [make(store, policy, audit) for make in mounts]
         if mounted:
             app = Starlette(routes=[*(Mount(m.prefix, app=m) for m in mounted), Mount("", app=app)])
+        draining = Draining(app)
         config = uvicorn.Config(
-            app,
+            draining,
             # Applications may take connections over (the proxy's exec and port-forward tunnels).
             http=_Connections,
             ws="none",
@@ -324,9 +391,10 @@ async def serve(
         server = _Server(config, started)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, _stopper(server, sig))
-        await server.serve()
+            loop.add_signal_handler(sig, _stopper(server, sig, draining, workers))
+        await server.serve(sockets=[listener])
     finally:
+        listener.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().remove_signal_handler(sig)
         _Connections.cut()
@@ -350,12 +418,19 @@ def _report_failure(task: asyncio.Task[None]) -> None:
         log.error("background work failed", exc_info=task.exception())
 
 
-def _stopper(server: uvicorn.Server, sig: signal.Signals) -> Callable[[], None]:
+def _stopper(
+    server: uvicorn.Server, sig: signal.Signals, draining: Draining, workers: Sequence[Background]
+) -> Callable[[], None]:
     def stop() -> None:
         log.info("%s: stopping", sig.name)
         # A second signal while stopping skips the wait for open connections.
         server.force_exit = server.should_exit
         server.should_exit = True
+        draining.stopping.set()
+        # The work beside the server stops with it, not after it: an in-server provider would otherwise
+        # keep calling an API that no longer answers.
+        for worker in workers:
+            worker.stop()
 
     return stop
 

@@ -17,6 +17,8 @@ BENCHMARKS = {
     "web": "herder.bench.web",
     "managed": "herder.bench.managed",
     "gateway": "herder.bench.gateway",
+    "cli": "herder.bench.cli",
+    "proxy": "herder.bench.proxy",
 }
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from herder.bench.report import emit
 from herder.client import Client
 from herder.emu.control.process import EmulatorProcess
+from herder.emu.options import spare_network
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, MACHINE_SET, control_plane_set_name
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_REGISTRATION, registration_name
@@ -232,7 +233,7 @@ async def processes(
         emulator = EmulatorProcess(
             data_dir=root / "emulator",
             machines=machines,
-            machine_cidr=f"127.{random.randint(120, 200)}.0.0/16",
+            machine_cidr=spare_network(),
         )
         server = Server(root / "server", clusters, serve)
         emulator.start()

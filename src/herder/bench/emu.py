@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from pathlib import Path
 from herder.bench import emu_clusters
 from herder.bench.report import emit
 from herder.emu.control.process import EmulatorProcess
+from herder.emu.options import spare_network
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import generate_bundle
 from herder.talos.generate_input import ConfigInput
@@ -66,9 +66,7 @@ async def run(machines: int, in_flight: int, timeout: float) -> None:
         )
     )
     with tempfile.TemporaryDirectory(prefix="herder-bench-emu-") as tmp:
-        emulator = EmulatorProcess(
-            data_dir=Path(tmp), machines=machines, machine_cidr=f"127.{random.randint(64, 250)}.0.0/16"
-        )
+        emulator = EmulatorProcess(data_dir=Path(tmp), machines=machines, machine_cidr=spare_network())
         load = round(os.getloadavg()[0], 2)
         started = time.monotonic()
         emulator.start()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import random
 import ssl
 import tempfile
 import time
@@ -28,6 +27,7 @@ import yaml
 
 from herder.bench.report import emit
 from herder.emu.control.process import EmulatorProcess
+from herder.emu.options import spare_network
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import GeneratedBundle, generate_bundle
 from herder.talos.generate_input import ConfigInput
@@ -133,7 +133,7 @@ async def run(clusters: int, in_flight: int, timeout: float) -> None:
         emulator = EmulatorProcess(
             data_dir=Path(tmp) / "emu",
             machines=clusters * size,
-            machine_cidr=f"127.{random.randint(64, 250)}.0.0/16",
+            machine_cidr=spare_network(),
         )
         (Path(tmp) / "emu").mkdir()
         emulator.start()

@@ -11,8 +11,8 @@ from herder.cli.common import KubeconfigOption, connect, out, run
 from herder.cli.errors import fail
 from herder.cli.objects import Output, dump
 from herder.resources import Resource
-from herder.resources.access import (
-    AUDIT_EVENT,
+from herder.resources.access import AUDIT_EVENT
+from herder.resources.audit_labels import (
     AUDIT_KIND_LABEL,
     AUDIT_NAME_LABEL,
     AUDIT_USER_LABEL,
@@ -53,7 +53,7 @@ def audit_events(
             events = [e for e in events if (e.spec or {}).get("result") == "Failure"]
         events = events[-limit:] if limit > 0 else events
         if output is not Output.table:
-            out.print(dump(events, output, single=False), markup=False)
+            out.print(dump([e.to_dict() for e in events], output, single=False), markup=False)
         elif events:
             out.print(_table(events))
         else:
@@ -79,9 +79,12 @@ def _table(events: list[Resource]) -> Table:
         spec = event.spec or {}
         target = "/".join(p for p in (spec.get("namespace"), spec.get("name")) if p)
         what = f"{spec.get('kind', '')}{'/' + spec['subresource'] if spec.get('subresource') else ''}"
+        user = spec.get("user") or "(unauthenticated)"
+        if spec.get("impersonator"):
+            user += f" (by {spec['impersonator']})"
         grid.add_row(
             spec.get("time", "")[:19].replace("T", " "),
-            spec.get("user") or "(unauthenticated)",
+            user,
             spec.get("role", ""),
             spec.get("verb", ""),
             f"{what} {target}".strip(),

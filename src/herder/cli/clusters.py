@@ -4,7 +4,6 @@ backup of it now."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
@@ -13,15 +12,27 @@ from typing import Annotated
 
 import typer
 
-from herder.cli import cluster_templates
-from herder.cli.common import KubeconfigOption, connect, err, kubeconfig_path, out, run
 from herder.cli.errors import fail, one_line_errors
 from herder.cli.files import STDOUT, write_private
+from herder.cli.kubeconfigs import KubeconfigOption, kubeconfig_path
+from herder.cli.lazy import Lazy, lazy_group
+from herder.cli.quick import connect_rest, one_line_failures
 from herder.client.kubeconfig import proxied
-from herder.resources.clusters import CLUSTER
 
-app = typer.Typer(help="Clusters: their credentials, templates and operations.", no_args_is_help=True)
-app.add_typer(cluster_templates.app, name="template")
+app = typer.Typer(
+    help="Clusters: their credentials, templates and operations.",
+    no_args_is_help=True,
+    cls=lazy_group(
+        {
+            "template": Lazy(
+                "herder.cli.cluster_templates",
+                "app",
+                "Clusters as Omni cluster templates: validate and render offline; sync, diff, status, delete, "
+                "export.",
+            )
+        }
+    ),
+)
 
 OutputOption = Annotated[
     str, typer.Option("--output", "-o", help="File to write (mode 0600); - for standard output.")
@@ -33,17 +44,15 @@ NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespa
 
 
 def _download(action: str, name: str, output: str, ttl: int, namespace: str, kubeconfig: Path | None) -> None:
-    async def work() -> bytes:
-        async with connect(kubeconfig) as client:
-            return await client.run_action(CLUSTER, name, action, {"ttlSeconds": ttl}, namespace)
-
-    data = run(work)
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        cluster = rest.kind("clusters")
+        data = rest.raw("POST", cluster.path(namespace, name, action), body={"ttlSeconds": ttl}, accept="*/*")
     if output == STDOUT:
         sys.stdout.buffer.write(data)
         return
     with one_line_errors():
         write_private(Path(output), data)
-    err.print(f"{action} of cluster {name} written to {output} (valid for {ttl}s)", markup=False)
+    typer.echo(f"{action} of cluster {name} written to {output} (valid for {ttl}s)", err=True)
 
 
 @app.command()
@@ -73,20 +82,16 @@ def kubeconfig(
     if break_glass:
         _download("kubeconfig", name, output, ttl, namespace, kubeconfig)
         return
-    path = kubeconfig_path(kubeconfig)
-
-    async def check() -> None:
-        async with connect(kubeconfig) as client:
-            await client.get(CLUSTER, name, namespace)  # it exists, and you may see it
-
-    run(check)
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        clusters = rest.kind("clusters")
+        rest.request("GET", clusters.path(namespace, name))  # it exists, and you may see it
+        data = proxied(kubeconfig_path(kubeconfig), name, namespace).encode()
+    if output == STDOUT:
+        sys.stdout.buffer.write(data)
+        return
     with one_line_errors():
-        data = proxied(path, name, namespace).encode()
-        if output == STDOUT:
-            sys.stdout.buffer.write(data)
-            return
         write_private(Path(output), data)
-    err.print(f"kubeconfig of cluster {name} (through herder, as you) written to {output}", markup=False)
+    typer.echo(f"kubeconfig of cluster {name} (through herder, as you) written to {output}", err=True)
 
 
 @app.command()
@@ -112,18 +117,18 @@ def backup(
 ) -> None:
     """Take an etcd backup of the cluster now (Operator and up) and print the EtcdBackup's name."""
 
-    async def work() -> str:
-        async with connect(kubeconfig) as client:
-            answer = await client.run_action(CLUSTER, name, "backup", {}, namespace)
-            number = int(json.loads(answer)["requested"])
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                backups = ((await client.get(CLUSTER, name, namespace)).status or {}).get("backups") or {}
-                if int(backups.get("served") or 0) >= number:
-                    if backups.get("lastError"):
-                        raise fail(f"backup of cluster {name} failed: {backups['lastError']}")
-                    return str(backups.get("lastBackup", ""))
-                await asyncio.sleep(0.5)
-        raise fail(f"backup of cluster {name} asked for, not taken within {timeout}s (it still will be)")
-
-    out.print(run(work), markup=False)
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        cluster = rest.kind("clusters")
+        answer = rest.raw("POST", cluster.path(namespace, name, "backup"), body={})
+        number = int(json.loads(answer)["requested"])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = rest.request("GET", cluster.path(namespace, name)).get("status") or {}
+            backups = status.get("backups") or {}
+            if int(backups.get("served") or 0) >= number:
+                if backups.get("lastError"):
+                    raise fail(f"backup of cluster {name} failed: {backups['lastError']}")
+                typer.echo(str(backups.get("lastBackup", "")))
+                return
+            time.sleep(0.5)
+    raise fail(f"backup of cluster {name} asked for, not taken within {timeout}s (it still will be)")

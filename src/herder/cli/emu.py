@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
+import yaml
 
+from herder.cli.common import ProviderKubeconfigOption
 from herder.cli.errors import fail
+from herder.cli.ports import check_free
+from herder.cli.text import columns
 from herder.emu.options import (
     CLOUD_OPERATIONS,
     DEFAULT_MACHINE_CIDR,
@@ -136,6 +141,7 @@ def run(
     )
     if register is not None and not register.is_file():
         raise fail(f"--register {register}: no such kubeconfig")
+    check_free(listen, "the emulator's control API", "--listen")
     # The emulator itself (grpc, the emulated Kubernetes API) loads only for the command that runs it.
     from herder.emu.control.registration import register_machines
     from herder.emu.control.run import serve
@@ -149,6 +155,8 @@ def run(
         asyncio.run(serve(options, host, port, ready=ready))
     except (OSError, ValueError) as e:
         raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None  # Ctrl+C before the emulator took over the signals
 
 
 def _base_url(url: str | None, data_dir: Path | None) -> str:
@@ -175,27 +183,45 @@ def _request(method: str, url: str, path: str, body: dict[str, Any] | None = Non
     return data
 
 
+MACHINE_COLUMNS = ("UUID", "ENDPOINT", "HOSTNAME", "STAGE", "POWER", "VERSION", "FAULTS")
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
 @app.command("machines")
 def list_machines(
     url: UrlOption = None,
     data_dir: DataDirOption = None,
-    output: Annotated[
-        str, typer.Option("-o", "--output", help="table (default) or json (every field, bmc and power too).")
-    ] = "table",
+    output: Annotated[Format, typer.Option("--output", "-o", help="table, json or yaml.")] = Format.table,
 ) -> None:
-    """List the emulated machines: uuid, endpoint, stage, power, version, faults (and with -o json their
-    BMC's address, field bmc)."""
-    if output not in ("table", "json"):
-        raise fail(f"unknown output {output!r}: expected table or json")
+    """List the emulated machines, one per line under a header: UUID, ENDPOINT (where its Talos API
+    answers), HOSTNAME, STAGE, POWER (on or off), VERSION (of Talos) and FAULTS (injected, or -). With -o
+    json or yaml, everything the control API shows of each (also node, ready, installed, machine_type,
+    cluster_id, last_error and hardware), for scripts."""
     machines = _request("GET", _base_url(url, data_dir), "/machines")
-    if output == "json":
+    if output is Format.json:
         typer.echo(json.dumps(machines, indent=2))
         return
-    for m in machines:
-        faults = ",".join(m["faults"]) or "-"
-        typer.echo(
-            f"{m['uuid']}\t{m['endpoint']}\t{m['hostname']}\t{m['stage']}\t{m['power']}\t{m['talos_version']}\t{faults}"
+    if output is Format.yaml:
+        typer.echo(yaml.safe_dump(machines, sort_keys=False), nl=False)
+        return
+    rows = [
+        (
+            m["uuid"],
+            m["endpoint"],
+            m["hostname"],
+            m["stage"],
+            m["power"],
+            m["talos_version"],
+            ",".join(m["faults"]) or "-",
         )
+        for m in machines
+    ]
+    typer.echo(columns(rows, MACHINE_COLUMNS))
 
 
 @app.command("clusters")
@@ -264,7 +290,7 @@ def cloud_fault(
 @app.command("provider")
 def provider(
     provider_id: Annotated[str, typer.Option("--id", help="The infra provider's id.")],
-    kubeconfig: Annotated[Path, typer.Option("--kubeconfig", help="The provider's kubeconfig.")],
+    kubeconfig: ProviderKubeconfigOption = None,
     emulator: Annotated[
         str | None,
         typer.Option("--emulator", help="The emulator's control API URL (default: from herder's config)."),

@@ -15,7 +15,15 @@ from typing import Annotated, Any
 import typer
 
 from herder.api.datadir import write_kubeconfig
-from herder.cli.common import KubeconfigOption, connect, err, kubeconfig_path, out, run
+from herder.cli.common import (
+    KubeconfigOption,
+    ProviderKubeconfigOption,
+    connect,
+    err,
+    kubeconfig_path,
+    out,
+    run,
+)
 from herder.cli.errors import fail
 from herder.client import Client, Credentials
 from herder.client.kubeconfig import load
@@ -153,10 +161,11 @@ def run_options(
     )
 
 
-def run_until_signalled(provider_type: str, provider_id: str, kubeconfig: Path, options: Any) -> None:
+def run_until_signalled(provider_type: str, provider_id: str, kubeconfig: Path | None, options: Any) -> None:
     """Run a provider in this process until SIGTERM or SIGINT (exit 0)."""
     from herder.infra import ConfigError, UnknownProvider, load_provider, run_provider
 
+    path = kubeconfig_path(kubeconfig, admin_default=False)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request drowns what matters
     try:
@@ -169,7 +178,7 @@ def run_until_signalled(provider_type: str, provider_id: str, kubeconfig: Path, 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        async with Client.from_kubeconfig(kubeconfig) as client:
+        async with Client.from_kubeconfig(path) as client:
             await run_provider(provider, client, provider_id, options, stop)
 
     try:
@@ -181,7 +190,7 @@ def run_until_signalled(provider_type: str, provider_id: str, kubeconfig: Path, 
 @app.command("run")
 def run_command(
     provider_id: Annotated[str, typer.Argument(metavar="ID", help="The provider's id.")],
-    kubeconfig: Annotated[Path, typer.Option("--kubeconfig", help="The provider's kubeconfig.")],
+    kubeconfig: ProviderKubeconfigOption = None,
     provider_type: Annotated[
         str | None,
         typer.Option("--type", help="The provider (an entry point of herder.providers; default: the id)."),

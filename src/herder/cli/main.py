@@ -1,41 +1,71 @@
 """The ``herder`` entry point: one typer application with a sub-command group per area.
 
-A command line names one area, and only that area's module is imported to run it: the areas together
-import most of herder (the server, the emulator, templates, the Talos library), which would make every
-short command, ``herder talos version`` as much as ``herder serve``, pay for all of them at start.
+Each area is registered lazily (``herder.cli.lazy``): a command line loads only the module of the area it
+names, and ``herder --help`` none, since the areas together import most of herder (the server, the
+emulator, templates, the Talos library), which would make every short command pay for all of them.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import typer
 
-# Sub-command → (module, attribute, whether it is a group of commands).
-COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "talos": ("herder.cli.talos", "app", True),
-    "serve": ("herder.cli.serve", "serve_command", False),
-    "demo": ("herder.cli.serve", "demo", False),
-    "get": ("herder.cli.objects", "get", False),
-    "apply": ("herder.cli.objects", "apply", False),
-    "delete": ("herder.cli.objects", "delete", False),
-    "describe": ("herder.cli.objects", "describe", False),
-    "serviceaccount": ("herder.cli.accounts", "app", True),
-    "audit": ("herder.cli.audit", "audit_events", False),
-    "cluster": ("herder.cli.clusters", "app", True),
-    "machine": ("herder.cli.machines", "app", True),
-    "emu": ("herder.cli.emu", "app", True),
-    "infraprovider": ("herder.cli.infraproviders", "app", True),
-    "machinerequest": ("herder.cli.infraproviders", "requests_app", True),
-    "debug": ("herder.cli.debug", "app", True),
-    "access": ("herder.cli.access", "app", True),
+from herder.cli.lazy import Lazy, lazy_group
+
+COMMANDS: dict[str, Lazy] = {
+    "talos": Lazy("herder.cli.talos", "app", "Talos configs and the Talos machine API."),
+    "serve": Lazy(
+        "herder.cli.serve",
+        "serve_command",
+        "Run herder's API server (HTTPS) and its Talos API gateway; on first start it writes "
+        "DATA_DIR/admin.kubeconfig.",
+    ),
+    "demo": Lazy(
+        "herder.cli.serve",
+        "demo",
+        "Run herder with demo objects in ./.herder-demo, the Talos emulator beside it with a demo cluster, "
+        "and print how to use kubectl against both.",
+    ),
+    "get": Lazy("herder.cli.objects", "get", "List objects of a kind, or show one."),
+    "apply": Lazy(
+        "herder.cli.objects",
+        "apply",
+        "Create objects from YAML, or update those that exist (a merge of the manifest onto them).",
+    ),
+    "delete": Lazy(
+        "herder.cli.objects", "delete", "Delete one object (KIND NAME), or the objects of -f FILE."
+    ),
+    "describe": Lazy(
+        "herder.cli.objects",
+        "describe",
+        "Show one object: metadata, spec, status, conditions, and its recent audit events.",
+    ),
+    "serviceaccount": Lazy(
+        "herder.cli.accounts", "app", "Service accounts: identities with a role, for scripts and providers."
+    ),
+    "audit": Lazy(
+        "herder.cli.audit", "audit_events", "Show recent audit events (readable by Admin and Support)."
+    ),
+    "cluster": Lazy("herder.cli.clusters", "app", "Clusters: their credentials, templates and operations."),
+    "machine": Lazy("herder.cli.machines", "app", "Machines: register them, and release them."),
+    "emu": Lazy("herder.cli.emu", "app", "The Talos emulator: many emulated Talos machines in one process."),
+    "infraprovider": Lazy("herder.cli.infraproviders", "app", "Infra providers: register them, run them."),
+    "machinerequest": Lazy(
+        "herder.cli.infraproviders", "requests_app", "Machine requests: let go of stuck ones."
+    ),
+    "access": Lazy(
+        "herder.cli.access", "app", "What the access policy gives you, or anyone, on each cluster."
+    ),
+    "debug": Lazy(
+        "herder.cli.debug", "app", "What herder is made of: its controllers and what each reads and writes."
+    ),
 }
 
 
-def _root() -> typer.Typer:
+def build() -> typer.Typer:
+    """The application, its areas registered lazily."""
     app = typer.Typer(
         name="herder",
+        cls=lazy_group(COMMANDS),
         help="herder: a management plane for Talos Linux Kubernetes clusters.",
         no_args_is_help=True,
         pretty_exceptions_enable=False,
@@ -52,19 +82,5 @@ def _root() -> typer.Typer:
     return app
 
 
-def build(names: list[str] | None = None) -> typer.Typer:
-    """The application with the sub-commands ``names`` (all of them by default)."""
-    app = _root()
-    for name in names if names is not None else list(COMMANDS):
-        module, attribute, group = COMMANDS[name]
-        target = getattr(importlib.import_module(module), attribute)
-        if group:
-            app.add_typer(target, name=name)
-        else:
-            app.command(name)(target)
-    return app
-
-
 def main() -> None:
-    first = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
-    build([first] if first in COMMANDS else None)()
+    build()()

@@ -1,4 +1,9 @@
-"""``herder get``, ``apply``, ``delete`` and ``describe``: kubectl's everyday verbs for herder's kinds."""
+"""``herder get``, ``apply``, ``delete`` and ``describe``: kubectl's everyday verbs for herder's kinds.
+
+They speak to the server through the light synchronous client (``herder.client.rest``), as kubectl does:
+kinds found through discovery, tables as the server renders them, objects as JSON documents. So they
+answer at once, without loading the async client or the kinds' models.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,14 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.table import Table
 
-from herder.cli.common import KubeconfigOption, connect, out, run
 from herder.cli.errors import fail
-from herder.client import Client, Forbidden, NotFound
-from herder.resources import KindInfo, Resource
-from herder.resources.access import AUDIT_KIND_LABEL, AUDIT_NAME_LABEL, audit_label_value
+from herder.cli.kubeconfigs import KubeconfigOption
+from herder.cli.quick import connect_rest, one_line_failures
+from herder.cli.text import columns
+from herder.client.errors import Forbidden, NotFound
+from herder.client.rest import MERGE_PATCH, TABLE, Kind, Rest
+from herder.resources.audit_labels import AUDIT_KIND_LABEL, AUDIT_NAME_LABEL, audit_label_value
 
 
 class Output(StrEnum):
@@ -51,39 +57,31 @@ def _cell(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def table(
-    info: KindInfo, objects: list[Resource], *, with_namespace: bool = False, wide: bool = False
-) -> Table:
-    """Objects as ``kubectl get`` shows them: name, the kind's printer columns, age."""
-    columns = [c for c in info.printer_columns if wide or c.priority == 0]
-    grid = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    if with_namespace:
-        grid.add_column("NAMESPACE")
-    grid.add_column("NAME")
-    for column in columns:
-        grid.add_column(column.name.upper())
-    grid.add_column("AGE")
-    for obj in objects:
-        data = obj.to_dict()
-        row = [_cell(c.value(data)) for c in columns]
-        lead = [obj.namespace or ""] if with_namespace else []
-        grid.add_row(*lead, obj.name, *row, age(obj.metadata.creation_timestamp))
-    return grid
+def table_rows(table: dict[str, Any], *, with_namespace: bool) -> tuple[list[str], list[list[str]]]:
+    """A server's Table as kubectl prints it: its columns of priority 0, the namespace first with ``-A``."""
+    shown = [i for i, c in enumerate(table.get("columnDefinitions") or []) if c.get("priority", 0) == 0]
+    definitions = table.get("columnDefinitions") or []
+    header = (["NAMESPACE"] if with_namespace else []) + [definitions[i]["name"].upper() for i in shown]
+    rows = []
+    for row in table.get("rows") or []:
+        cells = row.get("cells") or []
+        lead = (
+            [((row.get("object") or {}).get("metadata") or {}).get("namespace", "")] if with_namespace else []
+        )
+        rows.append(lead + [_cell(cells[i]) if i < len(cells) else "" for i in shown])
+    return header, rows
 
 
-def dump(objects: list[Resource], output: Output, *, single: bool) -> str:
-    data: Any = (
-        objects[0].to_dict()
-        if single
-        else {
-            "apiVersion": "v1",
-            "kind": "List",
-            "items": [o.to_dict() for o in objects],
-        }
-    )
+def dump(objects: list[dict[str, Any]], output: Output, *, single: bool) -> str:
+    data: Any = objects[0] if single else {"apiVersion": "v1", "kind": "List", "items": objects}
     if output is Output.json:
         return json.dumps(data, indent=2)
     return yaml.safe_dump(data, sort_keys=False).rstrip()
+
+
+def _with_kind(kind: Kind, item: dict[str, Any]) -> dict[str, Any]:
+    # List items may omit apiVersion and kind, as in Kubernetes.
+    return {"apiVersion": kind.api_version, "kind": kind.kind, **item}
 
 
 def get(
@@ -99,44 +97,43 @@ def get(
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """List objects of a kind, or show one."""
-
-    async def work() -> None:
-        async with connect(kubeconfig) as client:
-            info = client.kind(kind)
-            ns = None if all_namespaces or not info.namespaced else namespace
-            by_namespace = all_namespaces and info.namespaced
-            if name is not None:
-                objects = [await client.get(info, name, ns)]
-                rv = objects[0].metadata.resource_version
-            else:
-                listed = await client.list(info, ns, label_selector=selector)
-                objects, rv = listed.items, listed.resource_version
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        found = rest.kind(kind)
+        ns = None if all_namespaces or not found.namespaced else namespace
+        by_namespace = all_namespaces and found.namespaced
+        params = {"labelSelector": selector} if selector else {}
+        accept = TABLE if output is Output.table else "application/json"
+        answer = rest.request("GET", found.path(ns, name), params=params, accept=accept)
+        rv = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+        if output is Output.table:
+            header, rows = table_rows(answer, with_namespace=by_namespace)
+            if rows:
+                typer.echo(columns(rows, header))
+            elif not watch:
+                where = f" in {ns} namespace" if ns else ""
+                typer.echo(f"No {found.plural} found{where}.")
+        elif name is not None:
+            typer.echo(dump([answer], output, single=True))
+        else:
+            items = [_with_kind(found, item) for item in answer.get("items") or []]
+            typer.echo(dump(items, output, single=False))
+        if not watch:
+            return
+        watched = {"resourceVersion": rv, "allowWatchBookmarks": "true", **params}
+        if name is not None:
+            watched["fieldSelector"] = f"metadata.name={name}"
+        for event in rest.stream(found.path(ns), watched, accept=accept):
+            if event.get("type") in ("BOOKMARK", "ERROR"):
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise fail(str(status.get("message") or "the watch ended with an error"))
+                continue
+            shown = event.get("object") or {}
             if output is Output.table:
-                if objects:
-                    out.print(table(info, objects, with_namespace=by_namespace))
-                elif not watch:
-                    where = f" in {ns} namespace" if ns else ""
-                    out.print(f"No {info.plural} found{where}.")
+                typer.echo(columns(table_rows(shown, with_namespace=by_namespace)[1]))
             else:
-                out.print(dump(objects, output, single=name is not None), markup=False)
-            if not watch:
-                return
-            field = f"metadata.name={name}" if name else None
-            async for event in client.watch(
-                info, ns, resource_version=rv or None, label_selector=selector, field_selector=field
-            ):
-                if event.type == "BOOKMARK":
-                    continue
-                if output is Output.table:
-                    grid = table(info, [event.object], with_namespace=by_namespace)
-                    grid.show_header = False
-                    out.print(grid)
-                else:
-                    out.print(
-                        dump([event.object], output, single=True) + ("\n---" if output is Output.yaml else "")
-                    )
-
-    run(work)
+                text = dump([shown], output, single=True)
+                typer.echo(text + ("\n---" if output is Output.yaml else ""))
 
 
 def _documents(sources: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -165,18 +162,21 @@ def _documents(sources: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
                     yield where, doc
 
 
-def _load(files: list[str] | None, namespace: str, client: Client) -> list[tuple[KindInfo, Resource]]:
+def _load(files: list[str] | None, namespace: str, rest: Rest) -> list[tuple[Kind, dict[str, Any]]]:
+    """The documents of ``files``, each with its kind and namespace."""
     if not files:
         raise fail("-f FILE is required (a file, a directory, or - for stdin)")
     loaded = []
     for where, doc in _documents(files):
-        obj = Resource.from_dict(doc)
-        info = client.registry.for_object(obj)
-        if info.namespaced and not obj.metadata.namespace:
-            obj.metadata.namespace = namespace
-        if not obj.name:
-            raise ValueError(f"{where}: {info.kind} without metadata.name")
-        loaded.append((info, obj))
+        if not isinstance(doc.get("apiVersion"), str) or not isinstance(doc.get("kind"), str):
+            raise ValueError(f"{where}: a document without apiVersion and kind")
+        found = rest.kind_of(doc["apiVersion"], doc["kind"])
+        metadata = doc.get("metadata")
+        if not isinstance(metadata, dict) or not metadata.get("name"):
+            raise ValueError(f"{where}: {found.kind} without metadata.name")
+        if found.namespaced and not metadata.get("namespace"):
+            metadata["namespace"] = namespace
+        loaded.append((found, doc))
     return loaded
 
 
@@ -186,25 +186,27 @@ def apply(
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Create objects from YAML, or update those that exist (a merge of the manifest onto them)."""
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        for found, doc in _load(filename, namespace, rest):
+            meta = doc["metadata"]
+            ref, ns = f"{found.singular}/{meta['name']}", meta.get("namespace")
+            try:
+                current = rest.request("GET", found.path(ns, meta["name"]))
+            except NotFound:
+                rest.request("POST", found.path(ns), body=doc)
+                typer.echo(f"{ref} created")
+                continue
+            manifest = {**doc, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+            manifest.pop("status", None)
+            changed = rest.request(
+                "PATCH", found.path(ns, meta["name"]), body=manifest, content_type=MERGE_PATCH
+            )
+            same = _version(changed) == _version(current)
+            typer.echo(f"{ref} {'unchanged' if same else 'configured'}")
 
-    async def work() -> None:
-        async with connect(kubeconfig) as client:
-            for info, obj in _load(filename, namespace, client):
-                ref = f"{info.singular}/{obj.name}"
-                try:
-                    current = await client.get(info, obj.name, obj.namespace)
-                except NotFound:
-                    await client.create(obj)
-                    out.print(f"{ref} created", markup=False)
-                    continue
-                manifest = obj.to_dict()
-                manifest.pop("status", None)
-                manifest["metadata"].pop("resourceVersion", None)
-                changed = await client.patch(info, obj.name, manifest, obj.namespace)
-                same = changed.metadata.resource_version == current.metadata.resource_version
-                out.print(f"{ref} {'unchanged' if same else 'configured'}", markup=False)
 
-    run(work)
+def _version(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def delete(
@@ -215,31 +217,32 @@ def delete(
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Delete one object (KIND NAME), or the objects of -f FILE."""
-
-    async def work() -> None:
-        async with connect(kubeconfig) as client:
-            if filename:
-                targets = [
-                    (info, obj.name, obj.namespace) for info, obj in _load(filename, namespace, client)
-                ]
-            elif kind and name:
-                info = client.kind(kind)
-                targets = [(info, name, namespace if info.namespaced else None)]
-            else:
-                raise fail("name what to delete: KIND NAME, or -f FILE")
-            for info, obj_name, ns in targets:
-                marked = await client.delete(info, obj_name, ns)
-                state = "marked for deletion (finalizers pending)" if marked else "deleted"
-                out.print(f"{info.singular}/{obj_name} {state}", markup=False)
-
-    run(work)
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        if filename:
+            targets = [
+                (found, doc["metadata"]["name"], doc["metadata"].get("namespace"))
+                for found, doc in _load(filename, namespace, rest)
+            ]
+        elif kind and name:
+            found = rest.kind(kind)
+            targets = [(found, name, namespace if found.namespaced else None)]
+        else:
+            raise fail("name what to delete: KIND NAME, or -f FILE")
+        for found, obj_name, ns in targets:
+            answer = rest.request("DELETE", found.path(ns, obj_name))
+            # An object finalizers hold comes back marked for deletion; one gone comes back as a Status.
+            marked = answer.get("kind") == found.kind and (answer.get("metadata") or {}).get(
+                "deletionTimestamp"
+            )
+            state = "marked for deletion (finalizers pending)" if marked else "deleted"
+            typer.echo(f"{found.singular}/{obj_name} {state}")
 
 
 def _section(title: str, data: Any) -> None:
     if not data:
         return
-    out.print(f"[bold]{title}:[/bold]")
-    out.print("  " + yaml.safe_dump(data, sort_keys=False).rstrip().replace("\n", "\n  "), markup=False)
+    typer.echo(f"{title}:")
+    typer.echo("  " + yaml.safe_dump(data, sort_keys=False).rstrip().replace("\n", "\n  "))
 
 
 def describe(
@@ -249,67 +252,58 @@ def describe(
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Show one object: metadata, spec, status, conditions, and its recent audit events."""
-
-    async def work() -> None:
-        async with connect(kubeconfig) as client:
-            info = client.kind(kind)
-            obj = await client.get(info, name, namespace if info.namespaced else None)
-            meta = obj.metadata
-            head = Table.grid(padding=(0, 2))
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        found = rest.kind(kind)
+        obj = rest.request("GET", found.path(namespace if found.namespaced else None, name))
+        meta = obj.get("metadata") or {}
+        owner = next((r for r in meta.get("ownerReferences") or () if r.get("controller")), None)
+        created = meta.get("creationTimestamp")
+        head = [
+            (label, value)
             for label, value in (
-                ("Name", obj.name),
-                ("Namespace", obj.namespace),
-                ("Kind", f"{info.kind} ({info.api_version})"),
-                ("Created", f"{meta.creation_timestamp} ({age(meta.creation_timestamp)} ago)"),
-                ("Deleting since", meta.deletion_timestamp),
-                ("Generation", str(meta.generation)),
-                ("Owner", f"{ref.kind}/{ref.name}" if (ref := meta.controller_ref()) else None),
-            ):
-                if value:
-                    head.add_row(f"{label}:", value)
-            out.print(head)
-            _section("Labels", meta.labels)
-            _section("Annotations", meta.annotations)
-            _section("Finalizers", meta.finalizers)
-            _section("Spec", obj.spec)
-            status = dict(obj.status or {})
-            conditions = status.pop("conditions", None) or []
-            _section("Status", status)
-            if conditions:
-                grid = Table("TYPE", "STATUS", "REASON", "MESSAGE", "AGE", box=None, header_style="bold")
-                for c in conditions:
-                    since = age(c.get("lastTransitionTime"))
-                    grid.add_row(
-                        c.get("type", ""),
-                        c.get("status", ""),
-                        c.get("reason", ""),
-                        c.get("message", ""),
-                        since,
-                    )
-                out.print("[bold]Conditions:[/bold]")
-                out.print(grid)
-            await _recent_audit(client, info, obj)
-
-    run(work)
+                ("Name", meta.get("name")),
+                ("Namespace", meta.get("namespace")),
+                ("Kind", f"{found.kind} ({found.api_version})"),
+                ("Created", f"{created} ({age(created)} ago)" if created else None),
+                ("Deleting since", meta.get("deletionTimestamp")),
+                ("Generation", str(meta.get("generation") or "")),
+                ("Owner", f"{owner['kind']}/{owner['name']}" if owner else None),
+            )
+            if value
+        ]
+        typer.echo(columns([(f"{label}:", str(value)) for label, value in head]))
+        _section("Labels", meta.get("labels"))
+        _section("Annotations", meta.get("annotations"))
+        _section("Finalizers", meta.get("finalizers"))
+        _section("Spec", obj.get("spec"))
+        status = dict(obj.get("status") or {})
+        conditions = status.pop("conditions", None) or []
+        _section("Status", status)
+        if conditions:
+            typer.echo("Conditions:")
+            rows = [
+                [c.get(f, "") for f in ("type", "status", "reason", "message")]
+                + [age(c.get("lastTransitionTime"))]
+                for c in conditions
+            ]
+            typer.echo(columns(rows, ["TYPE", "STATUS", "REASON", "MESSAGE", "AGE"], indent="  "))
+        _recent_audit(rest, found, obj)
 
 
-async def _recent_audit(client: Client, info: KindInfo, obj: Resource, limit: int = 10) -> None:
-    selector = f"{AUDIT_KIND_LABEL}={info.kind}"
-    if (name := audit_label_value(obj.name)) is not None:
+def _recent_audit(rest: Rest, found: Kind, obj: dict[str, Any], limit: int = 10) -> None:
+    meta = obj.get("metadata") or {}
+    selector = f"{AUDIT_KIND_LABEL}={found.kind}"
+    if (name := audit_label_value(str(meta.get("name", "")))) is not None:
         selector += f",{AUDIT_NAME_LABEL}={name}"
     try:
-        events = (await client.list("auditevents", label_selector=selector)).items
+        events = rest.request("GET", rest.kind("auditevents").path(), params={"labelSelector": selector})
     except Forbidden:
-        out.print("[bold]Audit events:[/bold] (readable by Admin only)")
+        typer.echo("Audit events: (readable by Admin only)")
         return
-    events = [e for e in events if (e.spec or {}).get("namespace", "") == (obj.namespace or "")][-limit:]
-    if not events:
+    specs = [e.get("spec") or {} for e in events.get("items") or []]
+    specs = [s for s in specs if s.get("namespace", "") == (meta.get("namespace") or "")][-limit:]
+    if not specs:
         return
-    grid = Table("TIME", "USER", "VERB", "CODE", box=None, header_style="bold")
-    for e in events:
-        spec = e.spec or {}
-        grid.add_row(
-            spec.get("time", ""), spec.get("user", ""), spec.get("verb", ""), str(spec.get("code", ""))
-        )
-    out.print("[bold]Audit events:[/bold]")
-    out.print(grid)
+    typer.echo("Audit events:")
+    rows = [[s.get("time", ""), s.get("user", ""), s.get("verb", ""), str(s.get("code", ""))] for s in specs]
+    typer.echo(columns(rows, ["TIME", "USER", "VERB", "CODE"], indent="  "))

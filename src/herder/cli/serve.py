@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +19,9 @@ import typer
 from herder.api.audit_retention import DEFAULT_MAX_AGE, DEFAULT_MAX_EVENTS, Retention
 from herder.api.datadir import DEFAULT_LISTEN, KUBECONFIG, default_data_dir, write_kubeconfig
 from herder.cli.errors import fail
+from herder.cli.ports import check_free
 from herder.client.kubeconfig import load
+from herder.emu.options import DEFAULT_MACHINE_CIDR
 from herder.resources import Resource
 from herder.resources.access import SERVICE_ACCOUNT
 from herder.resources.catalog import herder_registry
@@ -52,9 +57,12 @@ def controller_manager(options: ControllerOptions) -> BackgroundFactory:
     return make
 
 
+log = logging.getLogger("herder.serve")
+
 DEMO_DIR = Path(".herder-demo")
 DEMO_ENDPOINTS = "127.0.0.1:7000-7099"
 DEMO_PROVIDER = "emulator"
+DEMO_EMULATOR = "127.0.0.1:50080"
 
 DataDirOption = Annotated[Path | None, typer.Option("--data-dir", help="Data directory.", show_default=False)]
 SpareKeysOption = Annotated[
@@ -68,12 +76,13 @@ SpareKeysOption = Annotated[
         show_default=False,
     ),
 ]
+DEFAULT_ENDPOINT_PORTS = "10000-10999"
 ClusterEndpointsOption = Annotated[
     str | None,
     typer.Option(
         "--cluster-endpoints",
         help="HOST:FIRST-LAST: where herder's load balancers serve the Kubernetes API of clusters "
-        "without spec.endpoint (one port each).",
+        f"without spec.endpoint, one port each (default: the --listen host, ports {DEFAULT_ENDPOINT_PORTS}).",
         show_default=False,
     ),
 ]
@@ -128,7 +137,13 @@ def _run(
     ready: Ready | None = None,
     background: Sequence[BackgroundFactory] = (),
     talos_listen: str | None = None,
+    around: Callable[[], AbstractAsyncContextManager[None]] | None = None,
 ) -> None:
+    """Serve until SIGTERM or SIGINT; ``around`` is started before the server and stopped after it (the
+    demo's emulator), so that a failure to start it ends the start."""
+    gateway_listen = talos_listen or _next_port(options.listen)
+    check_free(options.listen, "herder's API", "--listen")
+    check_free(gateway_listen, "the Talos API gateway", "--talos-listen")
     # The server's imports (uvicorn, krm, the controllers) load only for the commands that serve.
     from herder.api.serve import serve
     from herder.controllers.catalog import register_admission
@@ -142,24 +157,53 @@ def _run(
     work = [controller_manager(controller_options), *background]
     try:
         gateway = TalosGateway(
-            options.data_dir,
-            talos_listen or _next_port(options.listen),
-            support=options.support_token_file is not None,
+            options.data_dir, gateway_listen, support=options.support_token_file is not None
         )
-        asyncio.run(
-            serve(
-                options,
-                background=work,
-                ready=ready,
-                prepare=[lambda store: register_admission(store, controller_options)],
-                actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
-                services=[gateway.service],
-                ui=web_ui,
-                mounts=[KubeProxy],
-            )
-        )
+
+        async def started(store: Store) -> None:
+            endpoints = controller_options.cluster_endpoints
+            if endpoints is not None:
+                host = f"[{endpoints.host}]" if ":" in endpoints.host else endpoints.host
+                log.info(
+                    "cluster endpoints: %s:%d-%d (load balancers of clusters without spec.endpoint; "
+                    "--cluster-endpoints moves them)",
+                    host,
+                    endpoints.first,
+                    endpoints.last,
+                )
+            if ready is not None:
+                await ready(store)
+
+        async def main() -> None:
+            async with around() if around is not None else contextlib.nullcontext():
+                await serve(
+                    options,
+                    background=work,
+                    ready=started,
+                    prepare=[lambda store: register_admission(store, controller_options)],
+                    actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
+                    services=[gateway.service],
+                    ui=web_ui,
+                    mounts=[KubeProxy],
+                )
+
+        asyncio.run(main())
     except (OSError, ValueError, StateError) as exc:
         raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        # Ctrl+C before the server took over the signals (while it starts): a stop, not a crash.
+        raise typer.Exit(130) from None
+    _exit_stopped()
+
+
+def _exit_stopped() -> None:
+    """End the process of a server that stopped cleanly, now. Everything it keeps is closed by then (the
+    store, the audit log); what is left is the interpreter tearing down its modules and objects one by
+    one, which takes seconds on a busy machine after a server ran a while, for nothing the user waits for."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _next_port(listen: str) -> str:
@@ -181,6 +225,15 @@ def serve_command(
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="Its private key (PEM).")] = None,
     tls_ca: Annotated[
         Path | None, typer.Option("--tls-ca", help="CA of --tls-cert, written to the admin kubeconfig.")
+    ] = None,
+    tls_san: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tls-san",
+            help="Another host name or IP of the serving certificate herder issues from its CA: the "
+            "address replicas are reached behind. Repeatable.",
+            show_default=False,
+        ),
     ] = None,
     encryption_key_file: Annotated[
         Path | None,
@@ -265,6 +318,7 @@ def serve_command(
         tls_cert=tls_cert,
         tls_key=tls_key,
         tls_ca=tls_ca,
+        tls_sans=tuple(tls_san or ()),
         encryption_key_file=encryption_key_file,
         audit_retention=Retention(timedelta(days=audit_max_age_days), audit_max_events),
         max_body_bytes=max_body_bytes,
@@ -319,13 +373,17 @@ def _managed_backups(flag: str) -> BackupPolicy:
 def _controller_options(
     cluster_endpoints: str | None, data_dir: Path, listen: str, spare_keys: int | None = None
 ) -> ControllerOptions:
-    from herder.api.serve import parse_listen, server_url
+    from herder.api.serve import host_port, parse_listen, server_url
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.load_balancer import EndpointRange
 
     try:
-        endpoints = EndpointRange.parse(cluster_endpoints) if cluster_endpoints else None
-        api_url = server_url(*parse_listen(listen))
+        host, port = parse_listen(listen)
+        api_url = server_url(host, port)
+        # By default the balancers listen where the API does (a wildcard address is reached through
+        # loopback, as the API is), on ports below the system's ephemeral ones.
+        loopback = host_port(host, port).rpartition(":")[0]
+        endpoints = EndpointRange.parse(cluster_endpoints or f"{loopback}:{DEFAULT_ENDPOINT_PORTS}")
     except ValueError as exc:
         raise fail(str(exc)) from None
     options = ControllerOptions(
@@ -336,7 +394,7 @@ def _controller_options(
     return options
 
 
-def _demo_objects() -> list[Resource]:
+def _demo_objects(emulator: str) -> list[Resource]:
     registry = herder_registry()
     patch = registry.get("ConfigPatch")
 
@@ -361,16 +419,13 @@ def _demo_objects() -> list[Resource]:
             }
         )
 
-    from herder.emu.control.demo import CONTROL_API
-
     in_demo = {"labels": {"herder.dev/cluster": "demo"}}
-    host, port = CONTROL_API
     provider = Resource.model_validate(
         {
             "apiVersion": "herder.dev/v1alpha1",
             "kind": "InfraProvider",
             "metadata": {"name": DEMO_PROVIDER},
-            "spec": {"displayName": "the demo's emulator", "config": {"emulator": f"http://{host}:{port}"}},
+            "spec": {"displayName": "the demo's emulator", "config": {"emulator": emulator}},
         }
     )
     return [
@@ -424,10 +479,10 @@ def _demo_objects() -> list[Resource]:
     ]
 
 
-async def _seed_demo(data_dir: Path, store: Store) -> None:
+async def _seed_demo(data_dir: Path, store: Store, emulator: str) -> None:
     from herder.api import tokens
 
-    for obj in [*_demo_objects(), _viewer()]:
+    for obj in [*_demo_objects(emulator), _viewer()]:
         with contextlib.suppress(AlreadyExists):
             await store.create(obj, actor=SYSTEM)
     from herder.api.serve import UI_PATH
@@ -481,20 +536,42 @@ def demo(
     listen: ListenOption = DEFAULT_LISTEN,
     cluster_endpoints: ClusterEndpointsOption = DEMO_ENDPOINTS,
     talos_listen: TalosListenOption = None,
+    emulator_listen: Annotated[
+        str, typer.Option("--emulator-listen", help="HOST:PORT of the emulator's control API.")
+    ] = DEMO_EMULATOR,
+    machine_cidr: Annotated[
+        str,
+        typer.Option(
+            "--machine-cidr", help="Loopback network the emulated machines get their addresses from."
+        ),
+    ] = DEFAULT_MACHINE_CIDR,
 ) -> None:
     """Run herder with demo objects in ./.herder-demo, the Talos emulator beside it with a demo
     cluster, and print how to use kubectl against both."""
-    from herder.api.serve import ServeOptions
+    # Every address the demo listens on is checked before the server and the emulator load.
+    check_free(listen, "herder's API", "--listen")
+    check_free(talos_listen or _next_port(listen), "the Talos API gateway", "--talos-listen")
+    check_free(emulator_listen, "the emulator's control API", "--emulator-listen")
+    from herder.api.serve import ServeOptions, parse_listen
     from herder.emu.control.demo import DemoEmulator
 
     where = data_dir or DEMO_DIR
+    try:
+        emulator_address = parse_listen(emulator_listen, "--emulator-listen")
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    emulator = DemoEmulator(where, where / KUBECONFIG, listen=emulator_address, machine_cidr=machine_cidr)
+    emulator_url = f"http://{emulator_listen}"
+
+    async def ready(store: Store) -> None:
+        await _seed_demo(where, store, emulator_url)
+        await emulator.register()
+
     _run(
         ServeOptions(data_dir=where, listen=listen),
         _controller_options(cluster_endpoints, where, listen),
-        lambda store: _seed_demo(where, store),
-        [
-            lambda store: DemoEmulator(where, where / KUBECONFIG),
-            *providers(where, [f"{DEMO_PROVIDER}=emulator"]),
-        ],
+        ready,
+        providers(where, [f"{DEMO_PROVIDER}=emulator"]),
         talos_listen=talos_listen,
+        around=emulator.running,
     )

@@ -14,16 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import quote
 
 import httpx
 
-from herder.client.errors import TransportError, from_status
+from herder.client.errors import TransportError, describe, from_status
 from herder.client.kubeconfig import Credentials, load
+from herder.client.rest import api_path
 from herder.resources import KindInfo, KindRegistry, Resource
 from herder.resources.catalog import herder_registry
 
 PatchType = Literal["merge", "json", "strategic"]
+# How long a watch may stay silent before its connection counts as gone: several of herder's bookmarks.
+WATCH_SILENCE = 120.0
 _PATCH_MEDIA = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -116,13 +118,7 @@ class Client:
     def path(
         self, info: KindInfo, namespace: str | None = None, name: str | None = None, sub: str = ""
     ) -> str:
-        base = f"/apis/{info.group}/{info.version}" if info.group else f"/api/{info.version}"
-        if info.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{info.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-        return f"{base}/{sub}" if sub else base
+        return api_path(info.group, info.version, info.plural, info.namespaced, namespace, name, sub)
 
     @staticmethod
     def _namespace(info: KindInfo, namespace: str | None) -> str | None:
@@ -142,7 +138,7 @@ class Client:
         try:
             response = await self._http.request(method, path, params=params, content=content, headers=headers)
         except httpx.HTTPError as err:
-            raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None
+            raise TransportError(f"cannot reach {self.server}: {describe(err)}") from None
         return _decode(response)
 
     # verbs
@@ -250,11 +246,15 @@ class Client:
         ):
             if value:
                 params[key] = value
-        request = self._http.build_request("GET", self.path(info, namespace), params=params)
+        # A watch is silent between events: herder sends a bookmark every 30 s, so only a longer silence
+        # means the connection is gone (the client's timeout would end a quiet watch every time).
+        timeout = self._http.timeout
+        quiet = httpx.Timeout(timeout.connect, read=WATCH_SILENCE, write=timeout.write, pool=timeout.pool)
+        request = self._http.build_request("GET", self.path(info, namespace), params=params, timeout=quiet)
         try:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as err:
-            raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None
+            raise TransportError(f"cannot reach {self.server}: {describe(err)}") from None
         try:
             if response.status_code >= 400:
                 await response.aread()
@@ -268,7 +268,7 @@ class Client:
                     raise from_status(int(status.get("code") or 500), status)
                 yield WatchEvent(event["type"], Resource.from_dict(event["object"]))
         except httpx.HTTPError as err:
-            raise TransportError(f"the watch on {self.server} broke: {err or type(err).__name__}") from None
+            raise TransportError(f"the watch on {self.server} broke: {describe(err)}") from None
         finally:
             await response.aclose()
 
@@ -307,7 +307,7 @@ class Client:
                 headers={"Content-Type": "application/json"},
             )
         except httpx.HTTPError as err:
-            raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None
+            raise TransportError(f"cannot reach {self.server}: {describe(err)}") from None
         if response.status_code >= 400:
             _decode(response)
         return response.content

@@ -58,6 +58,12 @@ class Unavailable(ApiError):
     pass
 
 
+def describe(err: BaseException) -> str:
+    """What an error says, for a message that wraps it: its text, or its kind when it has none (a timeout
+    says nothing), so that a reason after a colon is never empty."""
+    return str(err) or type(err).__name__
+
+
 class TransportError(Exception):
     """The server could not be reached, or answered with something that is not the API."""
 

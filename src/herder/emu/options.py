@@ -3,6 +3,7 @@ timings) and the faults it can inject: light enough for the CLI to import withou
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,14 @@ from herder.emu.timings import Timings
 DEFAULT_TALOS_VERSION = "v1.13.9"
 DEFAULT_MACHINE_CIDR = "127.100.0.0/16"
 DEFAULT_MACHINE_PORT = 50000
+
+
+def spare_network() -> str:
+    """A random /16 of 127.0.0.0/8 for an emulator run beside others (the benchmarks'): never the default
+    network, which a user's ``herder demo`` or ``herder emu run`` holds."""
+    default = int(DEFAULT_MACHINE_CIDR.split(".")[1])
+    return f"127.{random.choice([n for n in range(64, 251) if n != default])}.0.0/16"
+
 
 FAULTS = ("crash", "partition", "heal", "slow-boot", "fail-upgrade", "fail-install", "vanish")
 """Faults a machine can be given; ``crash``, ``heal`` and ``vanish`` (the machine is destroyed, as a cloud

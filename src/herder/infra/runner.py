@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from herder.client import ApiError, Client, Conflict, Gone, NotFound, TransportError
+from herder.client import ApiError, Client, Conflict, Gone, NotFound, TransportError, describe
 from herder.infra.config import load_config
 from herder.infra.provider import Fail, JoinConfig, Provider, RequestContext, Retry
 from herder.resources import Resource
@@ -330,7 +330,7 @@ class ProviderRunner:
                 return
             except Exception as exc:
                 attempts = int(status.get("attempts") or 0) + 1
-                error = str(exc) or type(exc).__name__
+                error = describe(exc)
                 status.update(
                     providerState=ctx.state, attempts=attempts, lastError={"message": error, "time": now()}
                 )
@@ -405,7 +405,7 @@ class ProviderRunner:
             await self.provider.deprovision(ctx)
         except Exception as exc:
             attempts = int(status.get("attempts") or 0) + 1
-            error = f"deprovisioning failed: {exc or type(exc).__name__}"
+            error = f"deprovisioning failed: {describe(exc)}"
             status.update(attempts=attempts, lastError={"message": error, "time": now()}, message=error)
             await self._write(request, status)
             self._later(
@@ -432,7 +432,7 @@ class ProviderRunner:
             try:
                 alive = await self.provider.exists(self._context(request, status))
             except Exception as exc:
-                log.warning("provider %s: checking %s: %s", self.provider_id, request.name, exc)
+                log.warning("provider %s: checking %s: %s", self.provider_id, request.name, describe(exc))
                 return
             if alive:
                 return

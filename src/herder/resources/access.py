@@ -8,7 +8,6 @@ So listing tokens can never show anything that helps to forge one.
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -62,21 +61,8 @@ def read_only_of(obj: Resource) -> dict[str, str]:
 # The label Token objects carry naming their subject, so that one account's tokens list cheaply.
 TOKEN_SUBJECT_LABEL = "herder.dev/token-subject"
 
-# Labels on AuditEvents, so that they can be selected by object, verb and user.
-AUDIT_KIND_LABEL = "herder.dev/audit-kind"
-AUDIT_NAME_LABEL = "herder.dev/audit-name"
-AUDIT_VERB_LABEL = "herder.dev/audit-verb"
-AUDIT_USER_LABEL = "herder.dev/audit-user"
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
-
-
-def audit_label_value(text: str) -> str | None:
-    """``text`` as the value of an audit label (``:`` becomes ``.``), or None when it cannot be one."""
-    value = text.replace(":", ".")
-    return value if _LABEL_VALUE.match(value) else None
-
-
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+# AuditEvents are labelled by object, verb and user: herder.resources.audit_labels.
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 class IdentitySpec(BaseModel):

@@ -20,7 +20,7 @@ from herder.resources.configuration import GROUP, VERSION
 from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
 
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 DEFAULT_STORE = "default"
 DEFAULT_RETENTION = 24

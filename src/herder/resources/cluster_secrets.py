@@ -9,7 +9,7 @@ from herder.resources.registry import KindInfo
 
 
 class ClusterSecretsSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     bundle: str = Field(min_length=1, description="the secrets bundle in talosctl's secrets YAML format")
     talos_contract: str = Field(default="", alias="talosContract", description="version contract, X.Y")

@@ -19,7 +19,7 @@ from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL, Stage
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
 from herder.resources.status import WithConditions, condition_column, condition_reason_column
 
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 Role = Literal["controlplane", "worker"]
 CONTROL_PLANE_SET_SUFFIX = "-control-planes"
@@ -37,9 +37,12 @@ def control_plane_set_name(cluster: str) -> str:
     return cluster + CONTROL_PLANE_SET_SUFFIX
 
 
+_EXAMPLES = {"Talos": "v1.13.2", "Kubernetes": "1.33.0"}
+
+
 def _version(value: str, what: str) -> str:
     if not _VERSION.match(value.strip()):
-        raise ValueError(f"invalid {what} version {value!r}: expected X.Y.Z, e.g. v1.13.2")
+        raise ValueError(f"invalid {what} version {value!r}: expected X.Y.Z, e.g. {_EXAMPLES[what]}")
     return value.strip()
 
 
@@ -82,7 +85,7 @@ class ClusterSpec(BaseModel):
     endpoint: str = Field(
         default="", description="the Kubernetes API URL the configs carry; empty: herder's load balancer"
     )
-    features: ClusterFeatures = ClusterFeatures()
+    features: ClusterFeatures = Field(default_factory=ClusterFeatures)
     backups: ClusterBackups | None = Field(default=None, description="scheduled etcd backups")
     system_extensions: list[str] = Field(
         default_factory=list, alias="systemExtensions", description="official extensions of every machine"
@@ -152,7 +155,7 @@ class ClusterStatus(WithConditions):
     model_config = _STRICT
 
     phase: ClusterPhase = "Provisioning"
-    machines: MachineCounts = MachineCounts()
+    machines: MachineCounts = Field(default_factory=MachineCounts)
     endpoint: str = ""
     talos_contract: str = Field(default="", alias="talosContract")
     initial_talos_version: str = Field(default="", alias="initialTalosVersion")
@@ -176,7 +179,7 @@ class Strategy(BaseModel):
     model_config = _STRICT
 
     type: Literal["Rolling", "Unset"] = "Rolling"
-    rolling: RollingStrategy = RollingStrategy()
+    rolling: RollingStrategy = Field(default_factory=RollingStrategy)
 
     def parallelism(self, machines: int) -> int:
         return self.rolling.max_parallelism if self.type == "Rolling" else max(machines, 1)
@@ -256,7 +259,7 @@ class MachineSetStatus(BaseModel):
     model_config = _STRICT
 
     phase: ClusterPhase = "Provisioning"
-    machines: MachineCounts = MachineCounts()
+    machines: MachineCounts = Field(default_factory=MachineCounts)
     allocation: AllocationStatus | None = None
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []
@@ -315,7 +318,7 @@ class ClusterMachineStatus(BaseModel):
     stage: Stage = "Unknown"
     ready: bool = False
     config_hash: str = Field(default="", alias="configHash", description="the config last applied")
-    apply: ApplyStatus = ApplyStatus()
+    apply: ApplyStatus = Field(default_factory=ApplyStatus)
     upgrade: UpgradeStatus | None = None
     etcd_member: bool = Field(default=False, alias="etcdMember")
     talos_version: str = Field(default="", alias="talosVersion")

@@ -13,7 +13,7 @@ VERSION = "v1alpha1"
 class ConfigPatchSpec(BaseModel):
     """A Talos config patch (strategic merge or JSON 6902), targeted by its labels."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     data: str = Field(min_length=1, description="the patch document(s), YAML")
     description: str = ""

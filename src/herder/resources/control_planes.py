@@ -13,7 +13,7 @@ from herder.resources.configuration import GROUP, VERSION
 from herder.resources.registry import KindInfo, PrinterColumn
 from herder.resources.status import condition_column, condition_reason_column
 
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 class EtcdMemberHealth(BaseModel):
@@ -60,7 +60,7 @@ class LoadBalancerHealth(BaseModel):
 class ControlPlaneStatusStatus(BaseModel):
     model_config = _STRICT
 
-    etcd: EtcdHealth = EtcdHealth()
+    etcd: EtcdHealth = Field(default_factory=EtcdHealth)
     components: list[ComponentHealth] = []
     load_balancer: LoadBalancerHealth | None = Field(default=None, alias="loadBalancer")
     checked_at: str = Field(default="", alias="checkedAt")

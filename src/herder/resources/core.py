@@ -8,13 +8,13 @@ from herder.resources.registry import KindInfo, PrinterColumn
 
 
 class NamespaceSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     finalizers: list[str] = []
 
 
 class NamespaceStatus(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     phase: str = "Active"
 

@@ -17,7 +17,7 @@ from herder.resources.core import NAMESPACE
 from herder.resources.object import Resource
 from herder.resources.registry import KindInfo, KindRegistry, PrinterColumn
 
-_OPEN = ConfigDict(extra="allow", populate_by_name=True)
+_OPEN = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
 LABEL_CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 ROLE_PREFIX = "node-role.kubernetes.io/"

@@ -17,7 +17,7 @@ from herder.resources.configuration import GROUP, VERSION
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
 from herder.resources.status import condition_column
 
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 # Labels herder sets on a Machine while it belongs to a cluster (and users may select on).
 CLUSTER_LABEL = "herder.dev/cluster"
@@ -91,7 +91,7 @@ class MachineSpec(BaseModel):
 
 
 class Disk(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     name: str = ""
     size: int = 0

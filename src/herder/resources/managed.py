@@ -18,7 +18,7 @@ from herder.resources.access import RESERVED_PREFIX
 from herder.resources.configuration import GROUP, VERSION
 from herder.resources.registry import KindInfo, PrinterColumn
 
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 def offering_name(provider_id: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-_CAMEL = ConfigDict(populate_by_name=True, extra="forbid")
+_CAMEL = ConfigDict(populate_by_name=True, extra="forbid", defer_build=True)
 
 # Marks an object a controller owns (its name is the value): only that controller may change it.
 CONTROLLER_ANNOTATION = "herder.dev/controller"

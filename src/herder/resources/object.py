@@ -21,7 +21,7 @@ class Resource(BaseModel):
     fields (a ConfigMap's ``data``) keep them as extra fields.
     """
 
-    model_config = ConfigDict(populate_by_name=True, extra="allow")
+    model_config = ConfigDict(populate_by_name=True, extra="allow", defer_build=True)
 
     api_version: str = Field(alias="apiVersion")
     kind: str

@@ -23,7 +23,7 @@ from herder.resources.registry import KindInfo, PrinterColumn, label_path
 from herder.resources.schematic import Customization, MetaValue, Schematic, SystemExtensions
 from herder.resources.status import condition_column, condition_reason_column
 
-_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
+_STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 MACHINE_REQUEST_LABEL = "herder.dev/machine-request"
 MACHINE_REQUEST_SET_LABEL = "herder.dev/machine-request-set"
@@ -144,7 +144,7 @@ class InfraProviderStatus(BaseModel):
     version: str = ""
     last_heartbeat: str = Field(default="", alias="lastHeartbeat")
     heartbeat_interval_seconds: float = Field(default=0, alias="heartbeatIntervalSeconds", ge=0)
-    capabilities: ProviderCapabilities = ProviderCapabilities()
+    capabilities: ProviderCapabilities = Field(default_factory=ProviderCapabilities)
     conditions: list[dict[str, Any]] = []
 
 

@@ -219,7 +219,10 @@ def _field_errors(prefix: str, err: ValidationError) -> list[FieldError]:
             "missing": "FieldValueRequired",
             "extra_forbidden": "FieldValueNotSupported",
         }.get(e["type"], "FieldValueInvalid")
-        message = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+        # A validator's ValueError comes as "Value error, <its message>": the message is the reason.
+        message = (
+            "unknown field" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+        )
         out.append(FieldError(field_path, message, reason))
     return out
 

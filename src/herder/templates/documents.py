@@ -218,7 +218,8 @@ class TalosDoc(_Document):
     @field_validator("version")
     @classmethod
     def _v(cls, value: str) -> str:
-        if not value.startswith("v"):
+        # Empty is left to the version policy's check (it is also the stand-in for an invalid one).
+        if value and not value.startswith("v"):
             raise ValueError(f"invalid Talos version {value!r}: it starts with v, e.g. v1.13.2")
         return value
 

@@ -15,12 +15,13 @@ from functools import cache
 
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import ConfigInput, GenerateError, MachineType, generate_config
+from herder.talos.generate_input import parse_kubernetes_version
 from herder.talos.patch_layers import check_allowed
 from herder.talos.patches import PatchError, apply_patches, load_patch
 from herder.talos.secrets import SecretsBundle, generate_secrets
 from herder.talos.system_patches import disk_encryption
 from herder.talos.validate import check_config
-from herder.talos.versions import Version
+from herder.talos.versions import compatible_kubernetes
 from herder.templates.documents import ClusterDoc, ControlPlaneDoc, MachineDoc, WorkersDoc
 from herder.templates.problems import Problems
 from herder.templates.template import Source, Template
@@ -36,20 +37,34 @@ def _throwaway_secrets(contract: VersionContract) -> SecretsBundle:
 
 
 def check_patches(template: Template, problems: Problems) -> None:
-    """Add an error for every patch of the template that would not make a valid config."""
+    """Add an error for every patch of the template that would not make a valid config.
+
+    Version errors are reported on their own and do not hide the patches': with an invalid Kubernetes
+    version the configs are generated for the newest one the Talos version supports; with an invalid
+    Talos version there is no contract to check against, and each patch is only parsed and checked for
+    what herder owns."""
     cluster = template.cluster
     if cluster is None:
         return
     try:
         contract = VersionContract.parse(cluster.talos.version)
-        Version.parse(cluster.kubernetes.version)
     except ValueError:
-        return  # a version error is reported on its own; there is no contract to check against
+        _check_alone(template, problems)
+        return
+    kubernetes = cluster.kubernetes.version
+    try:
+        parse_kubernetes_version(kubernetes)
+    except GenerateError:
+        supported = compatible_kubernetes(cluster.talos.version)
+        if not supported:
+            _check_alone(template, problems)
+            return
+        kubernetes = f"{supported[-1]}.0"
     cluster_source = template.source_of(cluster)
     sets = template.of(ControlPlaneDoc) + template.of(WorkersDoc)
     roles = {MachineType.CONTROLPLANE} | {MachineType.WORKER for _, d in sets if isinstance(d, WorkersDoc)}
     by_machine = {uuid: (source, d) for source, d in sets for uuid in d.machines}
-    checker = _Checker(template, problems, cluster, contract)
+    checker = _Checker(template, problems, cluster, contract, kubernetes)
     for role in sorted(roles):
         base = checker.base(role, DEFAULT_DISK)
         if base is None:
@@ -72,14 +87,32 @@ def check_patches(template: Template, problems: Problems) -> None:
             checker.layer(below, [source], "")
 
 
+def _check_alone(template: Template, problems: Problems) -> None:
+    """Each patch parsed and checked for what herder owns, as far as it goes without a contract."""
+    for source in template.sources:
+        for i, (patch, text) in enumerate(template.patches(source)):
+            if text is None:
+                continue
+            try:
+                check_allowed(load_patch(text), patch.title)
+            except PatchError as exc:
+                problems.error(source.label, f"patches[{i}]", str(exc))
+
+
 class _Checker:
     def __init__(
-        self, template: Template, problems: Problems, cluster: ClusterDoc, contract: VersionContract
+        self,
+        template: Template,
+        problems: Problems,
+        cluster: ClusterDoc,
+        contract: VersionContract,
+        kubernetes: str,
     ):
         self._template = template
         self._problems = problems
         self._cluster = cluster
         self._contract = contract
+        self._kubernetes = kubernetes
         self._reported: set[tuple[int, int]] = set()
         self._bases: dict[tuple[MachineType, str], str | None] = {}
 
@@ -96,7 +129,7 @@ class _Checker:
                 ConfigInput(
                     cluster_name=self._cluster.name,
                     endpoint=self._cluster.kubernetes.endpoint or PLACEHOLDER_ENDPOINT,
-                    kubernetes_version=self._cluster.kubernetes.version,
+                    kubernetes_version=self._kubernetes,
                     contract=self._contract,
                     secrets=_throwaway_secrets(self._contract),
                     install_disk=disk,

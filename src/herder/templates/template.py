@@ -31,6 +31,15 @@ from herder.templates.problems import Problems, field_path
 
 D = TypeVar("D", bound=Document)
 _PARTIAL_PASSES = 4
+STAND_IN = "cluster"
+"""The cluster name the rest of a template is checked with when its Cluster document's is missing or
+invalid (and reported)."""
+# Values put in place of a required field whose value is invalid (and reported), per kind, so that the
+# rest of the document is still checked: the cluster's name, and its versions (empty: the version checks
+# leave fields alone that have an error already).
+_STAND_INS: dict[str, dict[tuple[int | str, ...], Any]] = {
+    "Cluster": {("name",): STAND_IN, ("talos", "version"): "", ("kubernetes", "version"): ""},
+}
 
 
 @dataclass(frozen=True)
@@ -40,10 +49,12 @@ class Source:
     index: int
     line: int
     document: Document
+    written_name: Any = None
+    """The document's name as written (which a stand-in replaced if it was invalid)."""
 
     @property
     def label(self) -> str:
-        return document_label(self.document.kind, getattr(self.document, "name", None), self.index)
+        return document_label(self.document.kind, self.written_name, self.index)
 
 
 def document_label(kind: str, name: Any, index: int) -> str:
@@ -164,7 +175,7 @@ def _decode(index: int, line: int, data: Any, problems: Problems) -> Source | No
     where = document_label(kind, data.get("name"), index)
     model = KINDS[kind]
     try:
-        return Source(index, line, model.model_validate(data))
+        return Source(index, line, model.model_validate(data), data.get("name"))
     except ValidationError as exc:
         errors = exc.errors()
     for error in errors:
@@ -173,13 +184,35 @@ def _decode(index: int, line: int, data: Any, problems: Problems) -> Source | No
     # The rest of the document is still checked, so that one bad field does not hide the others: bad
     # values are left out (and a part that then lacks a required field, with it) until it decodes.
     partial = data
+    stand_ins = _STAND_INS.get(kind, {})
     for _ in range(_PARTIAL_PASSES):
-        partial = _without(partial, [e["loc"] if e["type"] != "missing" else e["loc"][:-1] for e in errors])
+        doomed = [e["loc"] for e in errors if e["type"] != "missing"]
+        partial = _without(partial, doomed)
+        for error in errors:
+            if error["type"] != "missing":
+                continue
+            if error["loc"] in stand_ins:
+                partial = _with(partial, error["loc"], stand_ins[error["loc"]])
+            else:
+                partial = _without(partial, [error["loc"][:-1]])
         try:
-            return Source(index, line, model.model_validate(partial))
+            return Source(index, line, model.model_validate(partial), data.get("name"))
         except ValidationError as exc:
             errors = exc.errors()
     return None
+
+
+def _with(data: dict[str, Any], location: tuple[int | str, ...], value: Any) -> dict[str, Any]:
+    """A copy of ``data`` with ``value`` at ``location`` (in maps only; made where missing)."""
+    out = copy.deepcopy(data)
+    node: Any = out
+    for part in location[:-1]:
+        if not isinstance(node, dict):
+            return out
+        node = node.setdefault(part, {})
+    if isinstance(node, dict):
+        node[location[-1]] = value
+    return out
 
 
 def _holds(node: Any, part: int | str) -> bool:

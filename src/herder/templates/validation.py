@@ -18,7 +18,7 @@ from herder.templates.documents import ClusterDoc, ControlPlaneDoc, MachineDoc, 
 from herder.templates.patch_checks import check_patches
 from herder.templates.problems import Problems
 from herder.templates.render import DEFAULT_NAMESPACE, Rendered, render_sources
-from herder.templates.template import Template
+from herder.templates.template import STAND_IN, Template
 
 # Where a field of a rendered Cluster comes from in the Cluster document.
 _CLUSTER_FIELDS = {
@@ -30,8 +30,6 @@ _CLUSTER_FIELDS = {
 
 
 _VERSION_FIELDS = ("talos.version", "kubernetes.version")
-# The cluster name the rest of a template is checked with when its Cluster document is missing or broken.
-STAND_IN = "cluster"
 
 
 @cache
@@ -147,7 +145,10 @@ def _checked(rendered: list[Rendered], problems: Problems) -> list[Resource]:
             out.append(_registry().for_object(obj).validate(obj))
         except InvalidObject as exc:
             for cause in exc.causes:
-                problems.error(item.source.label, _field_of(item, cause.field), cause.message)
+                field = _field_of(item, cause.field)
+                # A field the template's reading found wrong is made of a stand-in: said once is enough.
+                if not any(e.document == item.source.label and e.field == field for e in problems.errors):
+                    problems.error(item.source.label, field, cause.message)
     return out
 
 

@@ -106,6 +106,11 @@ class EndpointBalancer:
         self._pipes.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            # ``stop`` ends the connections it cancels. The task must then end as finished, not as
+            # cancelled: asyncio's server (Python 3.11) asks a cancelled handler for its exception,
+            # which raises, and logs a CancelledError traceback for every open connection.
+            writer.close()
         finally:
             self._pipes.discard(task)
 

@@ -28,6 +28,8 @@ from herder.runtime.outputs import Writes
 from herder.talos.machine import split_endpoint
 
 KUBERNETES_PORT = 6443
+# Who holds a port of the range that another process listened on when a cluster wanted it.
+_ELSEWHERE = ObjectKey("", None, "")
 _RANGE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})-(\d{1,5})$")
 
 
@@ -108,21 +110,30 @@ class LoadBalancerController(Controller):
                 ctx, key, "", "set spec.endpoint, or start herder serve with --cluster-endpoints"
             )
             return None
-        port = await self._port(ctx, cluster)
-        if port is None:
-            await self._record(
-                ctx,
-                key,
-                "",
-                f"every address of {self._range.host} ports {self._range.first}-{self._range.last} is taken",
-            )
-            return None
+        # A port no config carries yet that another process holds is skipped for the next free one.
+        fresh = self._range.port_of(str((cluster.status or {}).get("endpoint") or "")) is None
         balancer = self._balancers.get(key)
-        if balancer is None:
+        while True:
+            port = await self._port(ctx, cluster)
+            if port is None:
+                await self._record(
+                    ctx,
+                    key,
+                    "",
+                    f"every address of {self._range.host} ports {self._range.first}-{self._range.last} is taken",
+                )
+                return None
+            if balancer is not None:
+                break
             balancer = EndpointBalancer(self._range.host, port)
             try:
                 await balancer.start()
+                break
             except OSError as exc:
+                balancer = None
+                if fresh and exc.errno == errno.EADDRINUSE and self._taken is not None:
+                    self._taken[port] = _ELSEWHERE
+                    continue
                 problem = f"cannot listen on {self._range.host}:{port}: {exc}"
                 ephemeral = _ephemeral_ports()
                 if exc.errno == errno.EADDRINUSE and ephemeral and ephemeral[0] <= port <= ephemeral[1]:
@@ -132,7 +143,7 @@ class LoadBalancerController(Controller):
                     )
                 await self._record(ctx, key, self._range.url(port), problem)
                 return Result(requeue_after=5)
-            self._balancers[key] = balancer
+        self._balancers[key] = balancer
         balancer.set_backends(await _backends(ctx, cluster))
         await self._record(ctx, key, self._range.url(port), "")
         return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 from typing import Any
 
@@ -61,9 +62,18 @@ class ControlAPI:
         # Cloud faults armed: operation → calls left to fail (0: every call, until cleared).
         self.cloud_faults: dict[str, int] = {}
 
-    async def start(self, host: str, port: int) -> str:
-        """Listen; returns the base URL."""
-        self._server = await asyncio.start_server(self._handle, host, port)
+    async def start(self, host: str, port: int, *, option: str = "--listen") -> str:
+        """Listen; returns the base URL. An address in use is an ``OSError`` naming it and ``option``, the
+        flag that moves it."""
+        try:
+            self._server = await asyncio.start_server(self._handle, host, port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise OSError(
+                f"{host}:{port}, where the emulator's control API listens, is in use: free it or move it "
+                f"with {option}",
+            ) from None
         bound = self._server.sockets[0].getsockname()
         return f"http://{bound[0]}:{bound[1]}"
 

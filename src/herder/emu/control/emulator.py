@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 import uuid as uuidlib
 from collections.abc import Callable
 from typing import Any
@@ -60,13 +61,8 @@ class Emulator:
         self._published_power: dict[str, bool] = {}
 
     async def start(self) -> None:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
-        pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
-        state_pb2_grpc.add_StateServicer_to_server(ResourceService(self), server)  # type: ignore[no-untyped-call]
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        self._server = server
-        self.network = Network(port)
+        """Start the machines. An address a machine must serve on that is taken (another emulator on the
+        same network) is an ``OSError`` saying which, before anything listens."""
         for cluster in self.store.load_clusters():
             self.services.adopt(cluster)
         for record in self.store.load_machines():
@@ -81,6 +77,15 @@ class Emulator:
             )
             if self.bmcs is not None:
                 self.bmcs.add(machine)
+        for machine in self.machines.values():
+            _check_free(machine)
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+        pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
+        state_pb2_grpc.add_StateServicer_to_server(ResourceService(self), server)  # type: ignore[no-untyped-call]
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        self._server = server
+        self.network = Network(port)
         if self.bmcs is not None and self.options.bmc is not None:
             self.bmc_url = await self.bmcs.start(self.options.bmc.host, self.options.bmc.port)
         self._publish()
@@ -217,6 +222,21 @@ class Emulator:
         async with asyncio.timeout(timeout):
             while not predicate():
                 await self._changed.wait()
+
+
+def _check_free(machine: Machine) -> None:
+    """Whether the machine's address can be listened on (as its listener will, reusing an address in
+    TIME_WAIT): an ``OSError`` naming it and the flag that moves the machines if not."""
+    with socket.socket(socket.AF_INET6 if ":" in machine.address else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((machine.address, machine.record.port))
+        except OSError as exc:
+            raise OSError(
+                f"{machine.record.endpoint}, where emulated machine {machine.uuid} serves its Talos API, "
+                f"cannot be listened on ({exc.strerror}): free it, or move the machines with --machine-cidr "
+                "(another emulator may run on this network)",
+            ) from None
 
 
 def _cluster_id(machine: Machine) -> str:

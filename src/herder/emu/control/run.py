@@ -8,7 +8,8 @@ import ctypes.util
 import logging
 import resource
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from typing import Any
 
 from herder.emu.control.api import ControlAPI
@@ -45,24 +46,18 @@ def _raise_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-async def serve(
-    options: EmulatorOptions,
-    listen_host: str,
-    listen_port: int,
-    *,
-    stop: asyncio.Event | None = None,
-    ready: Callable[[Emulator], Coroutine[Any, Any, None]] | None = None,
-) -> None:
-    """Run the emulator and its control API until ``stop`` is set (default: until SIGTERM or SIGINT).
-
-    ``ready`` runs once everything listens (the demo forms its cluster there); its failure is logged.
-    """
+@asynccontextmanager
+async def running(
+    options: EmulatorOptions, listen_host: str, listen_port: int, *, listen_option: str = "--listen"
+) -> AsyncIterator[Emulator]:
+    """The emulator and its control API, listening until the block ends. An address in use (the control
+    API's, named by ``listen_option``, or a machine's) ends the start with an ``OSError`` saying which."""
     _raise_file_limit()
     emulator = Emulator(options)
     await emulator.start()
     control = ControlAPI(emulator)
     try:
-        url = await control.start(listen_host, listen_port)
+        url = await control.start(listen_host, listen_port, option=listen_option)
         emulator.store.write_info(url, emulator.bmc_url)
         log.warning(
             "emulator: %d machines in %s (port %d); control API %s; data in %s",
@@ -78,19 +73,37 @@ async def serve(
                 emulator.bmc_url,
                 emulator.store.bmc_ca_file,
             )
-        loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(_return_freed_memory())]
-        if ready is not None:
-            tasks.append(loop.create_task(ready(emulator)))
-            tasks[-1].add_done_callback(_report_failure)
-        if stop is None:
-            stop = asyncio.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        yield emulator
     finally:
         await control.stop()
         await emulator.stop()
+
+
+async def serve(
+    options: EmulatorOptions,
+    listen_host: str,
+    listen_port: int,
+    *,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[Emulator], Coroutine[Any, Any, None]] | None = None,
+) -> None:
+    """Run the emulator and its control API until ``stop`` is set (default: until SIGTERM or SIGINT, from
+    the start on: a signal while it starts stops it once started).
+
+    ``ready`` runs once everything listens (the demo forms its cluster there); its failure is logged.
+    """
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with running(options, listen_host, listen_port) as emulator:
+        tasks = [asyncio.create_task(_return_freed_memory())]
+        if ready is not None:
+            tasks.append(asyncio.create_task(ready(emulator)))
+            tasks[-1].add_done_callback(_report_failure)
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from herder.client import describe
 from herder.infra import Provider, RequestContext, Retry, Step
 
 # The namespace of the UUIDs derived from request uids.
@@ -75,9 +76,7 @@ class EmulatorProvider(Provider[EmulatedMachine, EmulatorConfig]):
         try:
             response = await self._http.request(method, self._url + path, json=body)
         except httpx.HTTPError as exc:
-            raise EmulatorError(
-                f"cannot reach the emulator at {self._url}: {exc or type(exc).__name__}"
-            ) from None
+            raise EmulatorError(f"cannot reach the emulator at {self._url}: {describe(exc)}") from None
         data = response.json() if response.content else {}
         return response.status_code, data
 

@@ -10,7 +10,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from herder.resources.access import AUDIT_KIND_LABEL, AUDIT_USER_LABEL, AUDIT_VERB_LABEL, audit_label_value
+from herder.resources.audit_labels import (
+    AUDIT_KIND_LABEL,
+    AUDIT_USER_LABEL,
+    AUDIT_VERB_LABEL,
+    audit_label_value,
+)
 from herder.web.app import Web
 from herder.web.caller import Caller
 from herder.web.pages import revision
