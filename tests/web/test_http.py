@@ -213,3 +213,31 @@ async def test_sign_out_ends_the_session(server: Server, tokens: dict[str, str])
         # The old cookie, sent again by hand, names no session any more.
         again = await ui.http.get("/clusters", headers={"Cookie": f"herder_session={old}"})
         assert again.status_code == 303
+
+
+async def test_a_none_identity_sees_and_acts_on_the_clusters_the_policy_grants_it(
+    server: Server, tokens: dict[str, str], objects: None
+) -> None:
+    policy = {
+        "apiVersion": "herder.dev/v1alpha1",
+        "kind": "AccessPolicy",
+        "metadata": {"name": "access-policy"},
+        "spec": {"rules": [{"users": ["serviceaccount:as-none"], "clusters": ["open"], "role": "Operator"}]},
+    }
+    async with server.http(tokens["Admin"]) as admin:
+        assert (await admin.post(CLUSTERS, json=cluster("closed"))).status_code == 201
+        made = await admin.post("/apis/herder.dev/v1alpha1/accesspolicies", json=policy)
+        assert made.status_code == 201, made.text
+    try:
+        async with Ui(server) as ui:
+            assert (await ui.login(tokens["None"])).status_code == 303
+            listing = (await ui.page("/clusters")).text
+            assert "/clusters/open" in listing and "closed" not in listing
+            detail = (await ui.page("/clusters/open")).text
+            assert "Delete cluster" in detail  # Operator on open: its buttons are there
+            assert (await ui.page("/clusters/closed")).status_code == 404
+            assert "Create machine class" not in (await ui.page("/machineclasses")).text
+    finally:
+        async with server.http(tokens["Admin"]) as admin:
+            await admin.delete("/apis/herder.dev/v1alpha1/accesspolicies/access-policy")
+            await admin.delete(f"{CLUSTERS}/closed")
