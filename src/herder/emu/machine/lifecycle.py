@@ -40,7 +40,6 @@ from herder.emu.machine.record import MachineRecord
 from herder.emu.machine.resources import (
     ResourceState,
     address_resources,
-    extension_resources,
     hardware_resources,
     hostname_resource,
     status_resource,
@@ -166,7 +165,6 @@ class Machine:
             for item in (
                 *hardware_resources(self.uuid, self.record.hardware),
                 *address_resources(self.address),
-                *extension_resources(self.record.schematic),
                 status_resource(self.stage, self.ready, self.unmet),
                 hostname_resource(self.hostname),
             ):
@@ -404,8 +402,7 @@ class Machine:
             self.record.talos_version, self.record.schematic = boot.talos_version, boot.schematic
             self._persist()
             if self._resources is not None:
-                for item in extension_resources(boot.schematic):
-                    self._resources.put(*item)
+                self._resources.refresh()  # its extensions are the booted image's
         self.last_error = ""
         return True
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from herder.emu.machine.kube_config import kube_facts
 from herder.emu.machine.lifecycle import Machine
-from herder.emu.machine.resources import ResourceState
+from herder.emu.machine.resources import ResourceState, extension_resources
 from herder.talos.machine import resources as res
 from herder.talos.machine.resources import Spec
 
@@ -35,7 +35,10 @@ def attach(machine: Machine, state: ResourceState) -> None:
         (res.RUNTIME, res.VERSION): lambda: {
             res.VERSION_ID: res.VersionSpec(version=machine.record.talos_version, name="Talos")
         },
-        (res.RUNTIME, res.EXTENSION_STATUS): dict,
+        # An Image Factory image's extensions: its "schematic" one, the machine's schematic ID its version.
+        (res.RUNTIME, res.EXTENSION_STATUS): lambda: {
+            id: spec for _, _, id, spec in extension_resources(machine.record.schematic)
+        },
         (res.NETWORK, res.NETWORK_STATUS): lambda: network_status(machine),
         (res.NETWORK, res.RESOLVER_STATUS): lambda: {
             res.RESOLVER_STATUS_ID: res.ResolverStatusSpec(dns_servers=(_gateway(machine),))
