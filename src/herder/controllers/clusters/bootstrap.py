@@ -51,7 +51,7 @@ class BootstrapController(Controller):
         self, keys: ClusterKeys, recovery: EtcdRecovery | None = None, clients: ClientPool | None = None
     ) -> None:
         self._keys = keys
-        self._clients = clients or ClientPool(keep=8, timeout=30)
+        self._clients = clients if clients is not None else ClientPool(keep=8, timeout=30)
         self._recovery = recovery
         self.watches = (
             Watch(CLUSTER.kind, cluster_changes("bootstrap")),

@@ -56,7 +56,7 @@ class ClusterMachineTeardownController(Controller):
 
     def __init__(self, keys: ClusterKeys, clients: ClientPool | None = None) -> None:
         self._keys = keys
-        self._clients = clients or ClientPool(keep=8, timeout=30)
+        self._clients = clients if clients is not None else ClientPool(keep=8, timeout=30)
         self.watches = (
             Watch(
                 CLUSTER_MACHINE.kind, on_change(own_key, "metadata.deletionTimestamp", "metadata.finalizers")

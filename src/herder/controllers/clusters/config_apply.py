@@ -66,7 +66,7 @@ class ConfigApplyController(Controller):
 
     def __init__(self, keys: ClusterKeys, clients: ClientPool | None = None) -> None:
         self._keys = keys
-        self._clients = clients or ClientPool(keep=32, timeout=30)
+        self._clients = clients if clients is not None else ClientPool(keep=32, timeout=30)
         self._locks: dict[str, asyncio.Lock] = {}
         self.watches = (
             # Its versions (an upgrade goes first) and the upgrade's progress.

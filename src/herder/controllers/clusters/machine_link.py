@@ -118,7 +118,7 @@ class MachineLinkController(Controller):
     ) -> None:
         self._keys = keys
         # Its streams are its own, never shared: the pool only dials them.
-        self._clients = clients or ClientPool()
+        self._clients = clients if clients is not None else ClientPool()
         self._unreachable_after = unreachable_after
         self._resync_after = resync_after
         self._links: dict[ObjectKey, _Link] = {}

@@ -39,7 +39,9 @@ class MachineRegistrationController(Controller):
 
     def __init__(self, clients: ClientPool | None = None) -> None:
         # Each endpoint is asked once (or once per retry): nothing to keep open.
-        self._clients = clients or ClientPool(keep=0, timeout=10, connect_timeout=5, retries=0)
+        self._clients = (
+            clients if clients is not None else ClientPool(keep=0, timeout=10, connect_timeout=5, retries=0)
+        )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         registration = await ctx.get(key)

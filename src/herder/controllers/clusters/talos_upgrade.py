@@ -51,7 +51,7 @@ class TalosUpgradeController(Controller):
         self, keys: ClusterKeys, *, start_timeout: float = START_TIMEOUT, clients: ClientPool | None = None
     ) -> None:
         self._keys = keys
-        self._clients = clients or ClientPool(keep=8, timeout=60)
+        self._clients = clients if clients is not None else ClientPool(keep=8, timeout=60)
         self._start_timeout = start_timeout
         self.watches = (
             Watch(
