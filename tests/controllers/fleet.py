@@ -92,6 +92,7 @@ class Fleet:
         connected: bool = True,
         talos: str = TALOS,
         labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
         **status: Any,
     ) -> Resource:
         """A Machine as its link reports it (running, reached over mTLS, unless told otherwise)."""
@@ -100,7 +101,7 @@ class Fleet:
                 "Machine",
                 uuid,
                 spec={"endpoint": self.endpoint(uuid)},
-                metadata={"labels": labels or {}},
+                metadata={"labels": labels or {}, "annotations": annotations or {}},
             )
         )
         return await self.site.set_status(
@@ -136,6 +137,10 @@ class Fleet:
             )
         )
         return await self.site.set_status(made, **status) if status else made
+
+    async def leave(self, member: Resource) -> Resource:
+        """Delete ``member`` as its node's going does: it stays, marked, until its teardown lets it go."""
+        return await self.site.store.delete("ClusterMachine", member.name, member.namespace)
 
     async def config(self, member: Resource, digest: str, *, kubernetes: str = KUBERNETES) -> Resource:
         """The ClusterMachineConfig generated for ``member``, of hash ``digest``."""

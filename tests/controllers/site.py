@@ -183,7 +183,8 @@ class Site:
             for e in listed.items
             if about is None or (e.model_extra or {})["involvedObject"]["name"] == about.name
         ]
-        events.sort(key=lambda e: (e.metadata.creation_timestamp or "", e.name))
+        # In the order they were written (timestamps have whole seconds).
+        events.sort(key=lambda e: int(e.metadata.resource_version or 0))
         return [
             (str(x["type"]), str(x["reason"]), str(x["message"]))
             for x in (e.model_extra or {} for e in events)
