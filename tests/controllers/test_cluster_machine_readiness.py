@@ -33,7 +33,13 @@ async def verdict(site: Site) -> tuple[bool, str, str]:
             "c1",
             (False, "InvalidConfig", "patch 1: no such field"),
         ),
-        ("worker", {}, {}, None, (False, "ConfigPending", "waiting for the machine's config to be generated")),
+        (
+            "worker",
+            {},
+            {},
+            None,
+            (False, "ConfigPending", "waiting for the machine's config to be generated"),
+        ),
         (
             "worker",
             {"connected": False, "stage": "Unreachable", "lastError": "connection refused"},
@@ -49,7 +55,13 @@ async def verdict(site: Site) -> tuple[bool, str, str]:
             "c1",
             (False, "ApplyFailed", "refused"),
         ),
-        ("worker", {"stage": "Booting"}, {"configHash": "c1"}, "c1", (False, "NotRunning", "machine is booting")),
+        (
+            "worker",
+            {"stage": "Booting"},
+            {"configHash": "c1"},
+            "c1",
+            (False, "NotRunning", "machine is booting"),
+        ),
         (
             "controlplane",
             {},
@@ -59,7 +71,13 @@ async def verdict(site: Site) -> tuple[bool, str, str]:
         ),
         ("controlplane", {}, {"configHash": "c1", "etcdMember": True}, "c1", (True, "Ready", "")),
         # An older config, failing or not, keeps the machine in service while its new one rolls out.
-        ("worker", {}, {"configHash": "c1", "apply": {"lastError": "refused"}}, "c2", (False, "ApplyFailed", "refused")),
+        (
+            "worker",
+            {},
+            {"configHash": "c1", "apply": {"lastError": "refused"}},
+            "c2",
+            (False, "ApplyFailed", "refused"),
+        ),
         ("worker", {}, {"configHash": "c1"}, "c2", (True, "Ready", "")),
     ],
 )
@@ -94,7 +112,9 @@ async def test_the_member_shows_its_machines_stage_and_version(site: Site) -> No
     site.clock.advance(30)
     await site.set_status(machine, stage="Running")
     assert await verdict(site) == (True, "Ready", "")
-    flipped = next(c for c in (await site.status("ClusterMachine", "m1"))["conditions"] if c["type"] == "Ready")
+    flipped = next(
+        c for c in (await site.status("ClusterMachine", "m1"))["conditions"] if c["type"] == "Ready"
+    )
     assert (first["lastTransitionTime"], flipped["lastTransitionTime"]) == (
         "2026-01-01T00:00:00Z",
         "2026-01-01T00:00:30Z",

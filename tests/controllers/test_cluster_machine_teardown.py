@@ -28,7 +28,9 @@ async def teardown(site: Site, fleet: Fleet) -> tuple[float | None, str]:
     """One reconcile: its requeue, and what the member says it waits for."""
     result = await site.reconcile(controller(site, fleet), KEY)
     member = await site.get("ClusterMachine", "m1")
-    return (result.requeue_after if result else None), ((member.status or {}).get("teardown", "") if member else "gone")
+    return (result.requeue_after if result else None), (
+        (member.status or {}).get("teardown", "") if member else "gone"
+    )
 
 
 async def test_a_worker_is_reset_then_released_once_back_in_maintenance(site: Site) -> None:
@@ -50,7 +52,9 @@ async def test_a_worker_is_reset_then_released_once_back_in_maintenance(site: Si
     assert told == ["Resetting", "Released"]
 
 
-async def test_a_control_plane_leaves_etcd_before_its_reset_and_only_while_etcd_is_healthy(site: Site) -> None:
+async def test_a_control_plane_leaves_etcd_before_its_reset_and_only_while_etcd_is_healthy(
+    site: Site,
+) -> None:
     fleet = Fleet(site)
     cluster = await fleet.cluster(etcd_healthy=False)
     await fleet.machine("m1")
@@ -93,10 +97,14 @@ async def test_a_forced_release_lets_the_member_go_without_a_reset(site: Site) -
     assert ("Warning", "ForceReleased", "machine m1 released without a reset") in await site.told(member)
 
 
-async def test_a_forced_release_of_a_control_plane_removes_its_etcd_member_through_another(site: Site) -> None:
+async def test_a_forced_release_of_a_control_plane_removes_its_etcd_member_through_another(
+    site: Site,
+) -> None:
     fleet = Fleet(site)
     cluster = await fleet.cluster()
-    await fleet.machine("m1", connected=False, stage="Unreachable", annotations={FORCE_RELEASE_ANNOTATION: "1"})
+    await fleet.machine(
+        "m1", connected=False, stage="Unreachable", annotations={FORCE_RELEASE_ANNOTATION: "1"}
+    )
     await fleet.machine("cp2")
     await fleet.member("cp2", "controlplane", configHash="c1", etcdMember=True)
     await fleet.leave(await fleet.member("m1", "controlplane", configHash="c1", etcdMember=True))
@@ -117,11 +125,16 @@ async def test_a_forced_release_of_a_control_plane_removes_its_etcd_member_throu
 async def test_a_forced_control_plane_waits_for_another_that_runs_to_remove_its_member(site: Site) -> None:
     fleet = Fleet(site)
     await fleet.cluster()
-    await fleet.machine("m1", connected=False, stage="Unreachable", annotations={FORCE_RELEASE_ANNOTATION: "1"})
+    await fleet.machine(
+        "m1", connected=False, stage="Unreachable", annotations={FORCE_RELEASE_ANNOTATION: "1"}
+    )
     await fleet.machine("cp2", connected=False, stage="Unreachable")
     await fleet.member("cp2", "controlplane", configHash="c1", etcdMember=True)
     await fleet.leave(await fleet.member("m1", "controlplane", configHash="c1", etcdMember=True))
-    assert await teardown(site, fleet) == (5.0, "waiting for a running control plane to remove its etcd member")
+    assert await teardown(site, fleet) == (
+        5.0,
+        "waiting for a running control plane to remove its etcd member",
+    )
 
 
 async def test_a_machine_never_configured_is_released_at_once(site: Site) -> None:
