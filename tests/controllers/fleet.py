@@ -51,7 +51,8 @@ class Fleet:
     async def cluster(
         self, *, secrets: bool = True, bootstrapped: bool = True, etcd_healthy: bool = True, **spec: Any
     ) -> Resource:
-        """The Cluster (with its ClusterSecrets), bootstrapped and with etcd healthy unless told not."""
+        """The Cluster (with its ClusterSecrets), bootstrapped and with etcd healthy unless told not (a
+        cluster not bootstrapped has no etcd to be healthy)."""
         (made,) = await self.site.create(
             obj(
                 "Cluster",
@@ -61,8 +62,9 @@ class Fleet:
         )
         if secrets:
             await self.site.cluster_secrets(made)
-        status: dict[str, Any] = {"conditions": [ready("EtcdHealthy", etcd_healthy)]}
+        status: dict[str, Any] = {}
         if bootstrapped:
+            status["conditions"] = [ready("EtcdHealthy", etcd_healthy)]
             status["bootstrap"] = {
                 "machine": "cp1",
                 "requestedAt": "2026-01-01T00:00:00Z",
