@@ -216,9 +216,11 @@ class MachineSetAllocationController(Controller):
                 short,
                 f"infra provider {class_spec.auto_provision.provider_id}",
             )
+        # Counted after this round's binds: the machines it just took are not free any more.
+        still_free = len(free) - ((wanted or 0) - short)
         return (
             f"{short} more machine(s) wanted from class {spec.machine_class.name}: "
-            f"{len(matching)} match its selector, {len(free)} of them free "
+            f"{len(matching)} match its selector, {still_free} of them free "
             "(connected, in maintenance, in no cluster)"
         )
 
