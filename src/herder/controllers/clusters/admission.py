@@ -207,7 +207,10 @@ class ClusterAdmission:
         old = write.old
         listed = await self._store.list(MACHINE_SET.kind, old.namespace)
         users = sorted(
-            s.name for s in listed.items if ((s.spec or {}).get("machineClass") or {}).get("name") == old.name
+            s.name
+            for s in listed.items
+            if (used := MACHINE_SET.spec_of(s, MachineSetSpec).machine_class) is not None
+            and used.name == old.name
         )
         if users:
             raise Conflict(f"machine class {old.name} is used by machine set(s) {', '.join(users)}")

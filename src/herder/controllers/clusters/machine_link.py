@@ -40,12 +40,14 @@ from herder.talos.machine.resources import (
     MachineStatusSpec,
     ResourceEventType,
 )
+from herder.workqueue import retry_delay
 
 log = logging.getLogger(__name__)
 
 # How long a machine may be out of reach before it is reported Unreachable (a reboot takes a while).
 UNREACHABLE_AFTER = 15.0
-_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+# Reconnects: doubling from 0.2 s, at most every 10 s.
+_RETRY_FIRST, _RETRY_MAX = 0.2, 10.0
 # How long a stage must stand before it is written.
 _SETTLE = 0.1
 # Stages a machine passes through in seconds. One that stands this long while the connection stays up
@@ -222,7 +224,7 @@ class MachineLinkController(Controller):
             lost_at = lost_at or time.monotonic()
             if time.monotonic() - lost_at >= self._unreachable_after:
                 await self._report(link, connected=False, lastError=error, lost=True)
-            delay = _BACKOFF[min(failures, len(_BACKOFF)) - 1]
+            delay = retry_delay(failures, _RETRY_FIRST, _RETRY_MAX)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(link.changed.wait(), delay)
 
