@@ -1,6 +1,6 @@
 """ClusterMachineReadiness's verdicts: what a member's machine is doing, and why it is not ready — missing,
-invalid config, config pending, unreachable, applying or failing to apply, not running, not in etcd — or
-ready, an older config included."""
+invalid config, unreachable, its config still to be made and applied or failing to apply, not running, not
+in etcd — or ready, an older config included."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from herder.controllers.clusters.cluster_machine_readiness import ClusterMachine
 from herder.runtime.controller import ObjectKey
 from tests.controllers.fleet import Fleet, ready
 from tests.controllers.site import Site
+
+PENDING = "waiting for the machine's config to be generated and applied"
 
 
 async def verdict(site: Site) -> tuple[bool, str, str]:
@@ -33,21 +35,15 @@ async def verdict(site: Site) -> tuple[bool, str, str]:
             "c1",
             (False, "InvalidConfig", "patch 1: no such field"),
         ),
-        (
-            "worker",
-            {},
-            {},
-            None,
-            (False, "ConfigPending", "waiting for the machine's config to be generated"),
-        ),
+        ("worker", {}, {}, None, (False, "ConfigPending", PENDING)),
+        ("worker", {"stage": "Maintenance"}, {}, "c1", (False, "ConfigPending", PENDING)),
         (
             "worker",
             {"connected": False, "stage": "Unreachable", "lastError": "connection refused"},
-            {"configHash": "c1"},
-            "c1",
+            {},
+            None,
             (False, "Unreachable", "machine is unreachable: connection refused"),
         ),
-        ("worker", {"stage": "Maintenance"}, {}, "c1", (False, "Applying", "applying the machine's config")),
         (
             "worker",
             {"stage": "Maintenance"},

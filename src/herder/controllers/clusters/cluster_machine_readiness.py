@@ -108,13 +108,14 @@ def verdict(
         return "MachineMissing", "the machine is not registered"
     if valid is not None and valid.status == "False":
         return "InvalidConfig", valid.message
-    if not wanted:
-        return "ConfigPending", "waiting for the machine's config to be generated"
     if not machine.connected:
         return "Unreachable", f"machine is unreachable: {machine.last_error}".rstrip(": ")
-    if not applied or (apply_error and applied != wanted):
+    if apply_error and applied != wanted:
         # A machine that runs an older config is in service: only failing to get a config is a fault.
-        return ("ApplyFailed", apply_error) if apply_error else ("Applying", "applying the machine's config")
+        return "ApplyFailed", apply_error
+    if not applied:
+        # One reason while it is made and while it is applied (a moment later): no write between them.
+        return "ConfigPending", "waiting for the machine's config to be generated and applied"
     if machine.stage != "Running":
         return "NotRunning", f"machine is {machine.stage.lower()}"
     if role == "controlplane" and not status.etcd_member:
