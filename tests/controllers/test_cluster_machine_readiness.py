@@ -8,16 +8,27 @@ from typing import Any
 
 import pytest
 
-from herder.controllers.clusters.cluster_machine_readiness import ClusterMachineReadinessController
+from herder.controllers.clusters.cluster_machine_readiness import (
+    PENDING_GRACE,
+    ClusterMachineReadinessController,
+)
 from herder.runtime.controller import ObjectKey
 from tests.controllers.fleet import Fleet, ready
 from tests.controllers.site import Site
 
 PENDING = "waiting for the machine's config to be generated and applied"
+KEY = ObjectKey("ClusterMachine", "default", "m1")
 
 
-async def verdict(site: Site) -> tuple[bool, str, str]:
-    await site.reconcile(ClusterMachineReadinessController(), ObjectKey("ClusterMachine", "default", "m1"))
+async def verdict(
+    site: Site, readiness: ClusterMachineReadinessController | None = None
+) -> tuple[bool, str, str]:
+    """The member's verdict, once told (past the grace a new member's config has)."""
+    readiness = readiness or ClusterMachineReadinessController()
+    result = await site.reconcile(readiness, KEY)
+    if result is not None and result.requeue_after is not None:
+        site.clock.advance(result.requeue_after)
+        await site.reconcile(readiness, KEY)
     status = await site.status("ClusterMachine", "m1")
     (condition,) = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert status["ready"] == (condition["status"] == "True")
@@ -115,3 +126,20 @@ async def test_the_member_shows_its_machines_stage_and_version(site: Site) -> No
         "2026-01-01T00:00:00Z",
         "2026-01-01T00:00:30Z",
     )
+
+
+async def test_a_new_member_whose_config_comes_at_once_never_says_it_waited(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()
+    await fleet.machine("m1", stage="Maintenance")
+    member = await fleet.member("m1")
+    readiness = ClusterMachineReadinessController()
+    waiting = await site.reconcile(readiness, KEY)
+    assert waiting is not None and waiting.requeue_after == PENDING_GRACE
+    assert "conditions" not in await site.status("ClusterMachine", "m1")  # nothing written yet
+    site.clock.advance(2)
+    await fleet.config(member, "c1")
+    waiting = await site.reconcile(readiness, KEY)
+    assert waiting is not None and waiting.requeue_after == PENDING_GRACE - 2
+    await site.set_status(member, configHash="c1")  # applied within the grace
+    assert await verdict(site, readiness) == (False, "NotRunning", "machine is maintenance")

@@ -4,7 +4,8 @@ and whether it is ready, with a ``Ready`` condition whose reason and message say
 A member is ready once its machine is registered and reachable, runs the config herder applied to it
 (an older one counts: it is in service while its new config rolls out), and, for a control plane, is an
 etcd member. Only the config that cannot be made (``ConfigValid``) or applied (``status.apply``) is a
-fault; the rest is progress.
+fault; the rest is progress. A new member's config is usually made and applied within a moment: it says
+that it waits for one only when that takes longer (``PENDING_GRACE``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from herder.runtime.controller import (
     same_name,
 )
 from herder.runtime.outputs import Writes
+
+PENDING_GRACE = 5.0
+"""Seconds a new member's config may take to be made and applied before its readiness says it waits for
+it: usually it is there in a moment, and the first word a member gets is then one write, not two."""
 
 
 class ClusterMachineReadinessController(Controller):
@@ -74,16 +79,28 @@ class ClusterMachineReadinessController(Controller):
         ),
     )
 
+    def __init__(self) -> None:
+        # New members waiting for their first config, since when (the clock's monotonic seconds).
+        self._pending_since: dict[ObjectKey, float] = {}
+
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         member = await ctx.get(key)
         if member is None or member.metadata.deletion_timestamp:
+            self._pending_since.pop(key, None)
             return None
         machine = await machine_of(ctx, member)
         reached = status_of(machine, MachineStatus) if machine is not None else None
         config = await ctx.get(ObjectKey(CLUSTER_MACHINE_CONFIG.kind, key.namespace, key.name))
         wanted = CLUSTER_MACHINE_CONFIG.spec_of(config, ClusterMachineConfigSpec).hash if config else ""
         role = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec).role
-        reason, message = verdict(status_of(member, ClusterMachineStatus), reached, wanted, role)
+        current = status_of(member, ClusterMachineStatus)
+        reason, message = verdict(current, reached, wanted, role)
+        if reason == "ConfigPending" and current.condition("Ready") is None:
+            since = self._pending_since.setdefault(key, ctx.clock.monotonic())
+            wait = PENDING_GRACE - (ctx.clock.monotonic() - since)
+            if wait > 0:
+                return Result(requeue_after=wait)
+        self._pending_since.pop(key, None)
         now = ctx.clock.rfc3339()
 
         def record(_: Resource, status: ClusterMachineStatus) -> None:
