@@ -34,9 +34,10 @@ from herder.runtime.controller import (
 )
 from herder.runtime.outputs import Writes
 
-PENDING_GRACE = 5.0
+PENDING_GRACE = 15.0
 """Seconds a new member's config may take to be made and applied before its readiness says it waits for
-it: usually it is there in a moment, and the first word a member gets is then one write, not two."""
+it (its Ready condition is Unknown meanwhile): usually it is there by then, even with a hundred machines
+applying at once, and the first word a member gets is then one write, not two."""
 
 
 class ClusterMachineReadinessController(Controller):
