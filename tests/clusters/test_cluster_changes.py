@@ -39,3 +39,15 @@ def test_only_the_fields_a_controller_reads_wake_it() -> None:
     deleting = _cluster(base.status or {}, deletionTimestamp="2026-12-01T00:00:00Z")
     assert _woken(base, deleting)
     assert list(cluster_changes()(WatchEvent("ADDED", base)))  # a new or deleted cluster always wakes it
+
+
+def test_a_condition_is_watched_by_its_type() -> None:
+    def condition(kind: str, status: str) -> dict[str, str]:
+        return {"type": kind, "status": status, "reason": "", "message": "", "lastTransitionTime": "t"}
+
+    base = _cluster({"conditions": [condition("EndpointReady", "True"), condition("Ready", "False")]})
+    ready = _cluster({"conditions": [condition("EndpointReady", "True"), condition("Ready", "True")]})
+    assert not _woken(base, ready, "conditions[EndpointReady]")  # its own Ready, written by itself
+    assert _woken(base, ready, "conditions[Ready]")
+    lost = _cluster({"conditions": [condition("Ready", "False")]})
+    assert _woken(base, lost, "conditions[EndpointReady]")

@@ -15,6 +15,9 @@ import pytest
 from tests.api.server import KUBECTL
 from tests.clusters.site import Site, cluster, machine_set, running_site
 
+# Each test moves the cluster on from where the one before left it.
+pytestmark = pytest.mark.steps
+
 FROM, TO, NEXT = "v1.13.9", "v1.14.1", "v1.14.2"
 
 
@@ -120,8 +123,13 @@ def test_kubernetes_upgrade_of_one_minor_shows_in_get_nodes(site: Site) -> None:
     assert refused.returncode != 0 and "one minor version at a time" in refused.stderr
 
 
+def _failing_worker(site: Site) -> str:
+    """The worker the failing upgrade is injected into: the first one."""
+    return next(m["metadata"]["name"] for m in _members(site) if m["spec"]["role"] == "worker")
+
+
 def test_a_failed_upgrade_stops_the_rollout_visibly(site: Site) -> None:
-    worker = next(m["metadata"]["name"] for m in _members(site) if m["spec"]["role"] == "worker")
+    worker = _failing_worker(site)
     asyncio.run(site.emulator.control("POST", f"/machines/{worker}/fault", {"fault": "fail-upgrade"}))
     _patch_cluster(site, f'{{"talosVersion": "{NEXT}"}}')
 
@@ -140,13 +148,25 @@ def test_a_failed_upgrade_stops_the_rollout_visibly(site: Site) -> None:
         "events", None, "--field-selector", f"involvedObject.name={worker},reason=UpgradeFailed"
     )
     assert len(failures["items"]) == 1
-    # Not retried: the machine keeps running the old version.
+
+
+def test_a_machine_whose_upgrade_failed_is_not_tried_again(site: Site) -> None:
+    worker = _failing_worker(site)
     time.sleep(3)
     assert site.get("clustermachine", worker)["status"]["talosVersion"] == TO
-    # Setting the version back cancels the rollout: every machine ends on it and the cluster is Ready.
+    failures = site.get(
+        "events", None, "--field-selector", f"involvedObject.name={worker},reason=UpgradeFailed"
+    )
+    assert len(failures["items"]) == 1
+
+
+def test_setting_the_version_back_cancels_the_rollout(site: Site) -> None:
+    worker = _failing_worker(site)
     asyncio.run(site.emulator.control("POST", f"/machines/{worker}/fault", {"fault": "heal"}))
     _patch_cluster(site, f'{{"talosVersion": "{TO}"}}')
     site.until(
-        lambda: all((m.get("status") or {}).get("talosVersion") == TO for m in _members(site)), timeout=240
+        lambda: all((m.get("status") or {}).get("talosVersion") == TO for m in _members(site)),
+        timeout=240,
+        what=f"every machine on {TO}",
     )
     site.wait("cluster", "echo", timeout=120)

@@ -20,6 +20,7 @@ from herder.runtime.clock import FakeClock
 from herder.runtime.controller import Context, Controller, ObjectKey, Result
 from herder.runtime.event_recorder import EventRecorder
 from herder.runtime.outputs import Declaration, declarations_of
+from herder.state.encryption import Cipher
 from herder.state.memory import MemoryBackend
 from herder.state.store import Store
 from herder.talos.contracts import VersionContract
@@ -123,7 +124,8 @@ class Site:
 
     @classmethod
     async def start(cls) -> Site:
-        store = Store(MemoryBackend(), herder_registry())
+        # Sensitive kinds (ClusterSecrets, configs) are sealed in any store: a test key seals them here.
+        store = Store(MemoryBackend(), herder_registry(), cipher=Cipher(bytes(range(32))))
         register_admission(store)
         await store.start()
         await store.create(obj("Namespace", NAMESPACE, namespaced=False, api_version="v1"))
@@ -181,7 +183,8 @@ class Site:
             for e in listed.items
             if about is None or (e.model_extra or {})["involvedObject"]["name"] == about.name
         ]
-        events.sort(key=lambda e: (e.metadata.creation_timestamp or "", e.name))
+        # In the order they were written (timestamps have whole seconds).
+        events.sort(key=lambda e: int(e.metadata.resource_version or 0))
         return [
             (str(x["type"]), str(x["reason"]), str(x["message"]))
             for x in (e.model_extra or {} for e in events)

@@ -1,9 +1,12 @@
-"""MachineSetAllocation's decisions: bind, release, short of machines, unlimited."""
+"""MachineSetAllocation's decisions: bind, release, short of machines, unlimited, and a control plane's
+release gated on etcd's health and on the control planes that stay."""
 
 from __future__ import annotations
 
 from herder.controllers.clusters.machine_set_allocation import MachineSetAllocationController
+from herder.resources import Resource
 from herder.runtime.controller import ObjectKey
+from herder.state.store import WatchEvent
 from tests.controllers.site import Site, names, obj
 
 CLUSTER = {"herder.dev/cluster": "alpha"}
@@ -62,3 +65,135 @@ async def test_a_class_set_takes_free_matching_machines_up_to_its_size(site: Sit
     await site.reconcile(MachineSetAllocationController(), ObjectKey.of(workers))
     assert names((await site.store.list("MachineSetNode", "default")).items) == ["m1", "m2"]
     assert "allocation" not in await site.status("MachineSet", "alpha-workers")
+
+
+async def test_an_unlimited_class_set_takes_every_free_matching_machine(site: Site) -> None:
+    await site.create(cluster())
+    await free(site, "m1", "m2", "m3", pool="a")
+    (busy,) = await site.create(machine("m4", pool="a"))
+    await site.set_status(busy, connected=True, stage="Running")  # runs a config: not free
+    await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
+    (workers,) = await site.create(
+        obj(
+            "MachineSet",
+            "alpha-workers",
+            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": "unlimited"}},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    await site.reconcile(MachineSetAllocationController(), ObjectKey.of(workers))
+    assert names((await site.store.list("MachineSetNode", "default")).items) == ["m1", "m2", "m3"]
+    assert "allocation" not in await site.status("MachineSet", "alpha-workers")
+
+
+async def test_a_set_short_of_machines_says_how_many_and_why(site: Site) -> None:
+    await site.create(cluster())
+    await free(site, "m1", pool="a")
+    (away,) = await site.create(machine("m2", pool="a"))
+    await site.set_status(away, connected=False, stage="Unreachable")
+    await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
+    (workers,) = await site.create(
+        obj(
+            "MachineSet",
+            "alpha-workers",
+            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 3}},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    allocation = MachineSetAllocationController()
+    await site.reconcile(allocation, ObjectKey.of(workers))
+    assert names((await site.store.list("MachineSetNode", "default")).items) == ["m1"]
+    assert (await site.status("MachineSet", "alpha-workers"))["allocation"] == {
+        "missing": [],
+        "reason": "2 more machine(s) wanted from class pool-a: 2 match its selector, 0 of them free "
+        "(connected, in maintenance, in no cluster)",
+    }
+    # A machine that becomes free wakes the set that waits for one.
+    (freed,) = await site.create(machine("m3", pool="a"))
+    before = freed
+    freed = await site.set_status(freed, connected=True, stage="Maintenance")
+    woken = list(allocation.watches[2].map(WatchEvent("MODIFIED", freed, before)))
+    assert woken == [ObjectKey.of(workers)]
+
+
+async def test_a_shrunk_class_set_releases_its_newest_machines(site: Site) -> None:
+    await site.create(cluster())
+    await free(site, "m1", "m2", "m3", pool="a")
+    await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
+    (workers,) = await site.create(
+        obj(
+            "MachineSet",
+            "alpha-workers",
+            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 3}},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    allocation = MachineSetAllocationController()
+    await site.reconcile(allocation, ObjectKey.of(workers))
+    site.clock.advance(1)
+    await resize(site, workers, {"machineClass": {"name": "pool-a", "size": 1}})
+    assert await site.reconcile(allocation, ObjectKey.of(workers)) is None
+    # The newest go (m3 and m2, bound last), both at once: the set's delete strategy is Unset.
+    assert names((await site.store.list("MachineSetNode", "default")).items) == ["m1"]
+    told = await site.told(workers)
+    assert ("Normal", "Releasing", "machine m3 leaves the set") in told
+    assert ("Normal", "Releasing", "machine m2 leaves the set") in told
+
+
+async def test_a_control_plane_leaves_only_while_etcd_is_healthy_and_the_others_are_ready(site: Site) -> None:
+    (alpha,) = await site.create(cluster())
+    await site.set_status(alpha, conditions=[etcd_healthy(False)])
+    await free(site, "cp1", "cp2", "cp3")
+    (control_planes,) = await site.create(
+        obj(
+            "MachineSet",
+            "alpha-control-planes",
+            spec={"role": "controlplane", "machines": ["cp1", "cp2", "cp3"]},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    allocation = MachineSetAllocationController()
+    key = ObjectKey.of(control_planes)
+    await site.reconcile(allocation, key)
+    for uuid in ("cp1", "cp2", "cp3"):
+        (member,) = await site.create(
+            obj(
+                "ClusterMachine",
+                uuid,
+                spec={"role": "controlplane", "talosVersion": "v1.13.0", "kubernetesVersion": "1.33.0"},
+                metadata={"labels": {**CLUSTER, "herder.dev/machine-set": "alpha-control-planes"}},
+            )
+        )
+        await site.set_status(member, ready=uuid != "cp2")
+    await resize(site, control_planes, {"machines": ["cp1", "cp2"]})
+    gated = await site.reconcile(allocation, key)
+    assert gated is not None and gated.requeue_after == 2.0
+    await site.set_status(alpha, conditions=[etcd_healthy(True)])
+    gated = await site.reconcile(allocation, key)  # cp2, which stays, is not ready
+    assert gated is not None and gated.requeue_after == 2.0
+    assert names((await site.store.list("MachineSetNode", "default")).items) == ["cp1", "cp2", "cp3"]
+
+    cp2 = await site.get("ClusterMachine", "cp2")
+    assert cp2 is not None
+    await site.set_status(cp2, ready=True)
+    assert await site.reconcile(allocation, key) is None
+    assert names((await site.store.list("MachineSetNode", "default")).items) == ["cp1", "cp2"]
+
+
+def etcd_healthy(ok: bool) -> dict[str, str]:
+    return {
+        "type": "EtcdHealthy",
+        "status": "True" if ok else "False",
+        "reason": "Healthy" if ok else "Unhealthy",
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
+async def resize(site: Site, machine_set: object, spec: dict[str, object]) -> None:
+    assert isinstance(machine_set, Resource)
+    current = await site.get("MachineSet", machine_set.name)
+    assert current is not None
+    changed = current.clone()
+    changed.spec = {**(current.spec or {}), **spec}
+    await site.store.update(changed)

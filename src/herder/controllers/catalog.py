@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from herder.controllers.backups.admission import RestoreAdmission
 from herder.controllers.backups.key_cleanup import BackupKeyCleanupController
@@ -18,6 +19,7 @@ from herder.controllers.clusters.admission import ClusterAdmission
 from herder.controllers.clusters.bootstrap import BootstrapController
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_machine_config import ClusterMachineConfigController
+from herder.controllers.clusters.cluster_machine_readiness import ClusterMachineReadinessController
 from herder.controllers.clusters.cluster_machine_teardown import ClusterMachineTeardownController
 from herder.controllers.clusters.cluster_machines import ClusterMachineController
 from herder.controllers.clusters.cluster_secrets import ClusterSecretsController
@@ -103,13 +105,14 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
     stores = BackupStores(store, options.backups_dir)
     balancer = LoadBalancerController(options.cluster_endpoints)
 
-    def clients(keep: int, timeout: float) -> ClientPool:
-        return ClientPool(dialer=options.dialer, keep=keep, timeout=timeout)
+    def clients(keep: int, timeout: float, **more: Any) -> ClientPool:
+        return ClientPool(dialer=options.dialer, keep=keep, timeout=timeout, **more)
 
     return [
         GarbageCollector(store.registry),
         EventCollector(),
-        MachineRegistrationController(),
+        # Each endpoint is asked once, quickly: a machine that does not answer is asked again later.
+        MachineRegistrationController(clients(0, 10, connect_timeout=5, retries=0)),
         MachineLinkController(keys, clients=clients(0, 10)),
         ClusterSecretsController(KeyPool(options.spare_keys), make_keys_now=options.spare_keys_now),
         ClusterTeardownController(),
@@ -119,6 +122,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         ClusterMachineController(),
         ClusterMachineConfigController(keys),
         ConfigApplyController(keys, clients(32, 30)),
+        ClusterMachineReadinessController(),
         BootstrapController(keys, EtcdRecovery(stores), clients(8, 30)),
         ControlPlaneStatusController(keys, balancer.health, dialer=options.dialer),
         ClusterStatusController(),

@@ -166,6 +166,11 @@ class ClusterStatus(WithConditions):
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []
 
+    @property
+    def bootstrapped(self) -> bool:
+        """Whether etcd has been bootstrapped (the one Bootstrap call succeeded)."""
+        return self.bootstrap is not None and bool(self.bootstrap.completed_at)
+
 
 class RollingStrategy(BaseModel):
     model_config = _STRICT
@@ -255,7 +260,7 @@ class AllocationStatus(BaseModel):
     reason: str = ""
 
 
-class MachineSetStatus(BaseModel):
+class MachineSetStatus(WithConditions):
     model_config = _STRICT
 
     phase: ClusterPhase = "Provisioning"
@@ -312,7 +317,7 @@ class UpgradeStatus(BaseModel):
     error: str = ""
 
 
-class ClusterMachineStatus(BaseModel):
+class ClusterMachineStatus(WithConditions):
     model_config = _STRICT
 
     stage: Stage = "Unknown"

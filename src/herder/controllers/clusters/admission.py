@@ -20,10 +20,12 @@ from herder.resources.clusters import (
     MACHINE_SET,
     MACHINE_SET_NODE,
     ClusterSpec,
+    ClusterStatus,
     MachineSetSpec,
     control_plane_set_name,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_CLASS, MACHINE_SET_LABEL
+from herder.resources.status import status_of
 from herder.state.admission import Admission, Write
 from herder.state.errors import Conflict, NotFound
 from herder.state.store import SYSTEM, Store
@@ -71,7 +73,7 @@ class ClusterAdmission:
                 new, FieldError("spec.features.diskEncryption", "cannot be changed after creation")
             )
         if before.talos_version != spec.talos_version:
-            initial = (old.status or {}).get("initialTalosVersion") or before.talos_version
+            initial = status_of(old, ClusterStatus).initial_talos_version or before.talos_version
             verdict = check_talos_upgrade(
                 before.talos_version, spec.talos_version, initial=initial, kubernetes=spec.kubernetes_version
             )
@@ -205,7 +207,10 @@ class ClusterAdmission:
         old = write.old
         listed = await self._store.list(MACHINE_SET.kind, old.namespace)
         users = sorted(
-            s.name for s in listed.items if ((s.spec or {}).get("machineClass") or {}).get("name") == old.name
+            s.name
+            for s in listed.items
+            if (used := MACHINE_SET.spec_of(s, MachineSetSpec).machine_class) is not None
+            and used.name == old.name
         )
         if users:
             raise Conflict(f"machine class {old.name} is used by machine set(s) {', '.join(users)}")

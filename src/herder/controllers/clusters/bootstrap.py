@@ -13,15 +13,25 @@ the same machine, once, gets EtcdRecover with the snapshot and a recovering Boot
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.controllers.backups.restore import CONDITION as RESTORED
 from herder.controllers.backups.restore import EtcdRecovery, RestoreRefused
 from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
-from herder.resources import Resource, now_rfc3339
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
+from herder.controllers.clusters.members import (
+    cluster_changes,
+    cluster_machines,
+    is_control_plane,
+    machine_of,
+)
+from herder.resources import Resource
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    BootstrapStatus,
+    ClusterMachineStatus,
+    ClusterStatus,
+)
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.runtime.outputs import Writes
 from herder.talos.machine import AlreadyExists, MachineAPIError
@@ -41,7 +51,7 @@ class BootstrapController(Controller):
         self, keys: ClusterKeys, recovery: EtcdRecovery | None = None, clients: ClientPool | None = None
     ) -> None:
         self._keys = keys
-        self._clients = clients or ClientPool(keep=8, timeout=30)
+        self._clients = clients if clients is not None else ClientPool(keep=8, timeout=30)
         self._recovery = recovery
         self.watches = (
             Watch(CLUSTER.kind, cluster_changes("bootstrap")),
@@ -55,26 +65,27 @@ class BootstrapController(Controller):
         cluster = await ctx.get(key)
         if cluster is None or cluster.metadata.deletion_timestamp:
             return None
-        recorded = (cluster.status or {}).get("bootstrap") or {}
-        if recorded.get("completedAt"):
+        recorded = status_of(cluster, ClusterStatus).bootstrap
+        if recorded is not None and recorded.completed_at:
             return None
         view = await self._keys.of(cluster)
         if view is None:
             return None
         ready = await _bootstrappable(ctx, cluster)
-        target = recorded.get("machine")
-        if not target:
+        if recorded is None:
             if not ready:
                 return None
-            target = ready[0].name
+            chosen = BootstrapStatus(machine=ready[0].name, requestedAt=ctx.clock.rfc3339())
 
-            def record(_: Resource, status: dict[str, Any]) -> None:
-                status.setdefault("bootstrap", {"machine": target, "requestedAt": now_rfc3339()})
+            def record(_: Resource, status: ClusterStatus) -> None:
+                if status.bootstrap is None:  # another writer may have chosen first
+                    status.bootstrap = chosen
 
-            updated = await ctx.mutate_status(key, record)
-            if updated is None:
+            updated = await ctx.mutate_status(key, ClusterStatus, record)
+            recorded = status_of(updated, ClusterStatus).bootstrap if updated is not None else None
+            if recorded is None:
                 return None
-            target = (updated.status or {})["bootstrap"]["machine"]  # another writer may have chosen first
+        target = recorded.machine
         machine = next((m for m in ready if m.name == target), None)
         if machine is None:
             return None  # the recorded machine is not up yet: its events bring us back
@@ -92,10 +103,13 @@ class BootstrapController(Controller):
             await ctx.event(cluster, "Warning", "BootstrapFailed", f"on machine {target}: {exc}")
             return Result(requeue_after=_RETRY)
 
-        def completed(_: Resource, status: dict[str, Any]) -> None:
-            status["bootstrap"] = {**status["bootstrap"], "completedAt": now_rfc3339()}
+        when = ctx.clock.rfc3339()
 
-        await ctx.mutate_status(key, completed)
+        def completed(_: Resource, status: ClusterStatus) -> None:
+            if status.bootstrap is not None:
+                status.bootstrap.completed_at = when
+
+        await ctx.mutate_status(key, ClusterStatus, completed)
         await ctx.event(cluster, "Normal", "Bootstrapped", f"etcd bootstrapped on machine {target}")
         return None
 
@@ -104,13 +118,11 @@ async def _bootstrappable(ctx: Context, cluster: Resource) -> list[Resource]:
     """The cluster's control plane Machines that run its config, by name."""
     out = []
     for member in await cluster_machines(ctx, cluster):
-        status = member.status or {}
-        if (member.spec or {}).get("role") != "controlplane" or not status.get("configHash"):
+        if not is_control_plane(member) or member.metadata.deletion_timestamp:
             continue
-        if member.metadata.deletion_timestamp:
+        if not status_of(member, ClusterMachineStatus).config_hash:
             continue
         machine = await machine_of(ctx, member)
-        mstatus = (machine.status or {}) if machine is not None else {}
-        if machine is not None and mstatus.get("connected") and mstatus.get("stage") == "Running":
+        if machine is not None and status_of(machine, MachineStatus).running:
             out.append(machine)
     return sorted(out, key=lambda m: m.name)

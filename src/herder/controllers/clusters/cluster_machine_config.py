@@ -27,8 +27,10 @@ from herder.resources.clusters import (
     CLUSTER_MACHINE_CONFIG,
     MACHINE_SET,
     MACHINE_SET_NODE,
+    ClusterMachineConfigSpec,
     ClusterMachineSpec,
     ClusterSpec,
+    ClusterStatus,
     MachineSetNodeSpec,
 )
 from herder.resources.configuration import CONFIG_PATCH, ConfigPatchSpec
@@ -38,9 +40,10 @@ from herder.resources.machines import (
     MACHINE,
     MACHINE_LABEL,
     MACHINE_SET_LABEL,
+    MachineStatus,
 )
 from herder.resources.provisioning import MACHINE_REQUEST_LABEL
-from herder.resources.status import set_condition
+from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
     Controller,
@@ -111,7 +114,7 @@ class ClusterMachineConfigController(Controller):
             Watch(MACHINE_SET.kind, self._set_changed),
             Watch("ClusterSecrets", self._members.by_name()),
             Watch(CONFIG_PATCH.kind, self._patch_targets),
-            Watch(MACHINE.kind, self._disks_changed),
+            Watch(MACHINE.kind, on_change(self._disks_changed, "status.hardware")),
             Watch(MACHINE_SET_NODE.kind, on_change(same_name(CLUSTER_MACHINE.kind), "spec.installDisk")),
             # Only to make a config again that someone deleted.
             Watch(
@@ -147,23 +150,28 @@ class ClusterMachineConfigController(Controller):
         if cluster is None or cluster.metadata.deletion_timestamp:
             return None
         secrets = await self._keys.of(cluster)
-        endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get("endpoint")
+        endpoint = (
+            CLUSTER.spec_of(cluster, ClusterSpec).endpoint or status_of(cluster, ClusterStatus).endpoint
+        )
         if secrets is None or not endpoint:
             return None  # the cluster's secrets and endpoint come first; their events bring us back
         node = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, key.namespace, key.name))
         disk = MACHINE_SET_NODE.spec_of(node, MachineSetNodeSpec).install_disk if node else ""
         try:
             config = await self._config(
-                ctx, cluster, member, secrets, str(endpoint), disk or _disk_of(await machine_of(ctx, member))
+                ctx, cluster, member, secrets, endpoint, disk or _disk_of(await machine_of(ctx, member))
             )
         except ConfigError as exc:
-            await self._verdict(ctx, key, str(exc))
-            await ctx.event(member, "Warning", "InvalidConfig", str(exc))
+            # Told once; a different fault of the same kind shows on the condition.
+            await ctx.condition(member, "ConfigValid", False, "InvalidConfig", str(exc), event="Warning")
             return None
         digest = hashlib.sha256(config.encode()).hexdigest()
         wanted = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec)
         current = await ctx.get(ObjectKey(CLUSTER_MACHINE_CONFIG.kind, key.namespace, key.name))
-        if current is None or (current.spec or {}).get("hash") != digest:
+        if (
+            current is None
+            or CLUSTER_MACHINE_CONFIG.spec_of(current, ClusterMachineConfigSpec).hash != digest
+        ):
             await ctx.apply_output(
                 member,
                 Resource.model_validate(
@@ -181,18 +189,8 @@ class ClusterMachineConfigController(Controller):
                     }
                 ),
             )
-        await self._verdict(ctx, key, "")
+        await ctx.condition(member, "ConfigValid", True, "Generated")
         return None
-
-    async def _verdict(self, ctx: Context, key: ObjectKey, error: str) -> None:
-        def record(_: Resource, status: dict[str, object]) -> None:
-            conditions = list(status.get("conditions") or [])  # type: ignore[call-overload]
-            set_condition(
-                conditions, "ConfigValid", not error, "InvalidConfig" if error else "Generated", error
-            )
-            status["conditions"] = conditions
-
-        await ctx.mutate_status(key, record)
 
     async def _config(
         self,
@@ -306,9 +304,8 @@ def _layer(patch: Resource, machine_set: str | None, uuid: str) -> PatchLayer | 
 def _disk_of(machine: Resource | None) -> str:
     """The install disk when its MachineSetNode names none: the machine's first disk, as Talos's
     installer would pick."""
-    disks = (((machine.status or {}).get("hardware") or {}).get("disks") or []) if machine else []
-    for disk in disks:
-        name = str(disk.get("name") or "")
-        if name:
-            return name if name.startswith("/dev/") else f"/dev/{name}"
+    hardware = status_of(machine, MachineStatus).hardware if machine is not None else None
+    for disk in hardware.disks if hardware is not None else ():
+        if disk.name:
+            return disk.name if disk.name.startswith("/dev/") else f"/dev/{disk.name}"
     return DEFAULT_DISK

@@ -12,7 +12,6 @@ member is left in a cluster that stays.
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit
 
 from herder.controllers.clusters.cluster_keys import ClusterKeys
@@ -20,13 +19,14 @@ from herder.controllers.clusters.cluster_machines import TEARDOWN_FINALIZER
 from herder.controllers.clusters.members import (
     cluster_machines,
     cluster_of,
+    is_control_plane,
     machine_of,
     running_control_planes,
 )
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER_MACHINE
-from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, MachineSpec
-from herder.resources.status import condition_true
+from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineStatus, ClusterStatus
+from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, MachineSpec, MachineStatus
+from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
     Controller,
@@ -56,7 +56,7 @@ class ClusterMachineTeardownController(Controller):
 
     def __init__(self, keys: ClusterKeys, clients: ClientPool | None = None) -> None:
         self._keys = keys
-        self._clients = clients or ClientPool(keep=8, timeout=30)
+        self._clients = clients if clients is not None else ClientPool(keep=8, timeout=30)
         self.watches = (
             Watch(
                 CLUSTER_MACHINE.kind, on_change(own_key, "metadata.deletionTimestamp", "metadata.finalizers")
@@ -80,26 +80,25 @@ class ClusterMachineTeardownController(Controller):
         if TEARDOWN_FINALIZER not in member.metadata.finalizers:
             return None
         machine = await machine_of(ctx, member)
-        status = member.status or {}
+        status = status_of(member, ClusterMachineStatus)
         if machine is None or FORCE_RELEASE_ANNOTATION in machine.metadata.annotations:
-            if machine is not None and not await self._removed_from_etcd(ctx, member, machine):
+            if machine is not None and not await self._removed_from_etcd(ctx, member, status, machine):
                 return Result(requeue_after=_RETRY)
             return await self._release(ctx, member, machine, forced=machine is not None)
-        mstatus = machine.status or {}
-        if not status.get("configHash") or (
-            mstatus.get("connected") and mstatus.get("stage") == "Maintenance"
-        ):
+        reached = status_of(machine, MachineStatus)
+        if not status.config_hash or reached.in_maintenance:
             return await self._release(ctx, member, machine, forced=False)
-        if not mstatus.get("connected"):
+        if not reached.connected:
             await self._waiting(
                 ctx,
                 member,
+                status,
                 f"machine {member.name} is unreachable; it is released once herder reaches it again, or by "
                 f"`herder machine release {member.name} --force`",
                 warn=True,
             )
             return Result(requeue_after=30)
-        if mstatus.get("stage") in ("Resetting", "Rebooting", "Booting", "ShuttingDown"):
+        if reached.stage in ("Resetting", "Rebooting", "Booting", "ShuttingDown"):
             return None  # on its way back to maintenance: its events bring us back
         cluster = await cluster_of(ctx, member)
         view = await self._keys.of(cluster) if cluster is not None else None
@@ -107,33 +106,37 @@ class ClusterMachineTeardownController(Controller):
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
         try:
             async with self._clients.client(endpoint, view.talos if view else None) as client:
-                if (member.spec or {}).get("role") == "controlplane" and staying and status.get("etcdMember"):
+                if is_control_plane(member) and staying and status.etcd_member:
                     assert cluster is not None
-                    if not condition_true(cluster.status, "EtcdHealthy"):
-                        await self._waiting(ctx, member, "waiting for etcd to be healthy before leaving it")
+                    if not status_of(cluster, ClusterStatus).condition_true("EtcdHealthy"):
+                        await self._waiting(
+                            ctx, member, status, "waiting for etcd to be healthy before leaving it"
+                        )
                         return Result(requeue_after=_RETRY)
-                    await self._waiting(ctx, member, "leaving etcd")
+                    await self._waiting(ctx, member, status, "leaving etcd")
                     await client.etcd_forfeit_leadership()
                     await client.etcd_leave_cluster()
                     await ctx.event(member, "Normal", "LeftEtcd", f"machine {member.name} left etcd")
-                await self._waiting(ctx, member, "resetting the machine to maintenance mode")
+                await self._waiting(ctx, member, status, "resetting the machine to maintenance mode")
                 await client.reset(graceful=False, reboot=True, wipe_mode=WipeMode.SYSTEM_DISK)
         except FailedPrecondition:
             return Result(requeue_after=_RETRY)  # busy with another sequence: try again shortly
         except MachineAPIError as exc:
-            await self._waiting(ctx, member, f"reset failed: {exc}", warn=True)
+            await self._waiting(ctx, member, status, f"reset failed: {exc}", warn=True)
             return Result(requeue_after=_RETRY)
         await ctx.event(member, "Normal", "Resetting", f"machine {member.name} is being reset")
         return None
 
-    async def _removed_from_etcd(self, ctx: Context, member: Resource, machine: Resource) -> bool:
+    async def _removed_from_etcd(
+        self, ctx: Context, member: Resource, status: ClusterMachineStatus, machine: Resource
+    ) -> bool:
         """A control plane let go without a reset (gone, unreachable) leaves no stray etcd member behind:
         the member of its address is removed through a control plane that runs (EtcdRemoveMemberByID),
         while etcd keeps a quorum without it. Whether nothing (more) is to be done."""
         cluster = await cluster_of(ctx, member)
         if (
-            (member.spec or {}).get("role") != "controlplane"
-            or not (member.status or {}).get("etcdMember")
+            not is_control_plane(member)
+            or not status.etcd_member
             or cluster is None
             or cluster.metadata.deletion_timestamp
         ):
@@ -142,15 +145,17 @@ class ClusterMachineTeardownController(Controller):
         gone_host = split_endpoint(MACHINE.spec_of(machine, MachineSpec).endpoint)[0]
         running = {e: u for e, u in (await running_control_planes(ctx, cluster)).items() if u != member.name}
         others = [
-            m
-            for m in await cluster_machines(ctx, cluster)
-            if m.name != member.name and (m.spec or {}).get("role") == "controlplane"
+            m for m in await cluster_machines(ctx, cluster) if m.name != member.name and is_control_plane(m)
         ]
         if not others:
             return True  # it was the only member: etcd went with it, nobody is left to remove it from
         if view is None or not running:
             await self._waiting(
-                ctx, member, "waiting for a running control plane to remove its etcd member", warn=True
+                ctx,
+                member,
+                status,
+                "waiting for a running control plane to remove its etcd member",
+                warn=True,
             )
             return False
         try:
@@ -163,7 +168,7 @@ class ClusterMachineTeardownController(Controller):
                 for found in stray:
                     await client.etcd_remove_member_by_id(found.id)
         except MachineAPIError as exc:
-            await self._waiting(ctx, member, f"cannot remove its etcd member: {exc}", warn=True)
+            await self._waiting(ctx, member, status, f"cannot remove its etcd member: {exc}", warn=True)
             return False
         for found in stray:
             await ctx.event(
@@ -174,14 +179,17 @@ class ClusterMachineTeardownController(Controller):
             )
         return True
 
-    async def _waiting(self, ctx: Context, member: Resource, why: str, *, warn: bool = False) -> None:
-        if (member.status or {}).get("teardown") == why:
+    async def _waiting(
+        self, ctx: Context, member: Resource, status: ClusterMachineStatus, why: str, *, warn: bool = False
+    ) -> None:
+        """Say on ``status.teardown`` what the teardown waits for (and, ``warn``, tell it once)."""
+        if status.teardown == why:
             return
 
-        def record(_: Resource, status: dict[str, Any]) -> None:
-            status["teardown"] = why
+        def record(_: Resource, current: ClusterMachineStatus) -> None:
+            current.teardown = why
 
-        await ctx.mutate_status(ObjectKey.of(member), record)
+        await ctx.mutate_status(ObjectKey.of(member), ClusterMachineStatus, record)
         if warn:
             await ctx.event(member, "Warning", "TeardownBlocked", why)
 

@@ -12,7 +12,7 @@ import asyncio
 from herder.controllers.clusters.key_pool import KeyPool
 from herder.resources import Resource
 from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
-from herder.resources.clusters import CLUSTER, ClusterSpec
+from herder.resources.clusters import CLUSTER, ClusterSpec, ClusterStatus
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
 from herder.runtime.outputs import Owns, Writes
 from herder.talos.contracts import VersionContract
@@ -67,10 +67,9 @@ class ClusterSecretsController(Controller):
         fixed = CLUSTER_SECRETS.spec_of(stored, ClusterSecretsSpec).talos_contract
         talos = CLUSTER.spec_of(cluster, ClusterSpec).talos_version
 
-        def record(_: Resource, status: dict[str, object]) -> None:
-            status["talosContract"] = fixed
-            if not status.get("initialTalosVersion"):
-                status["initialTalosVersion"] = talos
+        def record(_: Resource, status: ClusterStatus) -> None:
+            status.talos_contract = fixed
+            status.initial_talos_version = status.initial_talos_version or talos
 
-        await ctx.mutate_status(key, record)
+        await ctx.mutate_status(key, ClusterStatus, record)
         return None

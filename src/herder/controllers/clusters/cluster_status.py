@@ -7,14 +7,27 @@ Kubernetes API are measured) changes. A condition that flips is told in an Event
 
 from __future__ import annotations
 
-from typing import Any
-
-from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_sets
+from herder.controllers.clusters.members import (
+    cluster_changes,
+    cluster_machines,
+    is_control_plane,
+    machine_sets,
+)
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, ClusterStatus
-from herder.resources.control_planes import CONTROL_PLANE_STATUS
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    MACHINE_SET,
+    ClusterMachineStatus,
+    ClusterPhase,
+    ClusterStatus,
+    MachineCounts,
+    MachineSetSpec,
+    MachineSetStatus,
+)
+from herder.resources.control_planes import CONTROL_PLANE_STATUS, ControlPlaneStatusStatus
 from herder.resources.machines import CLUSTER_LABEL
-from herder.resources.status import find_condition, set_condition
+from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
     Controller,
@@ -28,6 +41,8 @@ from herder.runtime.controller import (
 from herder.runtime.outputs import Writes
 
 _CONDITIONS = ("ControlPlaneReady", "EtcdHealthy", "KubernetesAPIReady", "Ready")
+# A condition's verdict: whether it holds, its reason and its message.
+Verdict = tuple[bool, str, str]
 
 
 class ClusterStatusController(Controller):
@@ -46,13 +61,16 @@ class ClusterStatusController(Controller):
 
     def __init__(self) -> None:
         self.watches = (
-            Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions", "rollouts", "teardown")),
+            Watch(
+                CLUSTER.kind,
+                cluster_changes("bootstrap", "conditions[EndpointReady]", "rollouts", "teardown"),
+            ),
             Watch(
                 CLUSTER_MACHINE.kind,
                 on_change(
                     labelled_owner(CLUSTER.kind, CLUSTER_LABEL),
                     "status.ready",
-                    "status.conditions",
+                    "status.conditions[Ready]",
                     "status.etcdMember",
                     "metadata.deletionTimestamp",
                 ),
@@ -68,37 +86,41 @@ class ClusterStatusController(Controller):
         if cluster.metadata.deletion_timestamp:
             await self._destroying(ctx, cluster)
             return None
-        status = cluster.status or {}
+        before = status_of(cluster, ClusterStatus)
         sets = await machine_sets(ctx, cluster)
         members = await cluster_machines(ctx, cluster)
-        staying = [m for m in members if not m.metadata.deletion_timestamp]
+        staying = [
+            (m, status_of(m, ClusterMachineStatus)) for m in members if not m.metadata.deletion_timestamp
+        ]
         wanted = sum(_wanted(s) for s in sets if not s.metadata.deletion_timestamp)
-        ready = sum(1 for m in staying if (m.status or {}).get("ready"))
-        phase, verdicts = await self._health(ctx, cluster, sets, staying, wanted, ready)
+        ready = sum(1 for _, status in staying if status.ready)
+        phase, verdicts = await self._health(ctx, cluster, before, sets, staying, wanted, ready)
         if len(staying) < len(members) and phase != "Provisioning":
             phase = "ScalingDown"
+        counts = MachineCounts(total=len(staying), ready=ready, wanted=wanted)
+        generation = cluster.metadata.generation or 0
+        now = ctx.clock.rfc3339()
 
-        def record(_: Resource, current: dict[str, Any]) -> None:
-            current["phase"] = phase
-            current["machines"] = {"total": len(staying), "ready": ready, "wanted": wanted}
-            current["observedGeneration"] = cluster.metadata.generation or 0
-            conditions = list(current.get("conditions") or [])
+        def record(_: Resource, current: ClusterStatus) -> None:
+            current.phase = phase
+            current.machines = counts
+            current.observed_generation = generation
             for kind, (ok, reason, message) in verdicts.items():
-                set_condition(conditions, kind, ok, reason, message)
-            current["conditions"] = conditions
+                current.set_condition(kind, ok, reason, message, now=now)
 
-        updated = await ctx.mutate_status(key, record)
+        updated = await ctx.mutate_status(key, ClusterStatus, record)
         if updated is not None:
-            await _tell_flips(ctx, updated, status)
+            await _tell_flips(ctx, updated, before)
         return None
 
     async def _destroying(self, ctx: Context, cluster: Resource) -> None:
         """A cluster being deleted is not ready, for what its teardown waits for."""
+        now = ctx.clock.rfc3339()
 
         def record(_: Resource, status: ClusterStatus) -> None:
             status.phase = "Destroying"
             why = status.teardown or "tearing down the cluster's machines"
-            status.set_condition("Ready", False, "Destroying", why, now=ctx.clock.rfc3339())
+            status.set_condition("Ready", False, "Destroying", why, now=now)
 
         await ctx.mutate_status(ObjectKey.of(cluster), ClusterStatus, record)
 
@@ -106,16 +128,16 @@ class ClusterStatusController(Controller):
         self,
         ctx: Context,
         cluster: Resource,
+        status: ClusterStatus,
         sets: list[Resource],
-        members: list[Resource],
+        members: list[tuple[Resource, ClusterMachineStatus]],
         wanted: int,
         ready: int,
-    ) -> tuple[str, dict[str, tuple[bool, str, str]]]:
-        status = cluster.status or {}
-        bootstrapped = bool((status.get("bootstrap") or {}).get("completedAt"))
-        control_planes = [m for m in members if (m.spec or {}).get("role") == "controlplane"]
-        cp_ready = [m for m in control_planes if (m.status or {}).get("ready")]
-        verdicts: dict[str, tuple[bool, str, str]] = {}
+    ) -> tuple[ClusterPhase, dict[str, Verdict]]:
+        bootstrapped = status.bootstrapped
+        control_planes = [(m, s) for m, s in members if is_control_plane(m)]
+        cp_ready = [m for m, s in control_planes if s.ready]
+        verdicts: dict[str, Verdict] = {}
         if not control_planes:
             verdicts["ControlPlaneReady"] = (
                 False,
@@ -123,36 +145,32 @@ class ClusterStatusController(Controller):
                 "the cluster has no control plane machine",
             )
         elif len(cp_ready) < len(control_planes):
-            first = next(m for m in control_planes if not (m.status or {}).get("ready"))
-            first_ready = find_condition((first.status or {}).get("conditions"), "Ready") or {}
+            first, first_status = next((m, s) for m, s in control_planes if not s.ready)
+            why = first_status.condition("Ready")
             verdicts["ControlPlaneReady"] = (
                 False,
                 "ControlPlanesNotReady",
-                f"{len(cp_ready)}/{len(control_planes)} ready; {first.name}: {first_ready.get('message') or 'not ready'}",
+                f"{len(cp_ready)}/{len(control_planes)} ready; "
+                f"{first.name}: {(why.message if why else '') or 'not ready'}",
             )
         else:
             verdicts["ControlPlaneReady"] = (True, "Ready", f"{len(control_planes)} control plane(s) ready")
         health = await ctx.get(ObjectKey(CONTROL_PLANE_STATUS.kind, cluster.namespace, cluster.name))
-        checked = (health.status or {}).get("conditions") if health is not None else None
-        served = find_condition(status.get("conditions"), "EndpointReady") or {}
+        checked = status_of(health, ControlPlaneStatusStatus) if health is not None else None
+        served = status.condition("EndpointReady")
         for kind, source in (("EtcdHealthy", "EtcdHealthy"), ("KubernetesAPIReady", "APIReachable")):
-            found = find_condition(checked, source) if bootstrapped else None
-            if kind == "KubernetesAPIReady" and served.get("status") == "False":
-                verdicts[kind] = (False, "NoEndpoint", str(served.get("message", "")))
+            found = checked.condition(source) if bootstrapped and checked is not None else None
+            if kind == "KubernetesAPIReady" and served is not None and served.status == "False":
+                verdicts[kind] = (False, "NoEndpoint", served.message)
             elif found is None:
                 verdicts[kind] = (False, "NotBootstrapped", "etcd is not bootstrapped yet")
             else:
-                verdicts[kind] = (
-                    found.get("status") == "True",
-                    str(found.get("reason")),
-                    str(found.get("message")),
-                )
-        short = [s for s in sets if not _set_ready(s)]
+                verdicts[kind] = (found.status == "True", found.reason, found.message)
+        short = [s for s in sets if not status_of(s, MachineSetStatus).condition_true("Ready")]
         problems = [k for k in _CONDITIONS[:3] if not verdicts[k][0]]
-        stopped = [r for r in status.get("rollouts") or () if r.get("state") == "Stopped"]
+        stopped = [r for r in status.rollouts if r.state == "Stopped"]
         if stopped and not problems:
-            rollout = stopped[0]
-            verdicts["Ready"] = (False, f"{rollout['kind']}RolloutStopped", str(rollout.get("message", "")))
+            verdicts["Ready"] = (False, f"{stopped[0].kind}RolloutStopped", stopped[0].message)
         elif problems or short or ready < wanted:
             what = (
                 verdicts[problems[0]][2]
@@ -168,6 +186,7 @@ class ClusterStatusController(Controller):
             )
         else:
             verdicts["Ready"] = (True, "Ready", f"{ready}/{wanted} machines ready")
+        phase: ClusterPhase
         if not bootstrapped:
             phase = "Provisioning"
         elif len(members) < wanted:
@@ -178,34 +197,30 @@ class ClusterStatusController(Controller):
 
 
 def _wanted(machine_set: Resource) -> int:
-    spec = machine_set.spec or {}
-    if spec.get("machines") is not None:
-        return len(spec["machines"])
-    size = (spec.get("machineClass") or {}).get("size")
+    spec = MACHINE_SET.spec_of(machine_set, MachineSetSpec)
+    if spec.machines is not None:
+        return len(spec.machines)
+    size = spec.machine_class.size if spec.machine_class is not None else None
     if isinstance(size, int):
         return size
-    counted = ((machine_set.status or {}).get("machines") or {}).get("wanted")
-    if spec.get("machineRequestSet") and counted is not None:
-        return int(counted)  # its request set's machine count, as its status says
-    return int(((machine_set.status or {}).get("machines") or {}).get("total") or 0)
+    counted = status_of(machine_set, MachineSetStatus).machines
+    if spec.machine_request_set and counted.wanted is not None:
+        return counted.wanted  # its request set's machine count, as its status says
+    return counted.total
 
 
-def _set_ready(machine_set: Resource) -> bool:
-    found = find_condition((machine_set.status or {}).get("conditions"), "Ready")
-    return found is not None and found.get("status") == "True"
-
-
-async def _tell_flips(ctx: Context, cluster: Resource, before: dict[str, Any]) -> None:
+async def _tell_flips(ctx: Context, cluster: Resource, before: ClusterStatus) -> None:
+    after = status_of(cluster, ClusterStatus)
     for kind in _CONDITIONS:
-        now = find_condition((cluster.status or {}).get("conditions"), kind) or {}
-        was = find_condition(before.get("conditions"), kind) or {}
-        if now.get("status") != was.get("status") and now.get("status") in ("True", "False"):
-            good = now["status"] == "True"
-            if not good and not was:
-                continue  # a new cluster is not ready yet: nothing went wrong
-            await ctx.event(
-                cluster,
-                "Normal" if good else "Warning",
-                kind if good else f"{kind}Lost",
-                now.get("message") or now.get("reason", ""),
-            )
+        now, was = after.condition(kind), before.condition(kind)
+        if now is None or now.status == "Unknown" or (was is not None and was.status == now.status):
+            continue
+        good = now.status == "True"
+        if not good and was is None:
+            continue  # a new cluster is not ready yet: nothing went wrong
+        await ctx.event(
+            cluster,
+            "Normal" if good else "Warning",
+            kind if good else f"{kind}Lost",
+            now.message or now.reason,
+        )

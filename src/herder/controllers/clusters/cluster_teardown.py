@@ -12,9 +12,17 @@ from __future__ import annotations
 
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, labelled, machine_sets
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE, ClusterStatus
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    MACHINE_SET,
+    MACHINE_SET_NODE,
+    ClusterMachineStatus,
+    ClusterStatus,
+)
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.machines import CLUSTER_LABEL
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.runtime.outputs import Writes
 
@@ -47,7 +55,7 @@ class ClusterTeardownController(Controller):
             return None
         if CLUSTER_FINALIZER not in cluster.metadata.finalizers:
             return None
-        first = not (cluster.status or {}).get("teardown")
+        first = not status_of(cluster, ClusterStatus).teardown
         for kind_objects in (
             await machine_sets(ctx, cluster),
             await labelled(ctx, MACHINE_SET_NODE.kind, key.namespace, CLUSTER_LABEL, key.name),
@@ -61,12 +69,13 @@ class ClusterTeardownController(Controller):
         if first:
             await ctx.event(cluster, "Normal", "Destroying", f"tearing down {len(members)} machine(s)")
         if members:
-            blocked = [m for m in members if "unreachable" in str((m.status or {}).get("teardown", ""))]
+            waits = [status_of(m, ClusterMachineStatus).teardown for m in members]
+            blocked = [why for why in waits if "unreachable" in why]
             message = f"waiting for {len(members)} machine(s) to be reset: " + ", ".join(
                 sorted(m.name for m in members)[:10]
             )
             if blocked:
-                message = "; ".join(str((m.status or {}).get("teardown")) for m in blocked[:3])
+                message = "; ".join(blocked[:3])
 
             def record(_: Resource, status: ClusterStatus) -> None:
                 status.teardown = message

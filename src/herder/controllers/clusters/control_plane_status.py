@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import Counter, Gauge
 
@@ -26,12 +25,24 @@ from herder.controllers.clusters.cluster_probes import (
     probe_kubernetes,
 )
 from herder.controllers.clusters.members import cluster_changes, control_planes
-from herder.resources import Resource, now_rfc3339
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
-from herder.resources.control_planes import CONTROL_PLANE_STATUS
+from herder.resources import Resource
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    ClusterMachineStatus,
+    ClusterSpec,
+    ClusterStatus,
+)
+from herder.resources.control_planes import (
+    CONTROL_PLANE_STATUS,
+    ComponentHealth,
+    ControlPlaneStatusStatus,
+    EtcdHealth,
+    EtcdMemberHealth,
+    LoadBalancerHealth,
+)
 from herder.resources.machines import CLUSTER_LABEL
-from herder.resources.meta import age_seconds
-from herder.resources.status import set_condition
+from herder.resources.status import dump_status, status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.runtime.outputs import Owns, Writes
 from herder.talos.machine.pool import MachineDialer, dial
@@ -120,8 +131,8 @@ class ControlPlaneStatusController(Controller):
         if cluster.metadata.deletion_timestamp:
             return None
         view = await self._keys.of(cluster)
-        bootstrapped = bool(((cluster.status or {}).get("bootstrap") or {}).get("completedAt"))
-        if view is None or not bootstrapped:
+        status = status_of(cluster, ClusterStatus)
+        if view is None or not status.bootstrapped:
             await self._write(
                 ctx, cluster, None, None, None, "NotBootstrapped", "etcd is not bootstrapped yet"
             )
@@ -129,12 +140,8 @@ class ControlPlaneStatusController(Controller):
         known, running = await control_planes(ctx, cluster)
         etcd = await probe_etcd(self._machines, running, view.talos, known)
         await self._mark_members(ctx, cluster, running, etcd)
-        endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get(
-            "endpoint", ""
-        )
-        kubernetes = (
-            await probe_kubernetes(self._kubernetes, str(endpoint), view.kubernetes) if endpoint else None
-        )
+        endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or status.endpoint
+        kubernetes = await probe_kubernetes(self._kubernetes, endpoint, view.kubernetes) if endpoint else None
         balancer = self._balancers(*where)
         self._measure(where, etcd, kubernetes)
         healthy = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
@@ -152,13 +159,13 @@ class ControlPlaneStatusController(Controller):
         for uuid in running.values():
             joined = uuid in etcd.machines
             member = await ctx.get(ObjectKey(CLUSTER_MACHINE.kind, cluster.namespace, uuid))
-            if member is None or bool((member.status or {}).get("etcdMember")) == joined:
+            if member is None or status_of(member, ClusterMachineStatus).etcd_member == joined:
                 continue
 
-            def record(_: Resource, status: dict[str, Any], joined: bool = joined) -> None:
-                status["etcdMember"] = joined
+            def record(_: Resource, status: ClusterMachineStatus, joined: bool = joined) -> None:
+                status.etcd_member = joined
 
-            await ctx.mutate_status(ObjectKey.of(member), record)
+            await ctx.mutate_status(ObjectKey.of(member), ClusterMachineStatus, record)
             if joined:
                 await ctx.event(member, "Normal", "MemberJoined", f"machine {uuid} joined etcd")
 
@@ -200,47 +207,62 @@ class ControlPlaneStatusController(Controller):
             )
         verdicts = _verdicts(etcd, kubernetes, balancer, pending_reason, pending_message)
         elections = self._elections.get((cluster.namespace or "default", cluster.name), 0)
+        measured = _etcd_health(etcd, elections) if etcd is not None else None
+        components = _components(kubernetes) if kubernetes is not None else None
+        served = (
+            LoadBalancerHealth(endpoint=balancer[0], backends=balancer[1], healthy=balancer[2])
+            if balancer
+            else None
+        )
+        now = ctx.clock.rfc3339()
 
-        def record(current: Resource, status: dict[str, Any]) -> None:
-            before = current.status or {}  # ``status`` is a copy of it
-            if etcd is not None:
-                status["etcd"] = {
-                    "members": [
-                        {
-                            "machine": m.machine,
-                            "id": f"{m.id:x}",
-                            "healthy": m.status is not None and not m.status.errors,
-                            "leader": m.id == etcd.leader,
-                            "dbSize": m.status.db_size if m.status is not None else 0,
-                            "raftIndex": m.status.raft_index if m.status is not None else 0,
-                            "errors": [m.error] if m.error else list(m.status.errors if m.status else ()),
-                        }
-                        for m in etcd.members
-                    ],
-                    "leader": next((m.machine for m in etcd.members if m.id == etcd.leader), ""),
-                    "quorum": etcd.quorum,
-                    "leaderChanges": elections,
-                }
-            if kubernetes is not None:
-                status["components"] = [
-                    {"machine": "", "address": host, **{_NAMES[c]: states.get(c, False) for c in COMPONENTS}}
-                    for host, states in sorted(kubernetes.components.items())
-                ]
-            if balancer is not None:
-                endpoint, backends, healthy = balancer
-                status["loadBalancer"] = {"endpoint": endpoint, "backends": backends, "healthy": healthy}
-            conditions = list(status.get("conditions") or [])
+        def record(_: Resource, status: ControlPlaneStatusStatus) -> None:
+            before = dump_status(status)
+            if measured is not None:
+                status.etcd = measured
+            if components is not None:
+                status.components = components
+            if served is not None:
+                status.load_balancer = served
             for kind, (ok, reason, message) in verdicts.items():
-                set_condition(conditions, kind, ok, reason, message)
-            status["conditions"] = conditions
+                status.set_condition(kind, ok, reason, message, now=now)
             # A probe that found nothing new writes nothing, but for refreshing checkedAt once a
             # minute: every probe of every cluster would be a write and an event for each watcher.
-            age = age_seconds(str(status.get("checkedAt") or ""))
-            if age is None or age > REFRESH_CHECKED_AFTER or status != before:
-                status["checkedAt"] = now_rfc3339()
+            age = ctx.clock.age(status.checked_at)
+            if age is None or age > REFRESH_CHECKED_AFTER or dump_status(status) != before:
+                status.checked_at = now
 
-        await ctx.mutate_status(key, record)
+        await ctx.mutate_status(key, ControlPlaneStatusStatus, record)
         return all(ok for ok, _, _ in verdicts.values())
+
+
+def _etcd_health(etcd: EtcdReport, elections: int) -> EtcdHealth:
+    return EtcdHealth(
+        members=[
+            EtcdMemberHealth(
+                machine=m.machine,
+                id=f"{m.id:x}",
+                healthy=m.status is not None and not m.status.errors,
+                leader=m.id == etcd.leader,
+                db_size=m.status.db_size if m.status is not None else 0,
+                raft_index=m.status.raft_index if m.status is not None else 0,
+                errors=[m.error] if m.error else list(m.status.errors if m.status else ()),
+            )
+            for m in etcd.members
+        ],
+        leader=next((m.machine for m in etcd.members if m.id == etcd.leader), ""),
+        quorum=etcd.quorum,
+        leader_changes=elections,
+    )
+
+
+def _components(kubernetes: KubernetesReport) -> list[ComponentHealth]:
+    return [
+        ComponentHealth.model_validate(
+            {"machine": "", "address": host, **{_NAMES[c]: states.get(c, False) for c in COMPONENTS}}
+        )
+        for host, states in sorted(kubernetes.components.items())
+    ]
 
 
 def _verdicts(

@@ -19,7 +19,8 @@ from typing import Any, Protocol
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.resources import Resource
 from herder.resources.access import TALOS_ROLES
-from herder.resources.clusters import BREAK_GLASS_ANNOTATION, CLUSTER, ClusterSpec
+from herder.resources.clusters import BREAK_GLASS_ANNOTATION, CLUSTER, ClusterSpec, ClusterStatus
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, ObjectKey
 from herder.runtime.outputs import Writes
 from herder.talos.kubeconfig import generate_admin_kubeconfig
@@ -63,7 +64,9 @@ class ClusterCredentials:
     async def kubeconfig(self, cluster: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
         lifetime = _ttl(options)
         view = await self._keys.of(cluster)
-        endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or (cluster.status or {}).get("endpoint")
+        endpoint = (
+            CLUSTER.spec_of(cluster, ClusterSpec).endpoint or status_of(cluster, ClusterStatus).endpoint
+        )
         if view is None or not endpoint:
             raise CredentialsUnavailable(f"cluster {cluster.name} has no secrets or endpoint yet")
         issued = f"{self._ctx.clock.rfc3339()} {user}"
@@ -75,7 +78,7 @@ class ClusterCredentials:
         text = generate_admin_kubeconfig(
             view.bundle.k8s,
             cluster_name=cluster.name,
-            endpoint=str(endpoint),
+            endpoint=endpoint,
             lifetime=lifetime,
             common_name=user,
         )

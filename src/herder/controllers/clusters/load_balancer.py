@@ -14,15 +14,19 @@ import errno
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from herder.controllers.clusters.endpoint_balancer import EndpointBalancer
-from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
+from herder.controllers.clusters.members import (
+    cluster_changes,
+    cluster_machines,
+    is_control_plane,
+    machine_of,
+)
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
-from herder.resources.status import set_condition
+from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec, ClusterStatus
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.runtime.outputs import Writes
 from herder.talos.machine import split_endpoint
@@ -155,10 +159,10 @@ class LoadBalancerController(Controller):
         if self._taken is None:
             self._taken = {}
             for other in await ctx.list(CLUSTER.kind):
-                port = self._range.port_of(str((other.status or {}).get("endpoint") or ""))
+                port = self._range.port_of(status_of(other, ClusterStatus).endpoint)
                 if port is not None:
                     self._taken[port] = ObjectKey.of(other)
-        current = self._range.port_of(str((cluster.status or {}).get("endpoint") or ""))
+        current = self._range.port_of(status_of(cluster, ClusterStatus).endpoint)
         if current is not None:
             self._taken[current] = key
             return current
@@ -169,17 +173,16 @@ class LoadBalancerController(Controller):
 
     async def _record(self, ctx: Context, key: ObjectKey, endpoint: str, problem: str) -> None:
         """The endpoint, and the ``EndpointReady`` condition saying whether herder serves it (or why not)."""
+        now = ctx.clock.rfc3339()
 
-        def record(_: Resource, status: dict[str, Any]) -> None:
+        def record(_: Resource, status: ClusterStatus) -> None:
             if endpoint:
-                status["endpoint"] = endpoint
-            conditions = list(status.get("conditions") or [])
-            set_condition(
-                conditions, "EndpointReady", not problem, "NoEndpoint" if problem else "Serving", problem
+                status.endpoint = endpoint
+            status.set_condition(
+                "EndpointReady", not problem, "NoEndpoint" if problem else "Serving", problem, now=now
             )
-            status["conditions"] = conditions
 
-        await ctx.mutate_status(key, record)
+        await ctx.mutate_status(key, ClusterStatus, record)
 
     async def _stop(self, key: ObjectKey) -> None:
         balancer = self._balancers.pop(key, None)
@@ -195,10 +198,10 @@ async def _backends(ctx: Context, cluster: Resource) -> list[str]:
     """``IP:6443`` of each control plane of the cluster that runs."""
     out = []
     for member in await cluster_machines(ctx, cluster):
-        if (member.spec or {}).get("role") != "controlplane":
+        if not is_control_plane(member):
             continue
         machine = await machine_of(ctx, member)
-        if machine is None or (machine.status or {}).get("stage") != "Running":
+        if machine is None or status_of(machine, MachineStatus).stage != "Running":
             continue
         host, _ = split_endpoint(MACHINE.spec_of(machine, MachineSpec).endpoint)
         out.append(f"[{host}]:{KUBERNETES_PORT}" if ":" in host else f"{host}:{KUBERNETES_PORT}")

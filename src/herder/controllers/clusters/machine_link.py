@@ -23,10 +23,11 @@ from typing import Any
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.machine_facts import read_facts
 from herder.controllers.clusters.members import cluster_of
-from herder.resources import Resource, now_micro
-from herder.resources.clusters import CLUSTER_MACHINE
-from herder.resources.machines import MACHINE, MachineSpec
-from herder.resources.status import set_condition
+from herder.resources import Resource
+from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineStatus
+from herder.resources.machines import MACHINE, MachineSpec, MachineStatus
+from herder.resources.status import status_of
+from herder.runtime.clock import REAL_CLOCK, Clock
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
 from herder.runtime.outputs import Writes
 from herder.state.store import WatchEvent
@@ -39,12 +40,14 @@ from herder.talos.machine.resources import (
     MachineStatusSpec,
     ResourceEventType,
 )
+from herder.workqueue import retry_delay
 
 log = logging.getLogger(__name__)
 
 # How long a machine may be out of reach before it is reported Unreachable (a reboot takes a while).
 UNREACHABLE_AFTER = 15.0
-_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+# Reconnects: doubling from 0.2 s, at most every 10 s.
+_RETRY_FIRST, _RETRY_MAX = 0.2, 10.0
 # How long a stage must stand before it is written.
 _SETTLE = 0.1
 # Stages a machine passes through in seconds. One that stands this long while the connection stays up
@@ -53,6 +56,9 @@ _SETTLE = 0.1
 _PASSING = frozenset({"Booting", "Rebooting", "Installing", "Upgrading", "ShuttingDown", "Resetting"})
 RESYNC_AFTER = 30.0
 
+
+# MachineStatus's attributes by their JSON names (what ``_report`` is given).
+_ATTRIBUTES = {field.alias or name: name for name, field in MachineStatus.model_fields.items()}
 
 STAGES: dict[MachineStage, str] = {
     MachineStage.UNKNOWN: "Unknown",
@@ -114,7 +120,7 @@ class MachineLinkController(Controller):
     ) -> None:
         self._keys = keys
         # Its streams are its own, never shared: the pool only dials them.
-        self._clients = clients or ClientPool()
+        self._clients = clients if clients is not None else ClientPool()
         self._unreachable_after = unreachable_after
         self._resync_after = resync_after
         self._links: dict[ObjectKey, _Link] = {}
@@ -138,10 +144,9 @@ class MachineLinkController(Controller):
 
     @staticmethod
     def _config_applied(event: WatchEvent) -> Iterable[ObjectKey]:
-        before = (event.previous.status or {}) if event.previous is not None else {}
-        if event.type != "DELETED" and before.get("configHash") == (event.object.status or {}).get(
-            "configHash"
-        ):
+        before = event.previous
+        applied = status_of(before, ClusterMachineStatus).config_hash if before is not None else ""
+        if event.type != "DELETED" and applied == status_of(event.object, ClusterMachineStatus).config_hash:
             return ()
         return same_name(MACHINE.kind)(event)
 
@@ -169,6 +174,11 @@ class MachineLinkController(Controller):
             link.task = asyncio.create_task(self._follow(link), name=f"link-{key.name}")
         return None
 
+    @property
+    def _clock(self) -> Clock:
+        """The clock of the reconciles that started the links."""
+        return self._ctx.clock if self._ctx is not None else REAL_CLOCK
+
     async def _credentials(self, ctx: Context, machine: Resource) -> tuple[Credentials | None, bool]:
         """herder's credentials for the machine's cluster, and whether it has been given its config."""
         member = await ctx.get(ObjectKey(CLUSTER_MACHINE.kind, machine.namespace, machine.name))
@@ -178,7 +188,7 @@ class MachineLinkController(Controller):
         view = await self._keys.of(cluster) if cluster is not None else None
         if view is None:
             return None, False
-        return view.talos, bool((member.status or {}).get("configHash"))
+        return view.talos, bool(status_of(member, ClusterMachineStatus).config_hash)
 
     async def shutdown(self) -> None:
         links, self._links = list(self._links.values()), {}
@@ -214,7 +224,7 @@ class MachineLinkController(Controller):
             lost_at = lost_at or time.monotonic()
             if time.monotonic() - lost_at >= self._unreachable_after:
                 await self._report(link, connected=False, lastError=error, lost=True)
-            delay = _BACKOFF[min(failures, len(_BACKOFF)) - 1]
+            delay = retry_delay(failures, _RETRY_FIRST, _RETRY_MAX)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(link.changed.wait(), delay)
 
@@ -235,7 +245,7 @@ class MachineLinkController(Controller):
             await self._report(
                 link,
                 connected=True,
-                connectedAt=now_micro(),
+                connectedAt=self._clock.micro(),
                 talosVersion=version.tag,
                 maintenance=credentials is None,
                 lastError="",
@@ -302,24 +312,26 @@ class MachineLinkController(Controller):
             return
         ctx = self._ctx
         assert ctx is not None
+        given = MachineStatus.model_validate(fields)
+        now = ctx.clock.rfc3339()
 
-        def record(machine: Resource, status: dict[str, Any]) -> None:
-            status.update(fields)
+        def record(machine: Resource, status: MachineStatus) -> None:
+            for name in fields:
+                attribute = _ATTRIBUTES[name]
+                setattr(status, attribute, getattr(given, attribute))
             if lost:
-                powered_off = (status.get("power") or {}).get("on") is False
-                status["stage"] = "PoweredOff" if powered_off else "Unreachable"
-            conditions = list(status.get("conditions") or [])
-            error = str(status.get("lastError") or "")
-            set_condition(
-                conditions,
+                powered_off = status.power is not None and not status.power.on
+                status.stage = "PoweredOff" if powered_off else "Unreachable"
+            up = status.connected
+            status.set_condition(
                 "Connected",
-                bool(status.get("connected")),
-                "Connected" if status.get("connected") else "Unreachable",
-                "" if status.get("connected") else error,
+                up,
+                "Connected" if up else "Unreachable",
+                "" if up else status.last_error,
+                now=now,
             )
-            status["conditions"] = conditions
 
-        await ctx.mutate_status(link.key, record)
+        await ctx.mutate_status(link.key, MachineStatus, record)
         link.reported.update(fields)
         if lost:
             link.reported["stage"] = None

@@ -8,17 +8,23 @@ and is tried again with backoff: an endpoint added before its machine boots regi
 
 from __future__ import annotations
 
-from typing import Any
-
 from herder.resources import Resource
-from herder.resources.machines import MACHINE, MACHINE_REGISTRATION, MachineRegistrationSpec, MachineSpec
-from herder.resources.status import set_condition
+from herder.resources.machines import (
+    MACHINE,
+    MACHINE_REGISTRATION,
+    MachineRegistrationSpec,
+    MachineRegistrationStatus,
+    MachineSpec,
+)
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
 from herder.runtime.outputs import Writes
 from herder.state.errors import AlreadyExists
-from herder.talos.machine import MachineAPIError, MachineClient, Unauthenticated
+from herder.talos.machine import MachineAPIError, Unauthenticated
+from herder.talos.machine.pool import ClientPool
+from herder.workqueue import retry_delay
 
-_RETRY_FIRST, _RETRY_MAX = 1.0, 60.0
+RETRY_FIRST, RETRY_MAX = 1.0, 60.0
 
 
 class MachineRegistrationController(Controller):
@@ -31,41 +37,47 @@ class MachineRegistrationController(Controller):
     concurrency = 16
     watches = (Watch(MACHINE_REGISTRATION.kind),)
 
+    def __init__(self, clients: ClientPool | None = None) -> None:
+        # Each endpoint is asked once (or once per retry): nothing to keep open.
+        self._clients = (
+            clients if clients is not None else ClientPool(keep=0, timeout=10, connect_timeout=5, retries=0)
+        )
+
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         registration = await ctx.get(key)
         if registration is None or registration.metadata.deletion_timestamp:
             return None
         endpoint = MACHINE_REGISTRATION.spec_of(registration, MachineRegistrationSpec).endpoint
-        status = registration.status or {}
-        known = str(status.get("machine") or "")
-        if known:
-            machine = await ctx.get(ObjectKey(MACHINE.kind, key.namespace, known))
+        status = status_of(registration, MachineRegistrationStatus)
+        if status.machine:
+            machine = await ctx.get(ObjectKey(MACHINE.kind, key.namespace, status.machine))
             if machine is not None and MACHINE.spec_of(machine, MachineSpec).endpoint == endpoint:
                 return None
         try:
-            async with MachineClient.insecure(endpoint, timeout=10, connect_timeout=5, retries=0) as client:
+            async with self._clients.client(endpoint, None) as client:
                 uuid = (await client.system_information()).uuid.lower()
         except Unauthenticated:
             return await self._failed(
                 ctx,
                 registration,
+                status,
                 f"{endpoint} is not in maintenance mode: it runs a config herder did not give it (herder "
                 "registers machines in maintenance mode)",
             )
         except MachineAPIError as exc:
-            return await self._failed(ctx, registration, str(exc))
+            return await self._failed(ctx, registration, status, str(exc))
         if not uuid:
-            return await self._failed(ctx, registration, f"{endpoint} reports no machine UUID")
+            return await self._failed(ctx, registration, status, f"{endpoint} reports no machine UUID")
         await self._machine(ctx, key.namespace, uuid, endpoint)
 
-        def record(_: Resource, current: dict[str, Any]) -> None:
-            current.update(machine=uuid, lastError="", attempts=0)
-            conditions = list(current.get("conditions") or [])
-            set_condition(conditions, "Ready", True, "Registered", f"machine {uuid}")
-            current["conditions"] = conditions
+        def record(_: Resource, current: MachineRegistrationStatus) -> None:
+            current.machine, current.last_error, current.attempts = uuid, "", 0
 
-        await ctx.mutate_status(key, record)
-        await ctx.event(registration, "Normal", "Registered", f"{endpoint} is machine {uuid}")
+        updated = await ctx.mutate_status(key, MachineRegistrationStatus, record)
+        if updated is not None:
+            await ctx.condition(
+                updated, "Ready", True, "Registered", f"{endpoint} is machine {uuid}", event="Normal"
+            )
         return None
 
     async def _machine(self, ctx: Context, namespace: str | None, uuid: str, endpoint: str) -> None:
@@ -88,16 +100,16 @@ class MachineRegistrationController(Controller):
 
             await ctx.mutate(ObjectKey(MACHINE.kind, namespace, uuid), point)
 
-    async def _failed(self, ctx: Context, registration: Resource, error: str) -> Result:
-        attempts = int((registration.status or {}).get("attempts") or 0) + 1
+    async def _failed(
+        self, ctx: Context, registration: Resource, status: MachineRegistrationStatus, error: str
+    ) -> Result:
+        """Keep the error and count the attempt; the first failure (of each kind) is told as a Warning."""
+        attempts = status.attempts + 1
 
-        def record(_: Resource, current: dict[str, Any]) -> None:
-            current.update(lastError=error, attempts=attempts)
-            conditions = list(current.get("conditions") or [])
-            set_condition(conditions, "Ready", False, "Unreachable", error)
-            current["conditions"] = conditions
+        def record(_: Resource, current: MachineRegistrationStatus) -> None:
+            current.last_error, current.attempts = error, attempts
 
-        await ctx.mutate_status(ObjectKey.of(registration), record)
-        if attempts == 1:
-            await ctx.event(registration, "Warning", "NotRegistered", error)
-        return Result(requeue_after=min(_RETRY_FIRST * 2 ** (attempts - 1), _RETRY_MAX))
+        updated = await ctx.mutate_status(ObjectKey.of(registration), MachineRegistrationStatus, record)
+        if updated is not None:
+            await ctx.condition(updated, "Ready", False, "Unreachable", error, event="Warning")
+        return Result(requeue_after=retry_delay(attempts, RETRY_FIRST, RETRY_MAX))

@@ -13,15 +13,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from herder.controllers.clusters.members import (
-    RequestSetSources,
     cluster_of,
     labelled,
     request_set_count,
+    request_set_sources,
     set_nodes,
 )
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION, read_only_of
-from herder.resources.clusters import CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE, MachineSetSpec
+from herder.resources.clusters import (
+    CLUSTER_MACHINE,
+    MACHINE_SET,
+    MACHINE_SET_NODE,
+    AllocationStatus,
+    ClusterMachineStatus,
+    ClusterStatus,
+    MachineSetSpec,
+    MachineSetStatus,
+)
 from herder.resources.machines import (
     CLUSTER_LABEL,
     MACHINE,
@@ -30,13 +39,15 @@ from herder.resources.machines import (
     ROLE_LABEL,
     LabelSelectorSpec,
     MachineClassSpec,
+    MachineStatus,
 )
 from herder.resources.provisioning import (
     MACHINE_REQUEST_SET,
     MACHINE_REQUEST_SET_LABEL,
     RELEASING_ANNOTATION,
+    MachineRequestSetStatus,
 )
-from herder.resources.status import condition_true, find_condition
+from herder.resources.status import find_condition, status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
 from herder.runtime.outputs import Owns, Writes
 from herder.state.errors import AlreadyExists
@@ -48,11 +59,9 @@ _GATE_RETRY = 2.0
 def free_for_allocation(machine: Resource, *, read_only: bool = False) -> bool:
     """Whether a machine may be given to a set that picks from a class (or, with ``read_only``, from
     the request set whose machines are read-only because they are the platform's)."""
-    status = machine.status or {}
     meta = machine.metadata
     return (
-        bool(status.get("connected"))
-        and status.get("stage") == "Maintenance"
+        status_of(machine, MachineStatus).in_maintenance
         and CLUSTER_LABEL not in meta.labels
         and (read_only or READ_ONLY_ANNOTATION not in meta.annotations)
         and RELEASING_ANNOTATION not in meta.annotations
@@ -73,7 +82,7 @@ class MachineSetAllocationController(Controller):
     def __init__(self) -> None:
         # Sets of a class that last found too few machines: a machine that becomes free wakes them.
         self._waiting: set[ObjectKey] = set()
-        self._sources = RequestSetSources()
+        self._sources = request_set_sources()
         self.watches = (
             Watch(MACHINE_SET.kind, self._sources.track),
             Watch(MACHINE_SET_NODE.kind, self._node_changed),
@@ -81,7 +90,7 @@ class MachineSetAllocationController(Controller):
             Watch(MACHINE_CLASS.kind, self._class_changed),
             # A set waiting for a provider's machines says what its MachineRequestSet says.
             Watch(MACHINE_REQUEST_SET.kind, controller_owner(MACHINE_SET.kind)),
-            Watch(MACHINE_REQUEST_SET.kind, self._sources.users),
+            Watch(MACHINE_REQUEST_SET.kind, self._sources.by_name()),
         )
 
     def _node_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
@@ -140,12 +149,12 @@ class MachineSetAllocationController(Controller):
             extra = []  # nodes are made by hand
         gated = bool(extra) and not await self._release(ctx, machine_set, spec, cluster, live, extra, leaving)
 
-        def record(_: Resource, status: dict[str, object]) -> None:
-            status["allocation"] = {"missing": missing, "reason": reason} if reason else None
-            if status["allocation"] is None:
-                del status["allocation"]
+        allocation = AllocationStatus(missing=missing, reason=reason) if reason else None
 
-        await ctx.mutate_status(key, record)
+        def record(_: Resource, status: MachineSetStatus) -> None:
+            status.allocation = allocation
+
+        await ctx.mutate_status(key, MachineSetStatus, record)
         # A release held back by its gate (etcd health, a replacement not up yet) is looked at again soon.
         return Result(requeue_after=_GATE_RETRY) if gated else None
 
@@ -207,9 +216,11 @@ class MachineSetAllocationController(Controller):
                 short,
                 f"infra provider {class_spec.auto_provision.provider_id}",
             )
+        # Counted after this round's binds: the machines it just took are not free any more.
+        still_free = len(free) - ((wanted or 0) - short)
         return (
             f"{short} more machine(s) wanted from class {spec.machine_class.name}: "
-            f"{len(matching)} match its selector, {len(free)} of them free "
+            f"{len(matching)} match its selector, {still_free} of them free "
             "(connected, in maintenance, in no cluster)"
         )
 
@@ -287,13 +298,13 @@ class MachineSetAllocationController(Controller):
         if spec.role == "controlplane":
             # One control plane at a time, only while etcd is healthy, and only once the control planes
             # that stay are all up (a replacement joins before the machine it replaces leaves).
-            if leaving or not condition_true(cluster.status, "EtcdHealthy"):
+            if leaving or not status_of(cluster, ClusterStatus).condition_true("EtcdHealthy"):
                 return False
             members = await labelled(
                 ctx, CLUSTER_MACHINE.kind, machine_set.namespace, MACHINE_SET_LABEL, machine_set.name
             )
             going = {n.name for n in extra}
-            ready = {m.name for m in members if (m.status or {}).get("ready")}
+            ready = {m.name for m in members if status_of(m, ClusterMachineStatus).ready}
             if any(n.name not in ready for n in live if n.name not in going):
                 return False
             allowed = 1
@@ -322,7 +333,7 @@ async def _requests_progress(
     made = await ctx.get(ObjectKey(MACHINE_REQUEST_SET.kind, machine_set.namespace, request_set))
     if made is not None and HIDDEN_LABEL in made.metadata.labels:
         return f"{short} more machine(s) wanted: the platform is provisioning them"
-    ready = find_condition((made.status or {}).get("conditions"), "Ready") if made else None
+    ready = find_condition(status_of(made, MachineRequestSetStatus).conditions, "Ready") if made else None
     return f"{short} more machine(s) wanted from {source}: " + (
         str(ready.get("message") or "") if ready else "its machine requests are not made yet"
     )

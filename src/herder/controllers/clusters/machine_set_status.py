@@ -4,14 +4,21 @@ of its machines that is not ready, and why."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from herder.controllers.clusters.members import RequestSetSources, labelled, request_set_count, set_nodes
+from herder.controllers.clusters.members import labelled, request_set_count, request_set_sources, set_nodes
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE
+from herder.resources.clusters import (
+    CLUSTER_MACHINE,
+    MACHINE_SET,
+    MACHINE_SET_NODE,
+    ClusterMachineStatus,
+    ClusterPhase,
+    MachineCounts,
+    MachineSetSpec,
+    MachineSetStatus,
+)
 from herder.resources.machines import MACHINE_SET_LABEL
 from herder.resources.provisioning import MACHINE_REQUEST_SET
-from herder.resources.status import find_condition, set_condition
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.runtime.outputs import Writes
 
@@ -31,18 +38,18 @@ class MachineSetStatusController(Controller):
     concurrency = 4
 
     def __init__(self) -> None:
-        self._sources = RequestSetSources()
+        self._sources = request_set_sources()
         self.watches = (
             Watch(MACHINE_SET.kind, self._sources.track),
             # A request set's machine count is what a set allocating from it wants.
-            Watch(MACHINE_REQUEST_SET.kind, self._sources.users),
+            Watch(MACHINE_REQUEST_SET.kind, self._sources.by_name()),
             Watch(MACHINE_SET_NODE.kind, labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL)),
             Watch(
                 CLUSTER_MACHINE.kind,
                 on_change(
                     labelled_owner(MACHINE_SET.kind, MACHINE_SET_LABEL),
                     "status.ready",
-                    "status.conditions",
+                    "status.conditions[Ready]",
                     "metadata.deletionTimestamp",
                 ),
             ),
@@ -54,58 +61,51 @@ class MachineSetStatusController(Controller):
             return None
         nodes = await set_nodes(ctx, machine_set)
         members = await labelled(ctx, CLUSTER_MACHINE.kind, key.namespace, MACHINE_SET_LABEL, key.name)
-        staying = [m for m in members if not m.metadata.deletion_timestamp]
-        ready = [m for m in staying if (m.status or {}).get("ready")]
-        spec = machine_set.spec or {}
-        size = (spec.get("machineClass") or {}).get("size")
-        live_nodes = [n for n in nodes if not n.metadata.deletion_timestamp]
-        if spec.get("machines") is not None:
-            wanted = len(spec["machines"])
+        staying = [
+            (m, status_of(m, ClusterMachineStatus)) for m in members if not m.metadata.deletion_timestamp
+        ]
+        ready = [m for m, status in staying if status.ready]
+        spec = MACHINE_SET.spec_of(machine_set, MachineSetSpec)
+        size = spec.machine_class.size if spec.machine_class is not None else None
+        if spec.machines is not None:
+            wanted = len(spec.machines)
         elif isinstance(size, int):
             wanted = size
-        elif spec.get("machineRequestSet"):
+        elif spec.machine_request_set:
             wanted = await request_set_count(ctx, machine_set) or 0
         else:
-            wanted = len(live_nodes)
-        allocation = (machine_set.status or {}).get("allocation") or {}
+            wanted = sum(1 for n in nodes if not n.metadata.deletion_timestamp)
+        allocation = status_of(machine_set, MachineSetStatus).allocation
+        phase: ClusterPhase
         if machine_set.metadata.deletion_timestamp:
-            phase, ok, reason, message = (
-                "Destroying",
-                False,
-                "Destroying",
-                f"{len(members)} machine(s) leaving",
-            )
-        elif allocation.get("reason"):
-            phase, ok, reason, message = "ScalingUp", False, "MachinesMissing", str(allocation["reason"])
+            phase, ok, reason = "Destroying", False, "Destroying"
+            message = f"{len(members)} machine(s) leaving"
+        elif allocation is not None and allocation.reason:
+            phase, ok, reason, message = "ScalingUp", False, "MachinesMissing", allocation.reason
         elif len(members) > len(staying) or len(staying) > wanted:
-            phase, ok, reason, message = (
-                "ScalingDown",
-                False,
-                "ScalingDown",
-                f"{len(members) - len(staying)} machine(s) leaving",
-            )
+            phase, ok, reason = "ScalingDown", False, "ScalingDown"
+            message = f"{len(members) - len(staying)} machine(s) leaving"
         elif len(staying) < wanted:
-            phase, ok, reason, message = (
-                "ScalingUp",
-                False,
-                "ScalingUp",
-                f"{len(staying)}/{wanted} machines allocated",
-            )
+            phase, ok, reason = "ScalingUp", False, "ScalingUp"
+            message = f"{len(staying)}/{wanted} machines allocated"
         elif len(ready) < len(staying):
-            first = next(m for m in staying if not (m.status or {}).get("ready"))
-            why = find_condition((first.status or {}).get("conditions"), "Ready") or {}
+            first, status = next((m, status) for m, status in staying if not status.ready)
+            why = status.condition("Ready")
             phase, ok, reason = "Running", False, "MachinesNotReady"
-            message = f"{len(ready)}/{wanted} ready; {first.name}: {why.get('message') or 'not ready'}"
+            message = (
+                f"{len(ready)}/{wanted} ready; {first.name}: {(why.message if why else '') or 'not ready'}"
+            )
         else:
             phase, ok, reason, message = "Running", True, "Ready", f"{len(ready)}/{wanted} machines ready"
+        counts = MachineCounts(total=len(staying), ready=len(ready), wanted=wanted)
+        generation = machine_set.metadata.generation or 0
+        now = ctx.clock.rfc3339()
 
-        def record(_: Resource, status: dict[str, Any]) -> None:
-            status["phase"] = phase
-            status["machines"] = {"total": len(staying), "ready": len(ready), "wanted": wanted}
-            status["observedGeneration"] = machine_set.metadata.generation or 0
-            conditions = list(status.get("conditions") or [])
-            set_condition(conditions, "Ready", ok, reason, message)
-            status["conditions"] = conditions
+        def record(_: Resource, status: MachineSetStatus) -> None:
+            status.phase = phase
+            status.machines = counts
+            status.observed_generation = generation
+            status.set_condition("Ready", ok, reason, message, now=now)
 
-        await ctx.mutate_status(key, record)
+        await ctx.mutate_status(key, MachineSetStatus, record)
         return None

@@ -3,13 +3,20 @@ cluster machines, and the Machine behind each; and which changes of a Cluster co
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, MachineSpec
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    MACHINE_SET,
+    MACHINE_SET_NODE,
+    ClusterMachineSpec,
+    MachineSetSpec,
+)
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, MachineSpec, MachineStatus
+from herder.resources.provisioning import MACHINE_REQUEST_SET, MachineRequestSetSpec
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Mapper, ObjectKey, on_change, own_key
-from herder.state.store import WatchEvent
+from herder.runtime.index import FieldIndex
 
 
 def cluster_changes(*status: str, mapper: Mapper = own_key) -> Mapper:
@@ -51,41 +58,34 @@ async def cluster_machines(ctx: Context, cluster: Resource) -> list[Resource]:
     return await labelled(ctx, CLUSTER_MACHINE.kind, cluster.namespace, CLUSTER_LABEL, cluster.name)
 
 
+def is_control_plane(member: Resource) -> bool:
+    """Whether a ClusterMachine is one of its cluster's control planes."""
+    return CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec).role == "controlplane"
+
+
 async def machine_of(ctx: Context, obj: Resource) -> Resource | None:
     """The Machine named as ``obj`` is (MachineSetNodes and ClusterMachines are named by its UUID)."""
     return await ctx.get(ObjectKey(MACHINE.kind, obj.namespace, obj.name))
 
 
-class RequestSetSources:
+def request_set_sources() -> FieldIndex:
     """Which machine set allocates from each MachineRequestSet (``spec.machineRequestSet``), kept from the
-    MachineSet watch, so that a request set's event reaches the set whatever owns the request set."""
-
-    def __init__(self) -> None:
-        self._sets: dict[tuple[str | None, str], ObjectKey] = {}
-
-    def track(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        """The MachineSet watch's mapper: keeps the index, and reconciles the set."""
-        key = ObjectKey.of(event.object)
-        source = (event.object.spec or {}).get("machineRequestSet")
-        if source and event.type != "DELETED":
-            self._sets[(key.namespace, str(source))] = key
-        return (key,)
-
-    def users(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        """The MachineRequestSet watch's mapper: the set allocating from it."""
-        key = self._sets.get((event.object.namespace, event.object.name))
-        return (key,) if key is not None else ()
+    MachineSet watch (``track``), so that a request set's event reaches the set (``by_name()``) whatever
+    owns the request set."""
+    return FieldIndex(
+        MACHINE_SET.kind, lambda obj: MACHINE_SET.spec_of(obj, MachineSetSpec).machine_request_set
+    )
 
 
 async def request_set_count(ctx: Context, machine_set: Resource) -> int | None:
     """How many machines the request set a set allocates from asks for (None: it does not exist)."""
-    name = (machine_set.spec or {}).get("machineRequestSet")
+    name = MACHINE_SET.spec_of(machine_set, MachineSetSpec).machine_request_set
     request_set = (
-        await ctx.get(ObjectKey("MachineRequestSet", machine_set.namespace, str(name))) if name else None
+        await ctx.get(ObjectKey(MACHINE_REQUEST_SET.kind, machine_set.namespace, name)) if name else None
     )
     if request_set is None or request_set.metadata.deletion_timestamp:
         return None
-    return int((request_set.spec or {}).get("machineCount") or 0)
+    return MACHINE_REQUEST_SET.spec_of(request_set, MachineRequestSetSpec).machine_count
 
 
 async def control_planes(ctx: Context, cluster: Resource) -> tuple[dict[str, str], dict[str, str]]:
@@ -93,15 +93,14 @@ async def control_planes(ctx: Context, cluster: Resource) -> tuple[dict[str, str
     known: dict[str, str] = {}
     running: dict[str, str] = {}
     for member in await cluster_machines(ctx, cluster):
-        if (member.spec or {}).get("role") != "controlplane" or member.metadata.deletion_timestamp:
+        if not is_control_plane(member) or member.metadata.deletion_timestamp:
             continue
         machine = await machine_of(ctx, member)
         if machine is None:
             continue
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
         known[endpoint] = machine.name
-        mstatus = machine.status or {}
-        if mstatus.get("connected") and mstatus.get("stage") == "Running":
+        if status_of(machine, MachineStatus).running:
             running[endpoint] = machine.name
     return known, running
 

@@ -12,15 +12,13 @@ rollout stops there until the cluster's version changes.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_of, machine_of
 from herder.controllers.provisioning.installer import member_installer
-from herder.resources import Resource, now_micro
-from herder.resources.clusters import CLUSTER_MACHINE
-from herder.resources.machines import MACHINE, MachineSpec
+from herder.resources import Resource
+from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineSpec, ClusterMachineStatus, UpgradeStatus
+from herder.resources.machines import MACHINE, MachineSpec, MachineStatus
+from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
     Controller,
@@ -39,11 +37,8 @@ from herder.talos.machine.pool import ClientPool
 START_TIMEOUT = 120.0
 # A machine out of reach this long after an upgrade was asked of it did not come back.
 RETURN_TIMEOUT = 900.0
-
-
-def _seconds_since(stamp: str) -> float:
-    then = datetime.strptime(stamp.rstrip("Z").split(".")[0], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-    return (datetime.now(UTC) - then).total_seconds()
+# How often an upgrade in flight is looked at while nothing else brings it back.
+FOLLOW_EVERY = 10.0
 
 
 class TalosUpgradeController(Controller):
@@ -56,7 +51,7 @@ class TalosUpgradeController(Controller):
         self, keys: ClusterKeys, *, start_timeout: float = START_TIMEOUT, clients: ClientPool | None = None
     ) -> None:
         self._keys = keys
-        self._clients = clients or ClientPool(keep=8, timeout=60)
+        self._clients = clients if clients is not None else ClientPool(keep=8, timeout=60)
         self._start_timeout = start_timeout
         self.watches = (
             Watch(
@@ -79,21 +74,20 @@ class TalosUpgradeController(Controller):
         member = await ctx.get(key)
         if member is None or member.metadata.deletion_timestamp:
             return None
-        target = str((member.spec or {}).get("talosVersion") or "")
-        status = member.status or {}
-        upgrade = status.get("upgrade") or {}
+        target = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec).talos_version
+        status = status_of(member, ClusterMachineStatus)
+        upgrade = status.upgrade
         machine = await machine_of(ctx, member)
-        if machine is None or not status.get("configHash"):
+        if machine is None or not status.config_hash:
             return None
-        mstatus = machine.status or {}
-        running = str(mstatus.get("talosVersion") or "")
-        up = bool(mstatus.get("connected")) and mstatus.get("stage") == "Running"
-        if upgrade.get("target") == target:
-            if upgrade.get("error"):
+        reached = status_of(machine, MachineStatus)
+        running = reached.talos_version
+        if upgrade is not None and upgrade.target == target:
+            if upgrade.error:
                 return None  # failed for this version: not tried again
-            return await self._follow(ctx, member, upgrade, running, up, mstatus)
-        if not up or running == target or not running:
-            if upgrade:
+            return await self._follow(ctx, member, upgrade, reached)
+        if not reached.running or running == target or not running:
+            if upgrade is not None:
                 await self._record(ctx, key, None)  # the target moved on (or back): nothing is pending
             return None
         return await self._start(ctx, member, machine, target, running)
@@ -105,7 +99,7 @@ class TalosUpgradeController(Controller):
         view = await self._keys.of(cluster) if cluster is not None else None
         if view is None:
             return None
-        requested = {"target": target, "fromVersion": running, "requestedAt": now_micro()}
+        requested = UpgradeStatus(target=target, fromVersion=running, requestedAt=ctx.clock.micro())
         await self._record(ctx, ObjectKey.of(member), requested)
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
         image = await member_installer(ctx, member, target)
@@ -119,42 +113,33 @@ class TalosUpgradeController(Controller):
         return Result(requeue_after=self._start_timeout)
 
     async def _follow(
-        self,
-        ctx: Context,
-        member: Resource,
-        upgrade: dict[str, Any],
-        running: str,
-        up: bool,
-        mstatus: dict[str, Any],
+        self, ctx: Context, member: Resource, upgrade: UpgradeStatus, reached: MachineStatus
     ) -> Result | None:
-        target = upgrade["target"]
-        came_back = str(mstatus.get("connectedAt") or "") > upgrade["requestedAt"]
-        if up and running == target:
+        target, running = upgrade.target, reached.talos_version
+        if reached.running and running == target:
             await self._record(ctx, ObjectKey.of(member), None)
             await ctx.event(member, "Normal", "Upgraded", f"Talos {target} runs")
             return None
-        waited = _seconds_since(upgrade["requestedAt"])
-        if up and came_back:
+        came_back = reached.connected_at > upgrade.requested_at
+        waited = ctx.clock.age(upgrade.requested_at) or 0.0
+        if reached.running and came_back:
             await self._fail(
                 ctx, member, upgrade, f"the machine came back on {running}: the new system did not boot"
             )
-        elif up and waited > self._start_timeout:
+        elif reached.running and waited > self._start_timeout:
             await self._fail(ctx, member, upgrade, f"the machine did not start the upgrade in {waited:.0f}s")
-        elif not up and waited > RETURN_TIMEOUT:
+        elif not reached.running and waited > RETURN_TIMEOUT:
             await self._fail(ctx, member, upgrade, f"the machine did not come back in {waited:.0f}s")
         else:
-            return Result(requeue_after=10.0)
+            return Result(requeue_after=FOLLOW_EVERY)
         return None
 
-    async def _fail(self, ctx: Context, member: Resource, upgrade: dict[str, Any], error: str) -> None:
-        await self._record(ctx, ObjectKey.of(member), {**upgrade, "error": error})
-        await ctx.event(member, "Warning", "UpgradeFailed", f"upgrade to {upgrade['target']} failed: {error}")
+    async def _fail(self, ctx: Context, member: Resource, upgrade: UpgradeStatus, error: str) -> None:
+        await self._record(ctx, ObjectKey.of(member), upgrade.model_copy(update={"error": error}))
+        await ctx.event(member, "Warning", "UpgradeFailed", f"upgrade to {upgrade.target} failed: {error}")
 
-    async def _record(self, ctx: Context, key: ObjectKey, upgrade: dict[str, Any] | None) -> None:
-        def record(_: Resource, status: dict[str, Any]) -> None:
-            if upgrade is None:
-                status.pop("upgrade", None)
-            else:
-                status["upgrade"] = upgrade
+    async def _record(self, ctx: Context, key: ObjectKey, upgrade: UpgradeStatus | None) -> None:
+        def record(_: Resource, status: ClusterMachineStatus) -> None:
+            status.upgrade = upgrade
 
-        await ctx.mutate_status(key, record)
+        await ctx.mutate_status(key, ClusterMachineStatus, record)

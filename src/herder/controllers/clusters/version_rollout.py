@@ -12,25 +12,69 @@ shown on the Cluster's ``status.rollouts``: what it does, how many machines are 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Literal
 
-from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_sets
+from herder.controllers.clusters.members import (
+    cluster_changes,
+    cluster_machines,
+    is_control_plane,
+    machine_sets,
+)
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_MACHINE,
     CLUSTER_MACHINE_CONFIG,
     MACHINE_SET,
+    ClusterMachineConfigSpec,
+    ClusterMachineSpec,
+    ClusterMachineStatus,
     ClusterSpec,
+    ClusterStatus,
     MachineSetSpec,
+    Rollout,
+    Strategy,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL
-from herder.resources.status import condition_true
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.runtime.outputs import Writes
 
-_FIELDS = {"Talos": "talosVersion", "Kubernetes": "kubernetesVersion"}
+VersionKind = Literal["Talos", "Kubernetes"]
+_FIELDS: dict[VersionKind, str] = {"Talos": "talosVersion", "Kubernetes": "kubernetesVersion"}
+
+
+class _Member:
+    """A ClusterMachine as a rollout reads it: its wanted versions, its status, its newest config."""
+
+    def __init__(self, obj: Resource, config: Resource | None) -> None:
+        self.obj = obj
+        self.name = obj.name
+        self.spec = CLUSTER_MACHINE.spec_of(obj, ClusterMachineSpec)
+        self.status = status_of(obj, ClusterMachineStatus)
+        self.config = CLUSTER_MACHINE_CONFIG.spec_of(config, ClusterMachineConfigSpec) if config else None
+        self.machine_set = obj.metadata.labels.get(MACHINE_SET_LABEL)
+
+    def wants(self, kind: VersionKind) -> str:
+        return self.spec.talos_version if kind == "Talos" else self.spec.kubernetes_version
+
+    def runs(self, kind: VersionKind, target: str) -> bool:
+        """Whether it has moved to ``target`` and is ready on it: Talos once its machine runs that version;
+        Kubernetes once a config made for that version is applied."""
+        if self.wants(kind) != target or not self.status.ready:
+            return False
+        if kind == "Talos":
+            return self.status.talos_version == target
+        config = self.config
+        return (
+            config is not None
+            and config.kubernetes_version == target
+            and self.status.config_hash == config.hash
+        )
+
+    def upgrade_failed(self, target: str) -> bool:
+        upgrade = self.status.upgrade
+        return upgrade is not None and upgrade.target == target and bool(upgrade.error)
 
 
 class VersionRolloutController(Controller):
@@ -67,156 +111,118 @@ class VersionRolloutController(Controller):
         cluster = await ctx.get(key)
         if cluster is None or cluster.metadata.deletion_timestamp:
             return None
-        if not ((cluster.status or {}).get("bootstrap") or {}).get("completedAt"):
+        status = status_of(cluster, ClusterStatus)
+        if not status.bootstrapped:
             return None  # a cluster that is still forming gets the versions it was created with
         spec = CLUSTER.spec_of(cluster, ClusterSpec)
-        members = [m for m in await cluster_machines(ctx, cluster) if not m.metadata.deletion_timestamp]
-        configs = {
-            m.name: await ctx.get(ObjectKey(CLUSTER_MACHINE_CONFIG.kind, m.namespace, m.name))
-            for m in members
-        }
+        members = [
+            _Member(m, await ctx.get(ObjectKey(CLUSTER_MACHINE_CONFIG.kind, m.namespace, m.name)))
+            for m in await cluster_machines(ctx, cluster)
+            if not m.metadata.deletion_timestamp
+        ]
         strategies = {
             s.name: MACHINE_SET.spec_of(s, MachineSetSpec).upgrade_strategy
             for s in await machine_sets(ctx, cluster)
         }
-        rollouts = []
-        talos = await self._roll(ctx, cluster, "Talos", spec.talos_version, members, strategies, _talos_done)
-        rollouts.append(talos)
-        kubernetes_done = _kubernetes_done(configs)
-        if talos["state"] == "Done":
+        healthy = status.condition_true("EtcdHealthy")
+        talos = await self._roll(ctx, healthy, "Talos", spec.talos_version, members, strategies)
+        rollouts = [talos]
+        if talos.state == "Done":
             rollouts.append(
-                await self._roll(
-                    ctx, cluster, "Kubernetes", spec.kubernetes_version, members, strategies, kubernetes_done
-                )
+                await self._roll(ctx, healthy, "Kubernetes", spec.kubernetes_version, members, strategies)
             )
-        rollouts.append(_config_rollout(members, configs))
+        rollouts.append(_config_rollout(members))
+        shown = [r for r in rollouts if r.state != "Done" or r.total]
 
-        def record(_: Resource, status: dict[str, Any]) -> None:
-            status["rollouts"] = [r for r in rollouts if r["state"] != "Done" or r["total"]]
+        def record(_: Resource, current: ClusterStatus) -> None:
+            current.rollouts = shown
 
-        await ctx.mutate_status(key, record)
+        await ctx.mutate_status(key, ClusterStatus, record)
         return None
 
     async def _roll(
         self,
         ctx: Context,
-        cluster: Resource,
-        kind: str,
+        etcd_healthy: bool,
+        kind: VersionKind,
         target: str,
-        members: list[Resource],
-        strategies: dict[str, Any],
-        is_done: Callable[[Resource, str], bool],
-    ) -> dict[str, Any]:
-        field = _FIELDS[kind]
-        done = [m for m in members if is_done(m, target)]
-        moved = [m for m in members if (m.spec or {}).get(field) == target]
-        waiting = [m for m in members if (m.spec or {}).get(field) != target]
-        failed = [m for m in moved if _upgrade_failed(m, target)] if kind == "Talos" else []
-        report = {"kind": kind, "target": target, "done": len(done), "total": len(members)}
-        if not waiting and len(done) == len(members):
-            return {**report, "state": "Done", "message": f"every machine runs {kind} {target}"}
-        if failed:
-            error = ((failed[0].status or {}).get("upgrade") or {}).get("error", "")
-            message = (
-                f"stopped: the upgrade of machine {failed[0].name} to {target} failed: {error}; "
-                "change the cluster's talosVersion (back) to go on"
+        members: list[_Member],
+        strategies: dict[str, Strategy],
+    ) -> Rollout:
+        done = [m for m in members if m.runs(kind, target)]
+        moved = [m for m in members if m.wants(kind) == target]
+        waiting = [m for m in members if m.wants(kind) != target]
+        failed = [m for m in moved if m.upgrade_failed(target)] if kind == "Talos" else []
+
+        def report(state: Literal["Rolling", "Done", "Stopped"], message: str) -> Rollout:
+            return Rollout(
+                kind=kind, target=target, done=len(done), total=len(members), state=state, message=message
             )
-            return {**report, "state": "Stopped", "message": message}
-        control_planes = [m for m in members if (m.spec or {}).get("role") == "controlplane"]
+
+        if not waiting and len(done) == len(members):
+            return report("Done", f"every machine runs {kind} {target}")
+        if failed:
+            upgrade = failed[0].status.upgrade
+            error = upgrade.error if upgrade is not None else ""
+            return report(
+                "Stopped",
+                f"stopped: the upgrade of machine {failed[0].name} to {target} failed: {error}; "
+                "change the cluster's talosVersion (back) to go on",
+            )
+        control_planes = [m for m in members if is_control_plane(m.obj)]
         cp_waiting = [m for m in waiting if m in control_planes]
-        in_flight = [m for m in moved if not is_done(m, target)]
-        if cp_waiting or any(m in control_planes for m in in_flight):
-            if any(m in control_planes for m in in_flight):
-                first = next(m for m in in_flight if m in control_planes)
-                return {
-                    **report,
-                    "state": "Rolling",
-                    "message": f"control plane {first.name} is moving to {target}",
-                }
-            if not condition_true(cluster.status, "EtcdHealthy") or not all(
-                (m.status or {}).get("ready") for m in control_planes
-            ):
-                return {
-                    **report,
-                    "state": "Rolling",
-                    "message": "waiting for etcd and every control plane to be healthy",
-                }
-            await self._move(ctx, cp_waiting[0], field, target)
-            return {
-                **report,
-                "state": "Rolling",
-                "message": f"moving control plane {cp_waiting[0].name} to {target}",
-            }
+        in_flight = [m for m in moved if not m.runs(kind, target)]
+        cp_in_flight = [m for m in in_flight if m in control_planes]
+        if cp_in_flight:
+            return report("Rolling", f"control plane {cp_in_flight[0].name} is moving to {target}")
+        if cp_waiting:
+            if not etcd_healthy or not all(m.status.ready for m in control_planes):
+                return report("Rolling", "waiting for etcd and every control plane to be healthy")
+            await self._move(ctx, cp_waiting[0], kind, target)
+            return report("Rolling", f"moving control plane {cp_waiting[0].name} to {target}")
         moving = []
         for set_name, strategy in sorted(strategies.items()):
-            in_set = [m for m in members if m.metadata.labels.get(MACHINE_SET_LABEL) == set_name]
+            in_set = [m for m in members if m.machine_set == set_name]
             busy = sum(1 for m in in_flight if m in in_set)
             room = strategy.parallelism(len(in_set)) - busy
             for member in [m for m in waiting if m in in_set][: max(room, 0)]:
-                await self._move(ctx, member, field, target)
+                await self._move(ctx, member, kind, target)
                 moving.append(member.name)
         message = (
             f"moving {', '.join(moving)} to {target}"
             if moving
             else f"{len(in_flight)} machine(s) moving to {target}"
         )
-        return {**report, "state": "Rolling", "message": message}
+        return report("Rolling", message)
 
-    async def _move(self, ctx: Context, member: Resource, field: str, target: str) -> None:
+    async def _move(self, ctx: Context, member: _Member, kind: VersionKind, target: str) -> None:
+        field = _FIELDS[kind]
+
         def move(m: Resource) -> None:
             m.spec = {**(m.spec or {}), field: target}
 
-        await ctx.mutate(ObjectKey.of(member), move)
-        what = "Talos" if field == "talosVersion" else "Kubernetes"
+        await ctx.mutate(ObjectKey.of(member.obj), move)
         await ctx.event(
-            member, "Normal", f"{what}Rollout", f"moving machine {member.name} to {what} {target}"
+            member.obj, "Normal", f"{kind}Rollout", f"moving machine {member.name} to {kind} {target}"
         )
 
 
-def _talos_done(member: Resource, target: str) -> bool:
-    status = member.status or {}
-    return (
-        (member.spec or {}).get("talosVersion") == target
-        and status.get("talosVersion") == target
-        and bool(status.get("ready"))
-    )
-
-
-def _upgrade_failed(member: Resource, target: str) -> bool:
-    upgrade = (member.status or {}).get("upgrade") or {}
-    return upgrade.get("target") == target and bool(upgrade.get("error"))
-
-
-def _kubernetes_done(configs: dict[str, Resource | None]) -> Callable[[Resource, str], bool]:
-    """A machine runs a Kubernetes version once a config made for it is applied and it is ready."""
-
-    def done(member: Resource, target: str) -> bool:
-        config = configs.get(member.name)
-        spec = (config.spec or {}) if config is not None else {}
-        status = member.status or {}
-        return (
-            (member.spec or {}).get("kubernetesVersion") == target
-            and spec.get("kubernetesVersion") == target
-            and status.get("configHash") == spec.get("hash")
-            and bool(status.get("ready"))
-        )
-
-    return done
-
-
-def _config_rollout(members: list[Resource], configs: dict[str, Resource | None]) -> dict[str, Any]:
+def _config_rollout(members: list[_Member]) -> Rollout:
     """How far the newest generated configs are applied."""
-    current = [
-        m
-        for m in members
-        if (c := configs.get(m.name)) is not None
-        and (m.status or {}).get("configHash") == (c.spec or {}).get("hash")
-    ]
-    failing = [m for m in members if ((m.status or {}).get("apply") or {}).get("lastError")]
-    report = {"kind": "Config", "done": len(current), "total": len(members)}
-    if len(current) == len(members):
-        return {**report, "total": 0, "state": "Done", "message": "every machine runs its newest config"}
+    current = [m for m in members if m.config is not None and m.status.config_hash == m.config.hash]
+    failing = [m for m in members if m.status.apply.last_error]
+    done, total = len(current), len(members)
+    if done == total:
+        return Rollout(kind="Config", done=done, state="Done", message="every machine runs its newest config")
     if failing:
-        error = ((failing[0].status or {}).get("apply") or {}).get("lastError", "")
-        return {**report, "state": "Stopped", "message": f"machine {failing[0].name}: {error}"}
-    return {**report, "state": "Rolling", "message": f"{len(members) - len(current)} machine(s) to update"}
+        error = failing[0].status.apply.last_error
+        return Rollout(
+            kind="Config",
+            done=done,
+            total=total,
+            state="Stopped",
+            message=f"machine {failing[0].name}: {error}",
+        )
+    return Rollout(
+        kind="Config", done=done, total=total, state="Rolling", message=f"{total - done} machine(s) to update"
+    )

@@ -1,0 +1,141 @@
+"""Readiness: each ClusterMachine says what its machine is doing (its stage and the Talos version it runs)
+and whether it is ready, with a ``Ready`` condition whose reason and message say what it waits for.
+
+A member is ready once its machine is registered and reachable, runs the config herder applied to it
+(an older one counts: it is in service while its new config rolls out), and, for a control plane, is an
+etcd member. Only the config that cannot be made (``ConfigValid``) or applied (``status.apply``) is a
+fault; the rest is progress. A new member's config is usually made and applied within a moment: it says
+that it waits for one only when that takes longer (``PENDING_GRACE``).
+"""
+
+from __future__ import annotations
+
+from herder.controllers.clusters.members import machine_of
+from herder.resources import Resource
+from herder.resources.clusters import (
+    CLUSTER_MACHINE,
+    CLUSTER_MACHINE_CONFIG,
+    ClusterMachineConfigSpec,
+    ClusterMachineSpec,
+    ClusterMachineStatus,
+)
+from herder.resources.machines import MACHINE, MachineStatus
+from herder.resources.status import status_of
+from herder.runtime.controller import (
+    Context,
+    Controller,
+    ObjectKey,
+    Result,
+    Watch,
+    controller_owner,
+    on_change,
+    own_key,
+    same_name,
+)
+from herder.runtime.outputs import Writes
+
+PENDING_GRACE = 15.0
+"""Seconds a new member's config may take to be made and applied before its readiness says it waits for
+it (its Ready condition is Unknown meanwhile): usually it is there by then, even with a hundred machines
+applying at once, and the first word a member gets is then one write, not two."""
+
+
+class ClusterMachineReadinessController(Controller):
+    name = "ClusterMachineReadiness"
+    primary = CLUSTER_MACHINE.kind
+    outputs = (
+        Writes(
+            CLUSTER_MACHINE.kind,
+            "status.stage",
+            "status.talosVersion",
+            "status.ready",
+            "status.conditions[Ready]",
+        ),
+    )
+    concurrency = 8
+    # What a verdict reads, and none of what it writes: a write does not wake it again.
+    watches = (
+        Watch(
+            CLUSTER_MACHINE.kind,
+            on_change(
+                own_key,
+                "spec.role",
+                "status.configHash",
+                "status.apply.lastError",
+                "status.etcdMember",
+                "status.conditions[ConfigValid]",
+                "metadata.deletionTimestamp",
+            ),
+        ),
+        Watch(CLUSTER_MACHINE_CONFIG.kind, on_change(controller_owner(CLUSTER_MACHINE.kind), "spec.hash")),
+        Watch(
+            MACHINE.kind,
+            on_change(
+                same_name(CLUSTER_MACHINE.kind),
+                "status.connected",
+                "status.stage",
+                "status.talosVersion",
+                "status.lastError",
+            ),
+        ),
+    )
+
+    def __init__(self) -> None:
+        # New members waiting for their first config, since when (the clock's monotonic seconds).
+        self._pending_since: dict[ObjectKey, float] = {}
+
+    async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
+        member = await ctx.get(key)
+        if member is None or member.metadata.deletion_timestamp:
+            self._pending_since.pop(key, None)
+            return None
+        machine = await machine_of(ctx, member)
+        reached = status_of(machine, MachineStatus) if machine is not None else None
+        config = await ctx.get(ObjectKey(CLUSTER_MACHINE_CONFIG.kind, key.namespace, key.name))
+        wanted = CLUSTER_MACHINE_CONFIG.spec_of(config, ClusterMachineConfigSpec).hash if config else ""
+        role = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec).role
+        current = status_of(member, ClusterMachineStatus)
+        reason, message = verdict(current, reached, wanted, role)
+        if reason == "ConfigPending" and current.condition("Ready") is None:
+            since = self._pending_since.setdefault(key, ctx.clock.monotonic())
+            wait = PENDING_GRACE - (ctx.clock.monotonic() - since)
+            if wait > 0:
+                return Result(requeue_after=wait)
+        self._pending_since.pop(key, None)
+        now = ctx.clock.rfc3339()
+
+        def record(_: Resource, status: ClusterMachineStatus) -> None:
+            status.stage = reached.stage if reached is not None else "Unknown"
+            status.talos_version = reached.talos_version if reached is not None else ""
+            status.ready = reason == "Ready"
+            status.set_condition("Ready", status.ready, reason, message, now=now)
+
+        await ctx.mutate_status(key, ClusterMachineStatus, record)
+        return None
+
+
+def verdict(
+    status: ClusterMachineStatus, machine: MachineStatus | None, wanted: str, role: str
+) -> tuple[str, str]:
+    """Why a member is not ready (reason, message), or ``("Ready", "")``; ``wanted`` is the hash of its
+    generated config ('' while there is none)."""
+    applied = status.config_hash
+    valid = status.condition("ConfigValid")
+    apply_error = status.apply.last_error
+    if machine is None:
+        return "MachineMissing", "the machine is not registered"
+    if valid is not None and valid.status == "False":
+        return "InvalidConfig", valid.message
+    if not machine.connected:
+        return "Unreachable", f"machine is unreachable: {machine.last_error}".rstrip(": ")
+    if apply_error and applied != wanted:
+        # A machine that runs an older config is in service: only failing to get a config is a fault.
+        return "ApplyFailed", apply_error
+    if not applied:
+        # One reason while it is made and while it is applied (a moment later): no write between them.
+        return "ConfigPending", "waiting for the machine's config to be generated and applied"
+    if machine.stage != "Running":
+        return "NotRunning", f"machine is {machine.stage.lower()}"
+    if role == "controlplane" and not status.etcd_member:
+        return "EtcdNotJoined", "waiting for the machine to join etcd"
+    return "Ready", ""
