@@ -20,8 +20,9 @@ from collections.abc import AsyncIterator
 from typing import IO
 
 from herder.controllers.backups.backup_cipher import BackupUnreadable, checksum, decrypt
+from herder.controllers.backups.blob import StoreFailed, blob_key
 from herder.controllers.backups.keys import backup_key
-from herder.controllers.backups.stores import BackupStores, StoreFailed, blob_key
+from herder.controllers.backups.stores import BackupStores
 from herder.controllers.clusters.members import machine_sets
 from herder.resources import Resource
 from herder.resources.backups import ETCD_BACKUP, BootstrapSpec, EtcdBackupSpec

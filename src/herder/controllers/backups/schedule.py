@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from herder.controllers.backups.backup_cipher import encrypt
+from herder.controllers.backups.blob import StoreFailed, blob_key
 from herder.controllers.backups.keys import ensure_backup_key
 from herder.controllers.backups.metrics import BACKUP_FAILURES, BACKUPS_TAKEN, NEWEST_BACKUP_AGE
 from herder.controllers.backups.policy import BackupPolicy
-from herder.controllers.backups.stores import BackupStores, StoreFailed, blob_key
+from herder.controllers.backups.stores import BackupStores
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
 from herder.resources import Resource
