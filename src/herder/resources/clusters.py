@@ -161,6 +161,11 @@ class ClusterStatus(WithConditions):
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []
 
+    @property
+    def bootstrapped(self) -> bool:
+        """Whether etcd has been bootstrapped (the one Bootstrap call succeeded)."""
+        return self.bootstrap is not None and bool(self.bootstrap.completed_at)
+
 
 class RollingStrategy(BaseModel):
     model_config = _STRICT
@@ -250,7 +255,7 @@ class AllocationStatus(BaseModel):
     reason: str = ""
 
 
-class MachineSetStatus(BaseModel):
+class MachineSetStatus(WithConditions):
     model_config = _STRICT
 
     phase: ClusterPhase = "Provisioning"
@@ -307,7 +312,7 @@ class UpgradeStatus(BaseModel):
     error: str = ""
 
 
-class ClusterMachineStatus(BaseModel):
+class ClusterMachineStatus(WithConditions):
     model_config = _STRICT
 
     stage: Stage = "Unknown"

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from herder.resources.configuration import GROUP, VERSION
 from herder.resources.registry import KindInfo, PrinterColumn
-from herder.resources.status import condition_column, condition_reason_column
+from herder.resources.status import WithConditions, condition_column, condition_reason_column
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -57,7 +57,7 @@ class LoadBalancerHealth(BaseModel):
     healthy: int = 0
 
 
-class ControlPlaneStatusStatus(BaseModel):
+class ControlPlaneStatusStatus(WithConditions):
     model_config = _STRICT
 
     etcd: EtcdHealth = EtcdHealth()

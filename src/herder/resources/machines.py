@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from herder.resources.configuration import GROUP, VERSION
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
-from herder.resources.status import condition_column
+from herder.resources.status import WithConditions, condition_column
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -117,7 +117,7 @@ class PowerStatus(BaseModel):
     last_reboot_id: str = Field(default="", alias="lastRebootID")
 
 
-class MachineStatus(BaseModel):
+class MachineStatus(WithConditions):
     model_config = _STRICT
 
     connected: bool = False
@@ -134,6 +134,16 @@ class MachineStatus(BaseModel):
     )
     conditions: list[dict[str, Any]] = []
 
+    @property
+    def running(self) -> bool:
+        """Whether herder reaches the machine and it runs its config."""
+        return self.connected and self.stage == "Running"
+
+    @property
+    def in_maintenance(self) -> bool:
+        """Whether herder reaches the machine and it waits, in maintenance mode, for a config."""
+        return self.connected and self.stage == "Maintenance"
+
 
 class MachineRegistrationSpec(BaseModel):
     model_config = _STRICT
@@ -146,7 +156,7 @@ class MachineRegistrationSpec(BaseModel):
         return normalize_endpoint(value)
 
 
-class MachineRegistrationStatus(BaseModel):
+class MachineRegistrationStatus(WithConditions):
     model_config = _STRICT
 
     machine: str = Field(default="", description="the UUID of the machine found at the endpoint")
