@@ -86,8 +86,9 @@ def labelled_owner(kind: str, label: str) -> Mapper:
 
 def on_change(mapper: Mapper, *fields: str) -> Mapper:
     """``mapper``, for events that add or delete an object or change one of ``fields`` (dotted paths into
-    the object's JSON, such as ``status.ready`` or ``metadata.deletionTimestamp``): a controller that
-    reads only those fields of a busy kind is not woken by every other write to it."""
+    the object's JSON, such as ``status.ready`` or ``metadata.deletionTimestamp``; ``status.conditions[T]``
+    is the condition of type T, as declarations name it): a controller that reads only those fields of a
+    busy kind is not woken by every other write to it."""
     paths = [tuple(f.split(".")) for f in fields]
 
     def changed(event: WatchEvent) -> Iterable[ObjectKey]:
@@ -130,7 +131,12 @@ class _Fields:
         for part in rest:
             if not isinstance(value, dict):
                 return None
-            value = value.get(part)
+            name, bracket, kind = part.partition("[")
+            value = value.get(name)
+            if bracket:  # conditions[Ready]: the condition of that type
+                kind = kind.removesuffix("]")
+                found = (c for c in value or () if isinstance(c, dict) and c.get("type") == kind)
+                value = next(found, None)
         return value
 
 
