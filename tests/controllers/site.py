@@ -20,8 +20,9 @@ from herder.runtime.clock import FakeClock
 from herder.runtime.controller import Context, Controller, ObjectKey, Result
 from herder.runtime.event_recorder import EventRecorder
 from herder.runtime.outputs import Declaration, declarations_of
+from herder.state.encryption import Cipher
 from herder.state.memory import MemoryBackend
-from herder.state.store import Store
+from herder.state.store import Store, WatchEvent
 from herder.talos.contracts import VersionContract
 from herder.talos.machine import MachineAPIError
 from herder.talos.secrets import dump_secrets, generate_secrets
@@ -123,7 +124,8 @@ class Site:
 
     @classmethod
     async def start(cls) -> Site:
-        store = Store(MemoryBackend(), herder_registry())
+        # Sensitive kinds (providers, secrets) are sealed at rest, as ``herder serve`` seals them.
+        store = Store(MemoryBackend(), herder_registry(), cipher=Cipher(bytes(range(32))))
         register_admission(store)
         await store.start()
         await store.create(obj("Namespace", NAMESPACE, namespaced=False, api_version="v1"))
@@ -152,6 +154,18 @@ class Site:
         """One reconcile of ``key``, as the manager would run it."""
         assert key.kind == controller.primary or controller.primary == "*", key
         return await controller.reconcile(key, self.context(controller))
+
+    async def show(
+        self, controller: Controller, obj: Resource, *, before: Resource | None = None, deleted: bool = False
+    ) -> list[ObjectKey]:
+        """What the controller's watches of ``obj``'s kind map an event of it to, as it is now (changed from
+        ``before``; ``deleted``: its deletion), keeping their indexes as the manager's watches would."""
+        current = obj if deleted else await self.get(obj.kind, obj.name, obj.namespace)
+        assert current is not None, f"{obj.kind} {obj.name} does not exist"
+        event = WatchEvent(
+            "DELETED" if deleted else "MODIFIED" if before is not None else "ADDED", current, previous=before
+        )
+        return sorted({key for w in controller.watches if w.kind == obj.kind for key in w.map(event)})
 
     async def create(self, *objects: Resource) -> list[Resource]:
         return [await self.store.create(o) for o in objects]
