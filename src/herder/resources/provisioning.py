@@ -149,6 +149,7 @@ class InfraProviderStatus(WithConditions):
     last_heartbeat: str = Field(default="", alias="lastHeartbeat")
     heartbeat_interval_seconds: float = Field(default=0, alias="heartbeatIntervalSeconds", ge=0)
     capabilities: ProviderCapabilities = ProviderCapabilities()
+    conditions: list[dict[str, Any]] = []
 
 
 def _provider_labels(obj: Resource) -> Resource:
@@ -311,7 +312,7 @@ class RequestMachine(BaseModel):
     address: str = Field(default="", description="where herder reaches the machine's Talos API")
 
 
-def _none(conditions: list[dict[str, Any]]) -> bool:
+def _empty(conditions: list[dict[str, Any]]) -> bool:
     return not conditions
 
 
@@ -335,7 +336,7 @@ class MachineRequestStatus(WithConditions):
     provider_state: dict[str, Any] = Field(
         default_factory=dict, alias="providerState", description="the provider's own progress"
     )
-    conditions: list[dict[str, Any]] = Field(default_factory=list, exclude_if=_none)
+    conditions: list[dict[str, Any]] = Field(default_factory=list, exclude_if=_empty)
 
     @property
     def uuid(self) -> str:
@@ -365,6 +366,7 @@ class MachineRequestSetStatus(WithConditions):
     provisioned: int = 0
     failed: int = 0
     observed_generation: int = Field(default=0, alias="observedGeneration")
+    conditions: list[dict[str, Any]] = []
 
 
 def _progress(obj: dict[str, Any]) -> str:
