@@ -124,9 +124,9 @@ class Site:
 
     @classmethod
     async def start(cls) -> Site:
-        # Sensitive kinds (providers, secrets) are sealed at rest, as ``herder serve`` seals them.
+        # Sensitive kinds (ClusterSecrets, configs) are sealed in any store: a test key seals them here.
         store = Store(MemoryBackend(), herder_registry(), cipher=Cipher(bytes(range(32))))
-        register_admission(store)
+        register_admission(store, ControllerOptions(managed_control_planes=True))
         await store.start()
         await store.create(obj("Namespace", NAMESPACE, namespaced=False, api_version="v1"))
         return cls(store)
@@ -195,7 +195,8 @@ class Site:
             for e in listed.items
             if about is None or (e.model_extra or {})["involvedObject"]["name"] == about.name
         ]
-        events.sort(key=lambda e: (e.metadata.creation_timestamp or "", e.name))
+        # In the order they were written (timestamps have whole seconds).
+        events.sort(key=lambda e: int(e.metadata.resource_version or 0))
         return [
             (str(x["type"]), str(x["reason"]), str(x["message"]))
             for x in (e.model_extra or {} for e in events)
