@@ -100,17 +100,25 @@ class ViewIndex(FieldIndex, Generic[T]):
     ) -> None:
         super().__init__(kind, value_of, namespaced=namespaced)
         self._view = view
-        self._views: dict[ObjectKey, T] = {}
+        # By value, then key: a value's views are read without a lookup per object.
+        self._views: defaultdict[tuple[str | None, str], dict[ObjectKey, T]] = defaultdict(dict)
 
     def update(self, event: WatchEvent) -> tuple[str | None, str | None]:
+        obj = event.object
+        namespace = obj.namespace if self._namespaced else None
         before, after = super().update(event)
-        key = ObjectKey.of(event.object)
-        if after is None:
-            self._views.pop(key, None)
-        else:
-            self._views[key] = self._view(event.object)
+        key = ObjectKey.of(obj)
+        if before is not None:
+            # Where it was: the namespace an object is in never changes.
+            views = self._views[(namespace, before)]
+            views.pop(key, None)
+            if not views:
+                del self._views[(namespace, before)]
+        if after is not None:
+            self._views[(namespace, after)][key] = self._view(obj)
         return before, after
 
     def views(self, namespace: str | None, value: str) -> list[T]:
         """What ``view`` made of the objects of ``value``, in no order."""
-        return [self._views[key] for key in self._members(namespace, value)]
+        found = self._views.get((namespace if self._namespaced else None, value))
+        return list(found.values()) if found is not None else []

@@ -39,36 +39,35 @@ from herder.runtime.controller import (
 )
 from herder.runtime.index import ViewIndex
 from herder.runtime.outputs import Owns, Writes
+from herder.state.errors import AlreadyExists
 from herder.state.store import WatchEvent
 
 _RETRY = 10.0
+_NAME_DRAWS = 5
 
 
 @dataclass(frozen=True)
 class _Request:
-    """A request of a set, with its status read once."""
+    """A request of a set, with what the set reads of its status read once (a set of thousands reads
+    every request at each reconcile)."""
 
     request: Resource
     status: MachineRequestStatus
+    failed: bool
+    provisioned: bool
+    going: bool
 
     @classmethod
     def of(cls, request: Resource) -> _Request:
-        return cls(request, request_status(request))
-
-    @property
-    def failed(self) -> bool:
-        return self.status.stage == "Failed"
+        status = request_status(request)
+        going = bool(request.metadata.deletion_timestamp)
+        return cls(request, status, status.stage == "Failed", status.provisioned, going)
 
     @property
     def counted(self) -> tuple[str, str, bool, bool]:
         """What the set counts of it: a change of anything else is progress within a stage."""
         error = self.status.last_error.message if self.status.last_error is not None else ""
-        return (
-            self.status.stage,
-            error,
-            self.status.provisioned,
-            bool(self.request.metadata.deletion_timestamp),
-        )
+        return self.status.stage, error, self.provisioned, self.going
 
 
 class MachineRequestSetController(Controller):
@@ -134,7 +133,7 @@ class MachineRequestSetController(Controller):
             problem = await self._grow(ctx, request_set, spec, wanted - len(live))
         elif len(live) > wanted:
             await self._shrink(ctx, request_set, live, len(live) - wanted)
-        provisioned = sum(r.status.provisioned for r in live)
+        provisioned = sum(r.provisioned for r in live)
         ready = not problem and len(live) == wanted and provisioned == wanted
         if problem:
             message = problem
@@ -142,7 +141,7 @@ class MachineRequestSetController(Controller):
             message = f"{wanted} machine(s) provisioned"
         else:
             message = f"{provisioned}/{wanted} provisioned"
-            pending = min((r for r in live if not r.status.provisioned), key=_named, default=None)
+            pending = min((r for r in live if not r.provisioned), key=_named, default=None)
             if pending is not None:
                 detail = pending.status.detail
                 message += f"; {pending.request.name}: {pending.status.stage}" + (
@@ -187,7 +186,7 @@ class MachineRequestSetController(Controller):
                 }
             )
             try:
-                made.append((await ctx.apply_output(request_set, request)).name)
+                made.append((await _create(ctx, request_set, request)).name)
             except InvalidObject as exc:
                 why = "; ".join(f"{c.field}: {c.message}" for c in exc.causes) or str(exc)
                 told = status_of(request_set, MachineRequestSetStatus).condition("Ready")
@@ -230,8 +229,19 @@ class MachineRequestSetController(Controller):
             await ctx.event(request_set, "Normal", "ScalingDown", f"machine request {request.name} deleted")
 
 
+async def _create(ctx: Context, request_set: Resource, request: Resource) -> Resource:
+    """Create a request of a generated name, drawing another when the one drawn is taken (a set of
+    thousands meets that now and then)."""
+    for _ in range(_NAME_DRAWS - 1):
+        try:
+            return await ctx.apply_output(request_set, request)
+        except AlreadyExists:
+            continue
+    return await ctx.apply_output(request_set, request)
+
+
 def _standing(requests: Iterable[_Request]) -> list[_Request]:
-    return [r for r in requests if not r.request.metadata.deletion_timestamp]
+    return [r for r in requests if not r.going]
 
 
 def _named(request: _Request) -> str:
