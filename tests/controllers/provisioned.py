@@ -10,6 +10,8 @@ from tests.controllers.site import Site, obj
 
 PROVIDER = "emu"
 TALOS = "v1.13.9"
+CLUSTER_LABEL = "herder.dev/cluster"
+SET_LABEL = "herder.dev/machine-set"
 
 
 def provider(name: str = PROVIDER, **spec: Any) -> Resource:
@@ -42,3 +44,22 @@ async def reported(site: Site, target: Resource, uuid: str, address: str = "", *
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or () if c["type"] == kind), {})
+
+
+async def workers(site: Site) -> Resource:
+    """Cluster ``alpha`` and its machine set ``workers``, whose machines are bound by hand: the set."""
+    await site.create(obj("Cluster", "alpha", spec={"talosVersion": TALOS, "kubernetesVersion": "1.33.0"}))
+    (made,) = await site.create(
+        obj("MachineSet", "workers", spec={"role": "worker"}, metadata={"labels": {CLUSTER_LABEL: "alpha"}})
+    )
+    return made
+
+
+async def bound(site: Site, uuid: str, endpoint: str = "") -> Resource:
+    """Machine ``uuid`` (made at ``endpoint``, unless it exists) bound to ``workers``: its node."""
+    if endpoint:
+        await site.create(obj("Machine", uuid, spec={"endpoint": endpoint}))
+    (node,) = await site.create(
+        obj("MachineSetNode", uuid, metadata={"labels": {CLUSTER_LABEL: "alpha", SET_LABEL: "workers"}})
+    )
+    return node

@@ -8,8 +8,8 @@ from typing import Any
 from herder.controllers.provisioning.machine_request_set import MachineRequestSetController
 from herder.resources import Resource
 from herder.runtime.controller import ObjectKey
-from tests.controllers.provisioned import condition, provider, reported, request_set
-from tests.controllers.site import Site, names, obj
+from tests.controllers.provisioned import bound, condition, provider, reported, request_set, workers
+from tests.controllers.site import Site, names
 
 SET = {"herder.dev/machine-request-set": "pool"}
 
@@ -107,23 +107,8 @@ async def test_a_set_shrinks_the_requests_no_machine_set_uses_first(site: Site) 
     for i, each in enumerate(made):
         await reported(site, each, f"m{i}", f"127.0.0.{i + 2}")
     # The machine of one request is in a cluster: it stays, the other two go.
-    await site.create(
-        obj("Cluster", "alpha", spec={"talosVersion": "v1.13.9", "kubernetesVersion": "1.33.0"}),
-        obj(
-            "MachineSet",
-            "workers",
-            spec={"role": "worker"},
-            metadata={"labels": {"herder.dev/cluster": "alpha"}},
-        ),
-        obj("Machine", "m1", spec={"endpoint": "127.0.0.3:50000"}),
-    )
-    await site.create(
-        obj(
-            "MachineSetNode",
-            "m1",
-            metadata={"labels": {"herder.dev/cluster": "alpha", "herder.dev/machine-set": "workers"}},
-        )
-    )
+    await workers(site)
+    await bound(site, "m1", "127.0.0.3:50000")
     await _scale(site, 1)
     await site.reconcile(controller, ObjectKey.of(pool))
     assert names(await _requests(site)) == [made[1].name]
@@ -136,32 +121,17 @@ async def test_a_set_shrinks_the_requests_no_machine_set_uses_first(site: Site) 
 async def test_a_set_owned_by_a_machine_set_leaves_the_used_requests_to_it(site: Site) -> None:
     controller = MachineRequestSetController()
     await site.create(provider())
-    await site.create(
-        obj("Cluster", "alpha", spec={"talosVersion": "v1.13.9", "kubernetesVersion": "1.33.0"}),
-    )
-    (workers,) = await site.create(
-        obj(
-            "MachineSet",
-            "workers",
-            spec={"role": "worker"},
-            metadata={"labels": {"herder.dev/cluster": "alpha"}},
-        ),
-    )
+    machine_set = await workers(site)
     owner = {"apiVersion": "herder.dev/v1alpha1", "kind": "MachineSet", "name": "workers"}
     (pool,) = await site.create(
-        request_set("pool", 1, ownerReferences=[{**owner, "uid": workers.metadata.uid, "controller": True}])
+        request_set(
+            "pool", 1, ownerReferences=[{**owner, "uid": machine_set.metadata.uid, "controller": True}]
+        )
     )
     await site.reconcile(controller, ObjectKey.of(pool))
     (made,) = await _requests(site)
     await reported(site, made, "m0", "127.0.0.2")
-    await site.create(obj("Machine", "m0", spec={"endpoint": "127.0.0.2:50000"}))
-    await site.create(
-        obj(
-            "MachineSetNode",
-            "m0",
-            metadata={"labels": {"herder.dev/cluster": "alpha", "herder.dev/machine-set": "workers"}},
-        )
-    )
+    await bound(site, "m0", "127.0.0.2:50000")
     await _scale(site, 0)
     await site.reconcile(controller, ObjectKey.of(pool))
     assert names(await _requests(site)) == [made.name]  # its machine set lets the machine go first

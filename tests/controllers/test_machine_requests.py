@@ -7,11 +7,10 @@ from __future__ import annotations
 from herder.controllers.provisioning.machine_requests import MACHINE_FINALIZER, MachineRequestController
 from herder.resources.provisioning import RELEASE_FINALIZER
 from herder.runtime.controller import ObjectKey
-from tests.controllers.provisioned import condition, provider, reported, request
+from tests.controllers.provisioned import bound, condition, provider, reported, request, workers
 from tests.controllers.site import Site, obj
 
 UUID = "0f6a3c52-4c1e-4b7e-9d35-6a2d1c9b7e10"
-CLUSTER = {"herder.dev/cluster": "alpha"}
 
 
 async def test_a_provisioned_request_gets_the_machine_it_reports(site: Site) -> None:
@@ -48,13 +47,8 @@ async def test_a_deleted_request_waits_for_its_machine_to_leave_its_set(site: Si
     await reported(site, made, UUID, "127.0.0.5")
     await site.show(controller, made)
     await site.reconcile(controller, ObjectKey.of(made))
-    await site.create(
-        obj("Cluster", "alpha", spec={"talosVersion": "v1.13.9", "kubernetesVersion": "1.33.0"}),
-        obj("MachineSet", "workers", spec={"role": "worker"}, metadata={"labels": CLUSTER}),
-    )
-    (node,) = await site.create(
-        obj("MachineSetNode", UUID, metadata={"labels": {**CLUSTER, "herder.dev/machine-set": "workers"}})
-    )
+    await workers(site)
+    node = await bound(site, UUID)
     await site.store.delete("MachineRequest", "r1", "default")
     await site.reconcile(controller, ObjectKey.of(made))
     # The machine leaves its set first (marked, so that no set takes it again), and the request waits.
