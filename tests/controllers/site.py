@@ -22,7 +22,7 @@ from herder.runtime.event_recorder import EventRecorder
 from herder.runtime.outputs import Declaration, declarations_of
 from herder.state.encryption import Cipher
 from herder.state.memory import MemoryBackend
-from herder.state.store import Store
+from herder.state.store import Store, WatchEvent
 from herder.talos.contracts import VersionContract
 from herder.talos.machine import MachineAPIError
 from herder.talos.secrets import dump_secrets, generate_secrets
@@ -126,7 +126,7 @@ class Site:
     async def start(cls) -> Site:
         # Sensitive kinds (ClusterSecrets, configs) are sealed in any store: a test key seals them here.
         store = Store(MemoryBackend(), herder_registry(), cipher=Cipher(bytes(range(32))))
-        register_admission(store)
+        register_admission(store, ControllerOptions(managed_control_planes=True))
         await store.start()
         await store.create(obj("Namespace", NAMESPACE, namespaced=False, api_version="v1"))
         return cls(store)
@@ -154,6 +154,18 @@ class Site:
         """One reconcile of ``key``, as the manager would run it."""
         assert key.kind == controller.primary or controller.primary == "*", key
         return await controller.reconcile(key, self.context(controller))
+
+    async def show(
+        self, controller: Controller, obj: Resource, *, before: Resource | None = None, deleted: bool = False
+    ) -> list[ObjectKey]:
+        """What the controller's watches of ``obj``'s kind map an event of it to, as it is now (changed from
+        ``before``; ``deleted``: its deletion), keeping their indexes as the manager's watches would."""
+        current = obj if deleted else await self.get(obj.kind, obj.name, obj.namespace)
+        assert current is not None, f"{obj.kind} {obj.name} does not exist"
+        event = WatchEvent(
+            "DELETED" if deleted else "MODIFIED" if before is not None else "ADDED", current, previous=before
+        )
+        return sorted({key for w in controller.watches if w.kind == obj.kind for key in w.map(event)})
 
     async def create(self, *objects: Resource) -> list[Resource]:
         return [await self.store.create(o) for o in objects]

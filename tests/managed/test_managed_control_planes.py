@@ -306,11 +306,42 @@ def test_an_operator_sees_the_control_plane_read_only_and_nothing_hidden(site: S
         ("infraprovider", "herder-emu"),
     ):
         assert "NotFound" in _refused(site, operator, "kubectl", "get", kind, name)
-    for kind in ("machinerequestsets", "machinerequests", "configpatches", "infraproviders", "events"):
+    for kind in (
+        "machinerequestsets",
+        "machinerequests",
+        "configpatches",
+        "infraproviders",
+        "events",
+        "machinesets",
+        "machinesetnodes",
+    ):
         listed = _as(site, operator, "kubectl", "get", kind, "-A", "-o", "json")
         assert listed.returncode == 0 and "herder-" not in listed.stdout, (kind, listed.stdout[:2000])
     cluster = _as(site, operator, "kubectl", "describe", "cluster", CLUSTER).stdout
     assert "herder-emu" not in cluster and REQUEST_SET not in cluster
+
+
+def test_the_control_plane_set_names_no_hidden_request_set_below_support(
+    site: Site, operator: Path, support: Path
+) -> None:
+    # The set allocates from the hidden request set: Support sees which, nobody below does.
+    assert (
+        _json(site, support, "get", "machineset", CONTROL_PLANES)["spec"]["machineRequestSet"] == REQUEST_SET
+    )
+    shown = _json(site, operator, "get", "machineset", CONTROL_PLANES)
+    assert shown["spec"]["role"] == "controlplane" and "machineRequestSet" not in shown["spec"], shown["spec"]
+    path = "/apis/herder.dev/v1alpha1/namespaces/default/machinesets"
+    for args in (
+        ("kubectl", "get", "machineset", CONTROL_PLANES, "-o", "yaml"),
+        ("kubectl", "get", "machinesets", "-o", "wide"),
+        ("kubectl", "describe", "machineset", CONTROL_PLANES),
+        ("kubectl", "get", "--raw", f"{path}?watch=1&timeoutSeconds=1"),
+        ("herder", "get", "machinesets"),
+    ):
+        read = _as(site, operator, *args)
+        assert read.returncode == 0 and CONTROL_PLANES in read.stdout, (args, read.stderr)
+        # (herder's own client, a field manager of the set, is named herder-client: no hidden object.)
+        assert REQUEST_SET not in read.stdout and "herder-emu" not in read.stdout, (args, read.stdout)
 
 
 def test_the_talosconfig_reaches_workers_and_not_the_control_plane(site: Site, operator: Path) -> None:

@@ -2,8 +2,9 @@
 keeps its error and attempt count across retries; a provider killed mid-provisioning finishes after a
 restart without a second machine; providers see and touch only their own requests; a provider's config
 is sealed and shown to Admins and itself alone; bad provider data and config are refused naming the
-field; a provider gone for good holds nothing hostage; a provider runs inside the server too; and the
-example provider in bash (kubectl alone) hands a machine of its pool to a request and takes it back.
+field; a provider gone for good holds nothing hostage; a provider runs inside the server too; the
+example provider in bash (kubectl alone) hands a machine of its pool to a request and takes it back; and
+a machine a provider reports on two requests goes to the first, the second refused visibly.
 """
 
 from __future__ import annotations
@@ -431,3 +432,63 @@ def test_the_bash_provider_provisions_a_machine_and_takes_it_back(site: Site) ->
         assert (site.workdir / "pool.txt.taken").read_text() == ""
     finally:
         provider.stop()
+
+
+def test_a_machine_reported_on_two_requests_is_refused_to_the_second(site: Site) -> None:
+    kubeconfig = register(site, "twice")
+    (machine,) = httpx.post(site.emulator.control_url + "/machines", json={"count": 1}, timeout=30).json()
+    site.apply([request_set("twice", "twice", 2)])
+    site.until(lambda: len(requests_of(site, "twice")) == 2, what="two requests")
+    first, second = sorted(r["metadata"]["name"] for r in requests_of(site, "twice"))
+    # A provider's mistake, made through the API with its own credentials: one machine, two requests.
+    reported = {"stage": "Provisioned", "machine": {"uuid": machine["uuid"], "address": machine["endpoint"]}}
+    for name in (first, second):
+        patch = json.dumps({"status": reported})
+        written = site.server.run(
+            "kubectl",
+            "patch",
+            "mr",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+            kubeconfig=kubeconfig,
+        )
+        assert written.returncode == 0, written.stderr
+        if name == first:
+            site.until(
+                lambda: site.get("machines", None, "-l", f"herder.dev/machine-request={first}")["items"],
+                what=f"the machine of {first}",
+            )
+    claimed = site.until(
+        lambda: condition(c := site.get("machinerequest", second), "Conflict").get("status") == "True" and c,
+        what=f"{second} refused",
+    )
+    assert condition(claimed, "Conflict")["reason"] == "MachineClaimed"
+    assert f"request {first}" in condition(claimed, "Conflict")["message"]
+    assert condition(site.get("machinerequest", first), "Conflict") == {}
+    events = site.get("events", None, "--field-selector", f"involvedObject.name={second}")["items"]
+    assert any(
+        e["type"] == "Warning" and e["reason"] == "MachineClaimed" and first in e["message"] for e in events
+    ), events
+    # The provider shows it, and the set counts one machine.
+    shown = site.until(
+        lambda: condition(p := site.get("infraprovider", "twice"), "Conflict").get("status") == "True" and p,
+        what="the provider's Conflict",
+    )
+    assert f"default/{second}" in condition(shown, "Conflict")["message"]
+    described = site.run("kubectl", "describe", "infraprovider", "twice").stdout
+    assert "MachineClaimed" in described, described
+    counted = site.until(
+        lambda: (s := site.get("machinerequestset", "twice")).get("status", {}).get("provisioned") == 1 and s,
+        what="one of the two requests counted provisioned",
+    )
+    assert counted["status"]["requests"] == 2
+    ready = condition(counted, "Ready")
+    assert ready["status"] == "False" and f"{second}: Provisioned: machine" in ready["message"], ready
+    # The set goes: herder releases the one machine, once, and nothing is left.
+    site.run("kubectl", "delete", "machinerequestset", "twice", "--timeout=60s")
+    site.until(lambda: not requests_of(site, "twice"), what="the requests gone")
+    assert not site.get("machines", None, "-l", "herder.dev/infra-provider-id=twice")["items"]
+    site.run("kubectl", "delete", "infraprovider", "twice", "--timeout=60s")

@@ -204,15 +204,21 @@ class HerderPolicy:
         return mine and (not hidden or _hidden_provider(who))
 
     def redaction(self, who: Identity, kind: KindInfo) -> Callable[[Resource], Resource] | None:
-        """Objects of ``kind`` without its confidential fields, unless ``who`` may read them."""
-        fields = roles.rule_for(kind).confidential
-        if not fields or roles.reads_confidential(who.role):
+        """Objects of ``kind`` without its confidential fields, unless ``who`` may read them, and without
+        its references to hidden objects, unless ``who`` sees those."""
+        rule = roles.rule_for(kind)
+        fields = () if roles.reads_confidential(who.role) else rule.confidential
+        references = () if roles.sees_hidden(who.role) else rule.references
+        if not fields and not references:
             return None
 
         def redact(obj: Resource) -> Resource:
+            hidden = [path for path in references if roles.reserved(_reference(obj, path))]
+            if not fields and not hidden:
+                return obj
             data = obj.to_dict()
             data["metadata"].pop("managedFields", None)  # their keys would name what was left out
-            for path in fields:
+            for path in (*fields, *hidden):
                 _drop(data, path)
             return Resource.from_dict(data)
 
@@ -254,6 +260,15 @@ def _concealed(who: Identity | None, access: Access | None) -> frozenset[str]:
 def _hidden_provider(who: Identity) -> bool:
     """Whether ``who`` is a hidden infra provider: only those have reserved ids (``herder-…``)."""
     return who.role == "InfraProvider" and roles.reserved(who.scope.get(INFRA_PROVIDER_LABEL))
+
+
+def _reference(obj: Resource, path: str) -> str | None:
+    """The name a reference field of an object holds (``spec.machineRequestSet``), if any."""
+    part, _, rest = path.partition(".")
+    node: Any = obj.spec if part == "spec" else obj.status if part == "status" else None
+    for key in rest.split(".") if rest else ():
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, str) else None
 
 
 def _drop(data: dict[str, Any], path: str) -> None:

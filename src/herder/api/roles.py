@@ -83,6 +83,9 @@ class Rule:
     # Fields (dotted paths) only Admin and up, and the provider the object is scoped to, may read: the
     # API leaves them out of what others get.
     confidential: tuple[str, ...] = ()
+    # Fields (dotted paths) naming another object: one naming a reserved name (where hidden objects live)
+    # is left out for those who do not see hidden objects, so that a visible object never names one.
+    references: tuple[str, ...] = ()
 
     def minimum(self, verb: str, subresource: str | None = None) -> Role | None:
         if subresource is not None and subresource in self.actions:
@@ -152,6 +155,8 @@ POLICY: dict[str, Rule] = {
         infra=InfraScope(READ_VERBS, status=True, status_fields=frozenset({"power"})),
     ),
     "MachineRegistration": _uniform("Reader", "Admin"),
+    # A managed control plane's set allocates from a hidden request set, which its users may not know of.
+    "MachineSet": Rule(references=("spec.machineRequestSet",)),
     "ClusterMachine": HERDER_KIND,
     "ControlPlaneStatus": HERDER_KIND,
     # A talosconfig maps the caller's role to Talos's.

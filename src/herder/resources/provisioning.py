@@ -21,7 +21,7 @@ from herder.resources.configuration import GROUP, VERSION
 from herder.resources.object import Resource
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
 from herder.resources.schematic import Customization, MetaValue, Schematic, SystemExtensions
-from herder.resources.status import condition_column, condition_reason_column
+from herder.resources.status import WithConditions, condition_column, condition_reason_column
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
@@ -33,6 +33,10 @@ RELEASE_FINALIZER = "herder.dev/machine-release"
 """herder's finalizer on a MachineRequest: dropped once its machine has left its cluster."""
 RELEASING_ANNOTATION = "herder.dev/releasing"
 """On the Machine of a request being deleted: no machine set may take it any more."""
+CONFLICT = "Conflict"
+"""herder's condition on a MachineRequest whose machine another request holds (reason ``MachineClaimed``),
+and on its InfraProvider while any of its requests is in that state."""
+MACHINE_CLAIMED = "MachineClaimed"
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -130,7 +134,7 @@ class ProviderCapabilities(BaseModel):
     power: bool = Field(default=False, description="the provider powers its machines on and off, and reboots")
 
 
-class InfraProviderStatus(BaseModel):
+class InfraProviderStatus(WithConditions):
     """Written by the provider, but for ``conditions``, which herder keeps."""
 
     model_config = _STRICT
@@ -308,8 +312,13 @@ class RequestMachine(BaseModel):
     address: str = Field(default="", description="where herder reaches the machine's Talos API")
 
 
-class MachineRequestStatus(BaseModel):
-    """Written by the request's provider only."""
+def _empty(conditions: list[dict[str, Any]]) -> bool:
+    return not conditions
+
+
+class MachineRequestStatus(WithConditions):
+    """Written by the request's provider, but for ``conditions``: herder's verdicts on the request
+    (``Conflict``), absent until there is one, which a provider's write keeps as it read them."""
 
     model_config = _STRICT
 
@@ -327,9 +336,30 @@ class MachineRequestStatus(BaseModel):
     provider_state: dict[str, Any] = Field(
         default_factory=dict, alias="providerState", description="the provider's own progress"
     )
+    conditions: list[dict[str, Any]] = Field(default_factory=list, exclude_if=_empty)
+
+    @property
+    def uuid(self) -> str:
+        """The UUID of the machine the provider reported, as its Machine is named (lowercase; empty until
+        it reports one)."""
+        return self.machine.uuid.lower() if self.machine is not None else ""
+
+    @property
+    def provisioned(self) -> bool:
+        """Whether the provider made the machine and herder took it: a machine another request holds is
+        not this one's."""
+        return self.stage == "Provisioned" and not self.condition_true(CONFLICT)
+
+    @property
+    def detail(self) -> str:
+        """What holds the request up, in a line: a conflict, its last error, or its provider's message."""
+        conflict = self.condition(CONFLICT)
+        if conflict is not None and conflict.status == "True":
+            return conflict.message
+        return self.last_error.message if self.last_error is not None else self.message
 
 
-class MachineRequestSetStatus(BaseModel):
+class MachineRequestSetStatus(WithConditions):
     model_config = _STRICT
 
     requests: int = 0

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from herder.resources import FieldError, InvalidObject, Resource
 from herder.resources.backups import ETCD_BACKUP
-from herder.resources.clusters import CLUSTER, MACHINE_SET, MachineSetSpec
+from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterStatus, MachineSetSpec
 from herder.resources.machines import CLUSTER_LABEL
+from herder.resources.status import status_of
 from herder.state.admission import Admission, Write
 from herder.state.errors import NotFound
 from herder.state.store import Store
@@ -63,7 +64,7 @@ class RestoreAdmission:
             )
         except NotFound:
             return True  # the cluster is gone: nothing will bootstrap from it any more
-        return bool(((cluster.status or {}).get("bootstrap") or {}).get("completedAt"))
+        return status_of(cluster, ClusterStatus).bootstrapped
 
 
 def _invalid(obj: Resource, field: str, message: str) -> InvalidObject:

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import IO
 
-from herder.controllers.backups.stores import BlobMissing, StoreFailed
+from herder.controllers.backups.blob import BlobMissing, StoreFailed
 
 
 class FilesystemBlobStore:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from herder.resources.backups import ETCD_BACKUP, ETCD_BACKUP_KEY
+from herder.resources.backups import ETCD_BACKUP, ETCD_BACKUP_KEY, EtcdBackupSpec
 from herder.resources.clusters import CLUSTER
 from herder.resources.machines import CLUSTER_LABEL
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
@@ -14,9 +14,8 @@ from herder.state.store import WatchEvent
 
 def _key_of_backup(event: WatchEvent) -> Iterable[ObjectKey]:
     if event.type == "DELETED":
-        uuid = (event.object.spec or {}).get("clusterUUID")
-        if uuid:
-            yield ObjectKey(ETCD_BACKUP_KEY.kind, event.object.namespace, str(uuid))
+        uuid = ETCD_BACKUP.spec_of(event.object, EtcdBackupSpec).cluster_uuid
+        yield ObjectKey(ETCD_BACKUP_KEY.kind, event.object.namespace, uuid)
 
 
 def _key_of_cluster(event: WatchEvent) -> Iterable[ObjectKey]:

@@ -7,8 +7,9 @@ with an Event saying the file was left where it was.
 
 from __future__ import annotations
 
+from herder.controllers.backups.blob import NoSuchStore, StoreFailed, blob_key
 from herder.controllers.backups.schedule import BLOB_FINALIZER
-from herder.controllers.backups.stores import BackupStores, NoSuchStore, StoreFailed, blob_key
+from herder.controllers.backups.stores import BackupStores
 from herder.resources.backups import ETCD_BACKUP, EtcdBackupSpec
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
 from herder.runtime.outputs import Writes

@@ -15,7 +15,8 @@ import json
 from typing import Any
 
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER
+from herder.resources.backups import BackupsStatus
+from herder.resources.clusters import CLUSTER, ClusterStatus
 from herder.runtime.controller import Context, ObjectKey
 from herder.runtime.outputs import Writes
 from herder.state.store import Store
@@ -34,12 +35,11 @@ class BackupRequests:
             raise BackupRefused(f"cluster {cluster.name} is being deleted")
         number = 0
 
-        def ask(_: Resource, status: dict[str, Any]) -> None:
+        def ask(_: Resource, status: ClusterStatus) -> None:
             nonlocal number
-            backups = dict(status.get("backups") or {})
-            number = int(backups.get("requested") or 0) + 1
-            backups["requested"] = number
-            status["backups"] = backups
+            backups = status.backups or BackupsStatus()
+            number = backups.requested + 1
+            status.backups = backups.model_copy(update={"requested": number})
 
-        await self._ctx.mutate_status(ObjectKey.of(cluster), ask)
+        await self._ctx.mutate_status(ObjectKey.of(cluster), ClusterStatus, ask)
         return json.dumps({"requested": number}).encode()

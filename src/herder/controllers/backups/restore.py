@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from typing import IO
 
 from herder.controllers.backups.backup_cipher import BackupUnreadable, checksum, decrypt
+from herder.controllers.backups.blob import StoreFailed, blob_key
 from herder.controllers.backups.keys import backup_key
-from herder.controllers.backups.stores import BackupStores, StoreFailed, blob_key
+from herder.controllers.backups.stores import BackupStores
 from herder.controllers.clusters.members import machine_sets
 from herder.resources import Resource
 from herder.resources.backups import ETCD_BACKUP, BootstrapSpec, EtcdBackupSpec
@@ -69,7 +69,7 @@ class EtcdRecovery:
         if spec is None:
             return None
         refused = self._refused.get(ObjectKey.of(cluster))
-        if refused is not None and time.monotonic() - refused[0] < self._recheck_after:
+        if refused is not None and ctx.clock.monotonic() - refused[0] < self._recheck_after:
             raise RestoreRefused(refused[1])  # the cluster's events come often; the fetch is not redone
         blob: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - the Recovery closes it
         try:
@@ -78,7 +78,7 @@ class EtcdRecovery:
             blob.close()
             reason = "StoreUnavailable" if isinstance(exc, StoreFailed) else "BackupRefused"
             await _tell(ctx, cluster, False, reason, f"cannot restore from {_named(spec)}: {exc}")
-            self._refused[ObjectKey.of(cluster)] = (time.monotonic(), str(exc))
+            self._refused[ObjectKey.of(cluster)] = (ctx.clock.monotonic(), str(exc))
             raise RestoreRefused(str(exc)) from None
         self._refused.pop(ObjectKey.of(cluster), None)
         return Recovery(ctx, cluster, spec, key, blob)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from herder.controllers.backups.policy import BackupPolicy
 from herder.controllers.clusters.members import cluster_changes
-from herder.resources.backups import ETCD_BACKUP
+from herder.resources.backups import ETCD_BACKUP, EtcdBackupSpec
 from herder.resources.clusters import CLUSTER
 from herder.resources.machines import CLUSTER_LABEL
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
@@ -40,7 +40,7 @@ class BackupRetentionController(Controller):
         )
         kept = sorted(
             (b for b in listed if not b.metadata.deletion_timestamp),
-            key=lambda b: (str((b.spec or {}).get("takenAt", "")), b.name),
+            key=lambda b: (ETCD_BACKUP.spec_of(b, EtcdBackupSpec).taken_at, b.name),
         )
         excess = kept[: max(0, len(kept) - schedule.retention)]
         for backup in excess:

@@ -13,7 +13,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from herder.controllers.backups.stores import BlobMissing, StoreFailed
+from herder.controllers.backups.blob import BlobMissing, StoreFailed
 from herder.resources.backups import S3Store
 
 if TYPE_CHECKING:

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import time
 from datetime import UTC, datetime
-from typing import Any
 
 from herder.controllers.backups.backup_cipher import encrypt
+from herder.controllers.backups.blob import StoreFailed, blob_key
 from herder.controllers.backups.keys import ensure_backup_key
 from herder.controllers.backups.metrics import BACKUP_FAILURES, BACKUPS_TAKEN, NEWEST_BACKUP_AGE
 from herder.controllers.backups.policy import BackupPolicy
-from herder.controllers.backups.stores import BackupStores, StoreFailed, blob_key
+from herder.controllers.backups.stores import BackupStores
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
 from herder.resources import Resource
@@ -32,10 +31,17 @@ from herder.resources.backups import (
     ETCD_BACKUP_KEY,
     BackupsStatus,
     ClusterBackups,
+    EtcdBackupSpec,
 )
-from herder.resources.clusters import CLUSTER
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
-from herder.resources.status import set_condition
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    ClusterMachineSpec,
+    ClusterMachineStatus,
+    ClusterStatus,
+)
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
 from herder.runtime.outputs import Writes
 from herder.state.errors import StateError
@@ -93,7 +99,8 @@ class EtcdBackupController(Controller):
         clients: ClientPool | None = None,
     ) -> None:
         self._keys = keys
-        self._clients = clients or ClientPool(keep=8, timeout=SNAPSHOT_TIMEOUT)
+        # An empty pool is falsy (it has a length): only a missing one is replaced.
+        self._clients = clients if clients is not None else ClientPool(keep=8, timeout=SNAPSHOT_TIMEOUT)
         self._stores = stores
         self._policy = policy or BackupPolicy()
         self.watches = (Watch(CLUSTER.kind, cluster_changes("backups", "bootstrap")),)
@@ -103,15 +110,16 @@ class EtcdBackupController(Controller):
         if cluster is None or cluster.metadata.deletion_timestamp:
             NEWEST_BACKUP_AGE.forget(key.namespace or "", key.name)
             return None
-        status = BackupsStatus.model_validate((cluster.status or {}).get("backups") or {})
+        cluster_status = status_of(cluster, ClusterStatus)
+        status = cluster_status.backups or BackupsStatus()
         if status.last_success_time:
             NEWEST_BACKUP_AGE.taken(key.namespace or "", key.name, _seconds(status.last_success_time))
         schedule = self._policy.schedule(cluster)
         asked = status.requested > status.served
-        bootstrapped = bool(((cluster.status or {}).get("bootstrap") or {}).get("completedAt"))
+        bootstrapped = cluster_status.bootstrapped
         if not asked and (schedule is None or not bootstrapped):
             return None
-        now = time.time()
+        now = ctx.clock.now().timestamp()
         if not asked:
             assert schedule is not None
             if status.failures and status.last_attempt_time:
@@ -134,13 +142,13 @@ class EtcdBackupController(Controller):
             return Result(requeue_after=retry_delay(failures, schedule)) if schedule is not None else None
         await self._record(ctx, cluster, status.requested, now, backup=backup)
         BACKUPS_TAKEN.labels(key.namespace or "", key.name).inc()
-        spec = backup.spec or {}
-        NEWEST_BACKUP_AGE.taken(key.namespace or "", key.name, _seconds(spec["takenAt"]))
+        spec = ETCD_BACKUP.spec_of(backup, EtcdBackupSpec)
+        NEWEST_BACKUP_AGE.taken(key.namespace or "", key.name, _seconds(spec.taken_at))
         await ctx.event(
             cluster,
             "Normal",
             "BackupTaken",
-            f"{backup.name}: {spec['size']} bytes in store {spec['store']}, from machine {spec['machine']}",
+            f"{backup.name}: {spec.size} bytes in store {spec.store}, from machine {spec.machine}",
         )
         return Result(requeue_after=schedule.interval_seconds) if schedule is not None else None
 
@@ -156,46 +164,45 @@ class EtcdBackupController(Controller):
     ) -> int:
         """Write the attempt's outcome on the cluster; the number of failures since the last success."""
         failures = 0
+        now = ctx.clock.rfc3339()
+        taken = ETCD_BACKUP.spec_of(backup, EtcdBackupSpec) if backup is not None else None
 
-        def record(_: Resource, current: dict[str, Any]) -> None:
+        def record(_: Resource, current: ClusterStatus) -> None:
             nonlocal failures
-            before = BackupsStatus.model_validate(current.get("backups") or {})
+            before = current.backups or BackupsStatus()
             after = before.model_copy(
                 update={"last_attempt_time": _stamp(attempted), "served": max(before.served, served)}
             )
-            conditions = list(current.get("conditions") or [])
-            if backup is not None:
-                spec = backup.spec or {}
+            if backup is not None and taken is not None:
                 after = after.model_copy(
                     update={
                         "last_backup": backup.name,
-                        "last_success_time": spec["takenAt"],
+                        "last_success_time": taken.taken_at,
                         "last_error": "",
                         "failures": 0,
                     }
                 )
-                set_condition(
-                    conditions,
+                current.set_condition(
                     CONDITION,
                     True,
                     "BackupTaken",
-                    f"backup {backup.name} taken at {spec['takenAt']} into store {spec['store']}",
+                    f"backup {backup.name} taken at {taken.taken_at} into store {taken.store}",
+                    now=now,
                 )
             else:
                 after = after.model_copy(update={"last_error": error, "failures": before.failures + 1})
                 last = before.last_success_time or "never"
-                set_condition(
-                    conditions,
+                current.set_condition(
                     CONDITION,
                     False,
                     "BackupFailed",
                     f"{error} ({after.failures} attempt(s) failed; last success: {last})",
+                    now=now,
                 )
             failures = after.failures
-            current["backups"] = after.model_dump(by_alias=True)
-            current["conditions"] = conditions
+            current.backups = after
 
-        await ctx.mutate_status(ObjectKey.of(cluster), record)
+        await ctx.mutate_status(ObjectKey.of(cluster), ClusterStatus, record)
         return failures
 
     async def _take(self, ctx: Context, cluster: Resource, store_name: str) -> Resource:
@@ -209,7 +216,7 @@ class EtcdBackupController(Controller):
         snapshot, machine = await _snapshot(self._clients, await _etcd_members(ctx, cluster), view.talos)
         uuid = cluster.metadata.uid or ""
         key = await ensure_backup_key(ctx, cluster)
-        taken = int(time.time())
+        taken = int(ctx.clock.now().timestamp())
         while await ctx.get(ObjectKey(ETCD_BACKUP.kind, cluster.namespace, f"{cluster.name}-{taken}")):
             taken += 1  # asked for by hand within the second of the last one
         name = f"{cluster.name}-{taken}"
@@ -256,13 +263,12 @@ async def _etcd_members(ctx: Context, cluster: Resource) -> list[tuple[str, str]
     """(machine, Talos endpoint) of the cluster's control planes that run as etcd members, by name."""
     found = []
     for member in await cluster_machines(ctx, cluster):
-        if (member.spec or {}).get("role") != "controlplane" or member.metadata.deletion_timestamp:
+        if CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec).role != "controlplane":
             continue
-        if not (member.status or {}).get("etcdMember"):
+        if member.metadata.deletion_timestamp or not status_of(member, ClusterMachineStatus).etcd_member:
             continue
         machine = await machine_of(ctx, member)
-        status = (machine.status or {}) if machine is not None else {}
-        if machine is not None and status.get("connected") and status.get("stage") == "Running":
+        if machine is not None and status_of(machine, MachineStatus).running:
             found.append((member.name, MACHINE.spec_of(machine, MachineSpec).endpoint))
     return sorted(found)
 

@@ -1,5 +1,4 @@
-"""Backup stores as the backup controllers use them: a place to put, fetch and delete encrypted backups
-by key (``<cluster UUID>/<snapshot>``), found by the name of a BackupStore.
+"""The backup store of each BackupStore name (what a store is, and how one fails: ``blob``).
 
 The name ``default`` is herder's own folder (``DATA_DIR/backups``, which ``herder serve`` gives in)
 unless an Admin made a BackupStore of that name, so a platform can send every default backup to S3. A
@@ -9,40 +8,12 @@ store is made once per revision of its BackupStore.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, Protocol
 
+from herder.controllers.backups.blob import BlobStore, NoSuchStore
+from herder.controllers.backups.filesystem_store import FilesystemBlobStore
 from herder.resources.backups import BACKUP_STORE, DEFAULT_STORE, BackupStoreSpec
 from herder.state.errors import NotFound
 from herder.state.store import Store
-
-
-class StoreFailed(Exception):
-    """A store that cannot do what was asked now (unreachable, refused, misconfigured), said in a line."""
-
-
-class BlobMissing(StoreFailed):
-    """The store has nothing under that key."""
-
-
-class NoSuchStore(StoreFailed):
-    """No BackupStore has that name."""
-
-
-class BlobStore(Protocol):
-    name: str
-
-    async def put(self, key: str, source: IO[bytes]) -> None:
-        """Store what ``source`` holds from its start under ``key``, replacing what was there."""
-
-    async def fetch(self, key: str, into: IO[bytes]) -> None:
-        """Write what is stored under ``key`` into ``into``; ``BlobMissing`` if there is nothing."""
-
-    async def delete(self, key: str) -> None:
-        """Remove ``key``; nothing there is fine."""
-
-
-def blob_key(cluster_uuid: str, snapshot: str) -> str:
-    return f"{cluster_uuid}/{snapshot}"
 
 
 class BackupStores:
@@ -53,9 +24,6 @@ class BackupStores:
 
     async def get(self, name: str) -> BlobStore:
         """The store named ``name``; ``StoreFailed`` saying why there is none."""
-        # Only the store kinds' own modules import their client libraries (boto3 is slow to load).
-        from herder.controllers.backups.filesystem_store import FilesystemBlobStore
-
         try:
             stored = await self._store.get(BACKUP_STORE, name)
         except NotFound:
@@ -71,6 +39,8 @@ class BackupStores:
         if spec.filesystem is not None:
             made = FilesystemBlobStore(name, Path(spec.filesystem.path))
         else:
+            # Imported when an S3 store is first used: boto3 takes about half a second to load, which a server
+            # without one (and every CLI command that imports the catalogue) need not pay.
             from herder.controllers.backups.s3_store import S3BlobStore
 
             assert spec.s3 is not None

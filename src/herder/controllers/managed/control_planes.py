@@ -15,15 +15,20 @@ provider. Growing the size grows the request set; the control plane set follows 
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any
 
 from herder.controllers.clusters.members import cluster_changes
 from herder.controllers.managed.offerings import context_lookup, offered
 from herder.resources import KindInfo, Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
-from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterSpec, control_plane_set_name
+from herder.resources.clusters import (
+    CLUSTER,
+    MACHINE_SET,
+    ClusterSpec,
+    ClusterStatus,
+    MachineSetStatus,
+    control_plane_set_name,
+)
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL
 from herder.resources.managed import (
@@ -32,14 +37,17 @@ from herder.resources.managed import (
     system_patch_name,
 )
 from herder.resources.provisioning import INFRA_PROVIDER, MACHINE_REQUEST_SET, ManagedControlPlanes
-from herder.resources.status import find_condition, set_condition
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.runtime.index import FieldIndex
 from herder.runtime.outputs import Owns, Writes
-from herder.state.store import WatchEvent
 from herder.talos.contracts import VersionContract
 from herder.talos.system_patches import kube_span, managed_control_plane
 
 CONDITION = "ManagedControlPlane"
+# Its reasons, which its Events carry too.
+READY = "ControlPlanesReady"
+PROVISIONING = "ProvisioningControlPlanes"
 # The system patches, by what they are about (``herder-<cluster>-<what>``).
 KUBESPAN = "kubespan"
 CONTROL_PLANES = "control-planes"
@@ -59,28 +67,18 @@ class ManagedControlPlaneController(Controller):
     concurrency = 4
 
     def __init__(self) -> None:
-        # The managed clusters of each offering, so that a change of the offer reaches them.
-        self._users: defaultdict[str, set[ObjectKey]] = defaultdict(set)
+        # The managed clusters of each offering, wherever they are, so that a change of the offer reaches them.
+        self._users = FieldIndex(CLUSTER.kind, _offering_of, namespaced=False)
         owner = controller_owner(CLUSTER.kind)
         self.watches = (
-            Watch(CLUSTER.kind, cluster_changes("initialTalosVersion", mapper=self._cluster_changed)),
+            Watch(CLUSTER.kind, cluster_changes("initialTalosVersion", mapper=self._users.track)),
             Watch(MACHINE_REQUEST_SET.kind, owner),
             Watch(MACHINE_SET.kind, owner),
             Watch(CONFIG_PATCH.kind, owner),
-            Watch(INFRA_PROVIDER.kind, self._offer_changed),
+            Watch(
+                INFRA_PROVIDER.kind, lambda event: self._users.keys(None, offering_name(event.object.name))
+            ),
         )
-
-    def _cluster_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        key = ObjectKey.of(event.object)
-        for users in self._users.values():
-            users.discard(key)
-        managed = ((event.object.spec or {}).get("controlPlane") or {}).get("managed") or {}
-        if event.type != "DELETED" and managed.get("enabled"):
-            self._users[str(managed.get("provider"))].add(key)
-        return (key,)
-
-    def _offer_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        return sorted(self._users.get(offering_name(event.object.name), ()))
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         cluster = await ctx.get(key)
@@ -97,7 +95,7 @@ class ManagedControlPlaneController(Controller):
         size = found[1].sizes.get(managed.size) if found is not None else None
         if found is None or size is None:
             what = "size " + managed.size if found is not None else "offering " + managed.provider
-            await self._condition(
+            await _condition(
                 ctx, cluster, False, "NotOffered", f"managed control planes: {what} is no longer offered"
             )
             return Result(requeue_after=_RETRY)
@@ -128,14 +126,14 @@ class ManagedControlPlaneController(Controller):
         for desired in (request_set, machine_set, *self._patches(cluster, spec, offer)):
             await _apply(ctx, cluster, desired)
         current = await ctx.get(ObjectKey(MACHINE_SET.kind, key.namespace, control_planes))
-        ready = find_condition((current.status or {}).get("conditions"), "Ready") if current else None
-        if ready is not None and ready.get("status") == "True":
-            await self._condition(
-                ctx, cluster, True, "Ready", f"{size.machines} managed control plane(s) ready"
-            )
+        ready = status_of(current, MachineSetStatus).condition("Ready") if current is not None else None
+        if ready is not None and ready.status == "True":
+            await _condition(ctx, cluster, True, READY, f"{size.machines} managed control plane(s) ready")
         else:
-            why = str((ready or {}).get("message") or "control plane machines are being provisioned")
-            await self._condition(ctx, cluster, False, "Provisioning", f"size {managed.size}: {why}")
+            why = (
+                ready.message if ready is not None else ""
+            ) or "control plane machines are being provisioned"
+            await _condition(ctx, cluster, False, PROVISIONING, f"size {managed.size}: {why}")
         return None
 
     async def _tear_down(self, ctx: Context, cluster: Resource) -> None:
@@ -154,7 +152,7 @@ class ManagedControlPlaneController(Controller):
     def _patches(self, cluster: Resource, spec: ClusterSpec, offer: ManagedControlPlanes) -> list[Resource]:
         # Configs keep the format of the version the cluster was created with (see cluster_machine_config).
         contract = VersionContract.parse(
-            (cluster.status or {}).get("initialTalosVersion") or spec.talos_version
+            status_of(cluster, ClusterStatus).initial_talos_version or spec.talos_version
         )
         hidden = {CLUSTER_LABEL: cluster.name, HIDDEN_LABEL: "true"}
         control_planes = {**hidden, MACHINE_SET_LABEL: control_plane_set_name(cluster.name)}
@@ -205,20 +203,17 @@ class ManagedControlPlaneController(Controller):
             )
         )
 
-    async def _condition(self, ctx: Context, cluster: Resource, ok: bool, reason: str, message: str) -> None:
-        found = find_condition((cluster.status or {}).get("conditions"), CONDITION) or {}
-        if found.get("status") == ("True" if ok else "False") and found.get("message") == message:
-            return
 
-        def record(_: Resource, status: dict[str, Any]) -> None:
-            conditions = list(status.get("conditions") or [])
-            set_condition(conditions, CONDITION, ok, reason, message)
-            status["conditions"] = conditions
+def _offering_of(cluster: Resource) -> str | None:
+    """The offering a managed cluster's control planes come from (None for any other cluster)."""
+    managed = CLUSTER.spec_of(cluster, ClusterSpec).managed
+    return managed.provider if managed is not None else None
 
-        await ctx.mutate_status(ObjectKey.of(cluster), record)
-        if found.get("reason") != reason:
-            warn = not ok and reason != "Provisioning"  # getting its machines is no fault
-            await ctx.event(cluster, "Warning" if warn else "Normal", f"ManagedControlPlane{reason}", message)
+
+async def _condition(ctx: Context, cluster: Resource, ok: bool, reason: str, message: str) -> None:
+    # Getting its machines is no fault: only a control plane no longer offered is a Warning.
+    warn = not ok and reason != PROVISIONING
+    await ctx.condition(cluster, CONDITION, ok, reason, message, event="Warning" if warn else "Normal")
 
 
 async def _apply(ctx: Context, cluster: Resource, desired: Resource) -> None:

@@ -13,17 +13,22 @@ it gone, and the same path follows.) The cluster says so in a Warning Event.
 
 from __future__ import annotations
 
-import time
-
 from herder.controllers.clusters.members import labelled
+from herder.controllers.provisioning.requests import request_status
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec, control_plane_set_name
-from herder.resources.control_planes import CONTROL_PLANE_STATUS
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    ClusterMachineStatus,
+    ClusterSpec,
+    control_plane_set_name,
+)
+from herder.resources.control_planes import CONTROL_PLANE_STATUS, ControlPlaneStatusStatus
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, MachineStatus
 from herder.resources.managed import control_plane_request_set_name
-from herder.resources.meta import age_seconds
 from herder.resources.provisioning import MACHINE_REQUEST, MACHINE_REQUEST_SET_LABEL
-from herder.resources.status import find_condition
+from herder.resources.status import status_of
+from herder.runtime.clock import Clock
 from herder.runtime.controller import (
     Context,
     Controller,
@@ -37,12 +42,16 @@ from herder.runtime.controller import (
 from herder.runtime.outputs import Writes
 
 
-def _unreachable_for(machine: Resource) -> float:
+def _unreachable_for(machine: Resource, clock: Clock) -> float:
     """How long the machine has been unreachable (0 while it is connected)."""
-    found = find_condition((machine.status or {}).get("conditions"), "Connected") or {}
-    if found.get("status") != "False":
+    connected = status_of(machine, MachineStatus).condition("Connected")
+    if connected is None or connected.status != "False":
         return 0.0
-    return age_seconds(str(found.get("lastTransitionTime") or "")) or 0.0
+    return clock.age(connected.last_transition_time) or 0.0
+
+
+def _etcd(health: Resource | None) -> ControlPlaneStatusStatus:
+    return status_of(health, ControlPlaneStatusStatus) if health is not None else ControlPlaneStatusStatus()
 
 
 class ManagedReplacementController(Controller):
@@ -82,13 +91,14 @@ class ManagedReplacementController(Controller):
         unhealthy = await self._unhealthy_members(ctx, cluster, {m.name for m in machines})
 
         def failing_for(machine: Resource) -> float:
-            return max(_unreachable_for(machine), unhealthy.get(machine.name, 0.0))
+            return max(_unreachable_for(machine, ctx.clock), unhealthy.get(machine.name, 0.0))
 
         lost = sorted(
             (
                 m
                 for m in machines
-                if not m.metadata.deletion_timestamp and (m.name in unhealthy or _unreachable_for(m) > 0)
+                if not m.metadata.deletion_timestamp
+                and (m.name in unhealthy or _unreachable_for(m, ctx.clock) > 0)
             ),
             key=failing_for,
             reverse=True,
@@ -115,16 +125,14 @@ class ManagedReplacementController(Controller):
     ) -> dict[str, float]:
         """How long the etcd member of each of ``machines`` has been unhealthy (those that are)."""
         health = await ctx.get(ObjectKey(CONTROL_PLANE_STATUS.kind, cluster.namespace, cluster.name))
-        members = (((health.status or {}).get("etcd") or {}).get("members") or []) if health else []
-        now = time.monotonic()
+        now = ctx.clock.monotonic()
         out: dict[str, float] = {}
-        for member in members:
-            uuid = str(member.get("machine") or "")
-            key = (cluster.namespace, uuid)
-            if uuid not in machines or member.get("healthy"):
+        for member in _etcd(health).etcd.members:
+            key = (cluster.namespace, member.machine)
+            if member.machine not in machines or member.healthy:
                 self._unhealthy_since.pop(key, None)
                 continue
-            out[uuid] = now - self._unhealthy_since.setdefault(key, now)
+            out[member.machine] = now - self._unhealthy_since.setdefault(key, now)
         return out
 
     async def _may_replace(self, ctx: Context, cluster: Resource, gone: Resource, request_set: str) -> bool:
@@ -136,15 +144,12 @@ class ManagedReplacementController(Controller):
         ):
             return False
         requests = await labelled(ctx, MACHINE_REQUEST.kind, ns, MACHINE_REQUEST_SET_LABEL, request_set)
-        if any(
-            r.metadata.deletion_timestamp or (r.status or {}).get("stage") != "Provisioned" for r in requests
-        ):
+        if any(r.metadata.deletion_timestamp or not request_status(r).provisioned for r in requests):
             return False
         members = await labelled(
             ctx, CLUSTER_MACHINE.kind, ns, MACHINE_SET_LABEL, control_plane_set_name(cluster.name)
         )
         others = [m for m in members if m.name != gone.name]
-        if any(m.metadata.deletion_timestamp or not (m.status or {}).get("ready") for m in others):
+        if any(m.metadata.deletion_timestamp or not status_of(m, ClusterMachineStatus).ready for m in others):
             return False
-        health = await ctx.get(ObjectKey(CONTROL_PLANE_STATUS.kind, ns, cluster.name))
-        return bool(((health.status or {}).get("etcd") or {}).get("quorum")) if health is not None else False
+        return _etcd(await ctx.get(ObjectKey(CONTROL_PLANE_STATUS.kind, ns, cluster.name))).etcd.quorum

@@ -29,6 +29,7 @@ from herder.resources.provisioning import (
     provider_data_object,
     valid_provider_id,
 )
+from herder.resources.status import status_of
 from herder.state.admission import Admission, Write
 from herder.state.errors import NotFound
 from herder.state.store import Store
@@ -72,7 +73,7 @@ class ProvisioningAdmission:
             )
         if new.metadata.deletion_timestamp or spec.config is None:
             return
-        published = InfraProviderStatus.model_validate(new.status or {}).config_schema
+        published = status_of(new, InfraProviderStatus).config_schema
         try:
             causes = provider_schema.check(published, spec.config, "spec.config", quote_values=False)
         except provider_schema.SchemaUnusable:
@@ -98,7 +99,7 @@ class ProvisioningAdmission:
         self, write: Write, provider_id: str, data: Any, where: str, provider_field: str
     ) -> None:
         provider = await self._provider(write, provider_id, provider_field)
-        published = InfraProviderStatus.model_validate(provider.status or {}).schema_
+        published = status_of(provider, InfraProviderStatus).schema_
         try:
             causes = provider_schema.check(published, data if data is not None else {}, where)
         except provider_schema.SchemaUnusable as exc:
@@ -171,7 +172,7 @@ class ProvisioningAdmission:
         provider = await self._get(INFRA_PROVIDER.kind, provider_id) if provider_id else None
         if provider is None:
             raise _invalid(new, FieldError("spec.power", f"machine {new.name} is not from an infra provider"))
-        if not InfraProviderStatus.model_validate(provider.status or {}).capabilities.power:
+        if not status_of(provider, InfraProviderStatus).capabilities.power:
             raise _invalid(
                 new,
                 FieldError(

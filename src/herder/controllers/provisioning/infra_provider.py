@@ -3,7 +3,8 @@
 does.
 
 A provider heartbeats by writing ``status.lastHeartbeat`` every ``status.heartbeatIntervalSeconds``;
-three missed beats and it is not ``Connected``. Deleting an InfraProvider lets its requests go: each is
+three missed beats and it is not ``Connected``. While it has reported one machine on two requests, its
+``Conflict`` condition names them (``machine_requests`` refuses the second claim). Deleting an InfraProvider lets its requests go: each is
 deleted (herder still takes its machine out of its cluster) and the provider's finalizer is dropped from
 it, since a provider that is gone for good will never drop it, and must not hold clusters hostage.
 """
@@ -11,23 +12,28 @@ it, since a provider that is gone for good will never drop it, and must not hold
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from collections.abc import Iterable
 
 from herder.controllers.provisioning import provider_schema
+from herder.controllers.provisioning.requests import request_status
 from herder.resources import Resource
-from herder.resources.access import INFRA_PROVIDER_LABEL
-from herder.resources.meta import age_seconds
+from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL
 from herder.resources.provisioning import (
+    CONFLICT,
     INFRA_PROVIDER,
     JOIN_CONFIG,
+    MACHINE_CLAIMED,
     MACHINE_REQUEST,
     PROVIDER_FINALIZER,
     InfraProviderSpec,
     InfraProviderStatus,
+    JoinConfigSpec,
 )
-from herder.resources.status import set_condition
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.runtime.index import ViewIndex
 from herder.runtime.outputs import Owns, Writes
+from herder.state.store import WatchEvent
 
 CLEANUP_FINALIZER = "herder.dev/infra-provider-cleanup"
 MISSED_BEATS = 3
@@ -42,6 +48,7 @@ class InfraProviderController(Controller):
             INFRA_PROVIDER.kind,
             "status.conditions[Connected]",
             "status.conditions[Ready]",
+            f"status.conditions[{CONFLICT}]",
             f"metadata.finalizers[{CLEANUP_FINALIZER}]",
         ),
         Owns(JOIN_CONFIG.kind),
@@ -51,10 +58,20 @@ class InfraProviderController(Controller):
 
     def __init__(self, api_url: str = "") -> None:
         self._api_url = api_url
+        # The requests of each provider whose machine another request holds, wherever they are, by name
+        # (but hidden ones, which users who read the provider may not know of).
+        self._claims = ViewIndex(MACHINE_REQUEST.kind, _refused_claim, _shown_name, namespaced=False)
         self.watches = (
             Watch(INFRA_PROVIDER.kind),
             Watch(JOIN_CONFIG.kind, controller_owner(INFRA_PROVIDER.kind)),
+            Watch(MACHINE_REQUEST.kind, self._claim_changed),
         )
+
+    def _claim_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        before, after = self._claims.update(event)
+        if before == after:
+            return ()
+        return [ObjectKey(INFRA_PROVIDER.kind, None, p) for p in (before, after) if p is not None]
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         provider = await ctx.get(key)
@@ -64,9 +81,9 @@ class InfraProviderController(Controller):
             return await self._let_go(ctx, provider)
         provider = await ctx.ensure_finalizer(provider, CLEANUP_FINALIZER)
         await self._join_config(ctx, provider)
-        status = InfraProviderStatus.model_validate(provider.status or {})
+        status = status_of(provider, InfraProviderStatus)
         interval = status.heartbeat_interval_seconds or DEFAULT_INTERVAL
-        age = age_seconds(status.last_heartbeat) if status.last_heartbeat else None
+        age = ctx.clock.age(status.last_heartbeat) if status.last_heartbeat else None
         stale_in = interval * MISSED_BEATS - age if age is not None else None
         connected = stale_in is not None and stale_in > 0
         if status.last_heartbeat == "":
@@ -76,22 +93,27 @@ class InfraProviderController(Controller):
         else:
             connection = f"no heartbeat since {status.last_heartbeat}"
         problem = self._problem(provider, status) if connected else connection
+        claims = sorted(self._claims.views(None, provider.name))
+        now = ctx.clock.rfc3339()
 
-        def record(_: Resource, current: dict[str, Any]) -> None:
-            conditions = list(current.get("conditions") or [])
-            set_condition(
-                conditions, "Connected", connected, "Heartbeat" if connected else "NoHeartbeat", connection
+        def record(_: Resource, current: InfraProviderStatus) -> None:
+            current.set_condition(
+                "Connected", connected, "Heartbeat" if connected else "NoHeartbeat", connection, now=now
             )
-            set_condition(
-                conditions,
+            current.set_condition(
                 "Ready",
                 not problem,
                 "Ready" if not problem else ("NotConnected" if not connected else "NotUsable"),
                 problem or "provisioning machines",
+                now=now,
             )
-            current["conditions"] = conditions
+            if claims or current.condition(CONFLICT) is not None:
+                current.set_condition(CONFLICT, bool(claims), *_claimed(claims), now=now)
 
-        await ctx.mutate_status(key, record)
+        await ctx.mutate_status(key, InfraProviderStatus, record)
+        told = status.condition(CONFLICT)
+        if claims and (told is None or told.reason != MACHINE_CLAIMED):
+            await ctx.event(provider, "Warning", MACHINE_CLAIMED, _claimed(claims)[1])
         return Result(requeue_after=stale_in + 0.5) if connected and stale_in is not None else None
 
     @staticmethod
@@ -112,7 +134,7 @@ class InfraProviderController(Controller):
 
     async def _join_config(self, ctx: Context, provider: Resource) -> None:
         current = await ctx.get(ObjectKey(JOIN_CONFIG.kind, None, provider.name))
-        token = str((current.spec or {}).get("token") or "") if current is not None else ""
+        token = JOIN_CONFIG.spec_of(current, JoinConfigSpec).token if current is not None else ""
         spec = {"endpoint": self._api_url, "token": token or secrets.token_urlsafe(32), "kernelArgs": []}
         if current is not None and current.spec == spec:
             return
@@ -152,3 +174,27 @@ class InfraProviderController(Controller):
             )
         await ctx.remove_finalizer(provider, CLEANUP_FINALIZER)
         return None
+
+
+def _refused_claim(request: Resource) -> str | None:
+    """The provider of a request whose machine another request holds (None for any other request)."""
+    if not request_status(request).condition_true(CONFLICT):
+        return None
+    return request.metadata.labels.get(INFRA_PROVIDER_LABEL)
+
+
+def _shown_name(request: Resource) -> str:
+    return "" if HIDDEN_LABEL in request.metadata.labels else f"{request.namespace}/{request.name}"
+
+
+def _claimed(claims: list[str]) -> tuple[str, str]:
+    """The reason and message of a provider's ``Conflict`` condition, for its requests in conflict (by
+    name, hidden ones as "")."""
+    if not claims:
+        return "NoConflict", "every machine the provider reported is on one request"
+    named = [name for name in claims if name][:3]
+    shown = ": " + ", ".join(named) + (", …" if len(claims) > len(named) else "") if named else ""
+    return (
+        MACHINE_CLAIMED,
+        f"{len(claims)} request(s) report a machine that another request holds{shown}",
+    )

@@ -1,7 +1,8 @@
 """MachineRequestSets: each keeps ``machineCount`` MachineRequests named ``<set>-<random>``, labelled with
 its provider and itself, and owned by it.
 
-A request that failed for good (stage ``Failed``) is deleted and replaced. Shrinking deletes the requests
+A request that failed for good (stage ``Failed``) is deleted and replaced; one whose machine another
+request holds (``Conflict``) is not counted as provisioned, and the set says why. Shrinking deletes the requests
 whose machines no cluster uses first, then workers before control planes, oldest first. A set that a
 MachineSet owns (an auto-provisioning class) deletes only unused requests: the machine set decides which
 of its machines leave, with its own gates (etcd health for control planes), and the set follows.
@@ -9,11 +10,10 @@ of its machines leave, with its own gates (etcd health for control planes), and 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
 
-from herder.controllers.provisioning.requests import in_use, node_of_request, role_of
+from herder.controllers.provisioning.requests import in_use, request_status, role_of
 from herder.resources import InvalidObject, Resource
 from herder.resources.access import HIDDEN_LABEL
 from herder.resources.clusters import MACHINE_SET, MACHINE_SET_NODE
@@ -23,8 +23,11 @@ from herder.resources.provisioning import (
     MACHINE_REQUEST_SET,
     MACHINE_REQUEST_SET_LABEL,
     RELEASE_FINALIZER,
+    MachineRequestSetSpec,
+    MachineRequestSetStatus,
+    MachineRequestStatus,
 )
-from herder.resources.status import find_condition, set_condition
+from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
     Controller,
@@ -34,10 +37,37 @@ from herder.runtime.controller import (
     controller_owner,
     labelled_owner,
 )
+from herder.runtime.index import ViewIndex
 from herder.runtime.outputs import Owns, Writes
+from herder.state.errors import AlreadyExists
 from herder.state.store import WatchEvent
 
 _RETRY = 10.0
+_NAME_DRAWS = 5
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A request of a set, with what the set reads of its status read once (a set of thousands reads
+    every request at each reconcile)."""
+
+    request: Resource
+    status: MachineRequestStatus
+    failed: bool
+    provisioned: bool
+    going: bool
+
+    @classmethod
+    def of(cls, request: Resource) -> _Request:
+        status = request_status(request)
+        going = bool(request.metadata.deletion_timestamp)
+        return cls(request, status, status.stage == "Failed", status.provisioned, going)
+
+    @property
+    def counted(self) -> tuple[str, str, bool, bool]:
+        """What the set counts of it: a change of anything else is progress within a stage."""
+        error = self.status.last_error.message if self.status.last_error is not None else ""
+        return self.status.stage, error, self.provisioned, self.going
 
 
 class MachineRequestSetController(Controller):
@@ -59,7 +89,9 @@ class MachineRequestSetController(Controller):
     def __init__(self) -> None:
         # Each set's requests as the watch last showed them: a set whose count is right takes its
         # status from here, without listing its requests again at every change of one of them.
-        self._seen: defaultdict[tuple[str | None, str], dict[str, Resource]] = defaultdict(dict)
+        self._requests = ViewIndex(
+            MACHINE_REQUEST.kind, lambda r: r.metadata.labels.get(MACHINE_REQUEST_SET_LABEL), _Request.of
+        )
         self.watches = (
             Watch(MACHINE_REQUEST_SET.kind),
             Watch(MACHINE_REQUEST.kind, self._request_changed),
@@ -68,22 +100,11 @@ class MachineRequestSetController(Controller):
         )
 
     def _request_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        obj = event.object
-        owner = obj.metadata.labels.get(MACHINE_REQUEST_SET_LABEL)
-        if owner:
-            if event.type == "DELETED":
-                self._seen[(obj.namespace, owner)].pop(obj.name, None)
-            else:
-                self._seen[(obj.namespace, owner)][obj.name] = obj
-        before = (event.previous.status or {}) if event.previous is not None else None
-        after = event.object.status or {}
+        self._requests.update(event)
         if (
             event.type == "MODIFIED"
-            and before is not None
-            and before.get("stage") == after.get("stage")
-            and before.get("lastError") == after.get("lastError")
             and event.previous is not None
-            and event.previous.metadata.deletion_timestamp == event.object.metadata.deletion_timestamp
+            and _Request.of(event.previous).counted == _Request.of(event.object).counted
         ):
             return ()  # progress within a stage changes nothing the set counts
         return controller_owner(MACHINE_REQUEST_SET.kind)(event)
@@ -91,65 +112,60 @@ class MachineRequestSetController(Controller):
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         request_set = await ctx.get(key)
         if request_set is None or request_set.metadata.deletion_timestamp:
-            if request_set is None and not self._seen.get((key.namespace, key.name)):
-                self._seen.pop((key.namespace, key.name), None)
             return None  # its requests are garbage-collected after it
-        wanted = int((request_set.spec or {}).get("machineCount") or 0)
-        requests = _standing(self._seen[(key.namespace, key.name)].values())
-        if len(requests) != wanted or any(_failed(r) for r in requests):
+        spec = MACHINE_REQUEST_SET.spec_of(request_set, MachineRequestSetSpec)
+        wanted = spec.machine_count
+        requests = _standing(self._requests.views(key.namespace, key.name))
+        if len(requests) != wanted or any(r.failed for r in requests):
             # About to act: on what the store holds, not on what the watch has shown so far.
-            requests = _standing(
-                await ctx.list(
-                    MACHINE_REQUEST.kind,
-                    key.namespace,
-                    label_selector=f"{MACHINE_REQUEST_SET_LABEL}={key.name}",
-                )
+            listed = await ctx.list(
+                MACHINE_REQUEST.kind, key.namespace, label_selector=f"{MACHINE_REQUEST_SET_LABEL}={key.name}"
             )
-        failed = [r for r in requests if _failed(r)]
-        for request in failed:
-            why = (request.status or {}).get("reason") or (request.status or {}).get("message") or "failed"
-            await ctx.delete(ObjectKey.of(request))
-            await ctx.event(request_set, "Normal", "Replacing", f"request {request.name} failed ({why})")
-        live = [r for r in requests if r not in failed]
+            requests = _standing(_Request.of(r) for r in listed)
+        failed = [r for r in requests if r.failed]
+        for gone in failed:
+            why = gone.status.reason or gone.status.message or "failed"
+            await ctx.delete(ObjectKey.of(gone.request))
+            await ctx.event(request_set, "Normal", "Replacing", f"request {gone.request.name} failed ({why})")
+        live = [r for r in requests if not r.failed]
         problem = ""
         if len(live) < wanted:
-            problem = await self._grow(ctx, request_set, wanted - len(live))
+            problem = await self._grow(ctx, request_set, spec, wanted - len(live))
         elif len(live) > wanted:
             await self._shrink(ctx, request_set, live, len(live) - wanted)
-        provisioned = [r for r in live if (r.status or {}).get("stage") == "Provisioned"]
-        ready = not problem and len(live) == wanted and len(provisioned) == wanted
+        provisioned = sum(r.provisioned for r in live)
+        ready = not problem and len(live) == wanted and provisioned == wanted
         if problem:
             message = problem
         elif ready:
             message = f"{wanted} machine(s) provisioned"
         else:
-            pending = next((r for r in live if (r.status or {}).get("stage") != "Provisioned"), None)
-            message = f"{len(provisioned)}/{wanted} provisioned"
+            message = f"{provisioned}/{wanted} provisioned"
+            pending = min((r for r in live if not r.provisioned), key=_named, default=None)
             if pending is not None:
-                status = pending.status or {}
-                detail = ((status.get("lastError") or {}).get("message")) or status.get("message") or ""
-                message += f"; {pending.name}: {status.get('stage', 'Pending')}" + (
+                detail = pending.status.detail
+                message += f"; {pending.request.name}: {pending.status.stage}" + (
                     f": {detail}" if detail else ""
                 )
 
-        def record(_: Resource, status: dict[str, Any]) -> None:
-            status.update(
-                requests=len(live),
-                provisioned=len(provisioned),
-                failed=len(failed),
-                observedGeneration=request_set.metadata.generation or 0,
-            )
-            conditions = list(status.get("conditions") or [])
+        def record(_: Resource, status: MachineRequestSetStatus) -> None:
+            status.requests = len(live)
+            status.provisioned = provisioned
+            status.failed = len(failed)
+            status.observed_generation = request_set.metadata.generation or 0
             reason = "Provisioned" if ready else ("RequestsRefused" if problem else "Provisioning")
-            set_condition(conditions, "Ready", ready, reason, message)
-            status["conditions"] = conditions
+            status.set_condition("Ready", ready, reason, message, now=ctx.clock.rfc3339())
 
-        await ctx.mutate_status(key, record)
+        await ctx.mutate_status(key, MachineRequestSetStatus, record)
         return Result(requeue_after=_RETRY) if problem else None
 
-    async def _grow(self, ctx: Context, request_set: Resource, count: int) -> str:
+    async def _grow(
+        self, ctx: Context, request_set: Resource, spec: MachineRequestSetSpec, count: int
+    ) -> str:
         """Create ``count`` requests; why they could not be, if they could not."""
-        spec = {k: v for k, v in (request_set.spec or {}).items() if k != "machineCount"}
+        request_spec = spec.model_dump(
+            mode="json", by_alias=True, exclude_none=True, exclude={"machine_count"}
+        )
         made: list[str] = []
         labels = {MACHINE_REQUEST_SET_LABEL: request_set.name}
         if HIDDEN_LABEL in request_set.metadata.labels:
@@ -166,15 +182,15 @@ class MachineRequestSetController(Controller):
                         # herder's own, from the start: one write less per request.
                         "finalizers": [RELEASE_FINALIZER],
                     },
-                    "spec": spec,
+                    "spec": request_spec,
                 }
             )
             try:
-                made.append((await ctx.apply_output(request_set, request)).name)
+                made.append((await _create(ctx, request_set, request)).name)
             except InvalidObject as exc:
                 why = "; ".join(f"{c.field}: {c.message}" for c in exc.causes) or str(exc)
-                current = find_condition((request_set.status or {}).get("conditions"), "Ready") or {}
-                if current.get("message") != why:
+                told = status_of(request_set, MachineRequestSetStatus).condition("Ready")
+                if told is None or told.message != why:
                     await ctx.event(request_set, "Warning", "RequestRefused", why)
                 break
         else:
@@ -187,13 +203,15 @@ class MachineRequestSetController(Controller):
             )
         return why
 
-    async def _shrink(self, ctx: Context, request_set: Resource, live: list[Resource], count: int) -> None:
+    async def _shrink(self, ctx: Context, request_set: Resource, live: list[_Request], count: int) -> None:
         owned_by_set = (
             ref := request_set.metadata.controller_ref()
         ) is not None and ref.kind == MACHINE_SET.kind
         ranked = []
-        for request in live:
-            node = await node_of_request(ctx, request)
+        for each in live:
+            request = each.request
+            uuid = each.status.uuid
+            node = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, request.namespace, uuid)) if uuid else None
             used = in_use(node)
             if used and owned_by_set:
                 continue  # its machine set lets it go first
@@ -211,9 +229,20 @@ class MachineRequestSetController(Controller):
             await ctx.event(request_set, "Normal", "ScalingDown", f"machine request {request.name} deleted")
 
 
-def _standing(requests: Iterable[Resource]) -> list[Resource]:
-    return [r for r in requests if not r.metadata.deletion_timestamp]
+async def _create(ctx: Context, request_set: Resource, request: Resource) -> Resource:
+    """Create a request of a generated name, drawing another when the one drawn is taken (a set of
+    thousands meets that now and then)."""
+    for _ in range(_NAME_DRAWS - 1):
+        try:
+            return await ctx.apply_output(request_set, request)
+        except AlreadyExists:
+            continue
+    return await ctx.apply_output(request_set, request)
 
 
-def _failed(request: Resource) -> bool:
-    return (request.status or {}).get("stage") == "Failed"
+def _standing(requests: Iterable[_Request]) -> list[_Request]:
+    return [r for r in requests if not r.going]
+
+
+def _named(request: _Request) -> str:
+    return request.request.name

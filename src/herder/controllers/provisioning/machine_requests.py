@@ -11,6 +11,10 @@ out when the request goes, and the story told in Events.
 - **The machine is gone in the cloud** (the provider reports reason ``MachineGone``) or **is deleted in
   herder** (faulty hardware): herder deletes the request, releasing the machine without a reset (there is
   nothing left to reset), and its set replaces it.
+- **Two claims of one machine** (the provider reported one UUID on two requests): the machine is the
+  request's that got it first; the other is refused, with the condition ``Conflict`` (True, reason
+  ``MachineClaimed``) and a Warning Event naming the request that holds it, and its set does not count
+  it as provisioned. Once the holder lets the machine go, the other takes it, and the condition flips.
 - **Events.** A failed attempt (``lastError``) is a Warning event on the request, Provisioned and Failed
   are Events too: the provider writes status, herder tells the story.
 """
@@ -19,20 +23,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from herder.controllers.provisioning.requests import machine_of_request, node_of_request, reported_uuid
+from herder.controllers.provisioning.requests import machine_of_request, node_of_request, request_status
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, READ_ONLY_ANNOTATION
 from herder.resources.clusters import MACHINE_SET_NODE
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, normalize_endpoint
 from herder.resources.provisioning import (
+    CONFLICT,
+    MACHINE_CLAIMED,
     MACHINE_REQUEST,
     MACHINE_REQUEST_LABEL,
     MACHINE_REQUEST_SET_LABEL,
     RELEASE_FINALIZER,
     RELEASING_ANNOTATION,
     MachineRequestSpec,
+    MachineRequestStatus,
 )
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.index import FieldIndex
 from herder.runtime.outputs import Writes
 from herder.state.errors import AlreadyExists
 from herder.state.store import WatchEvent
@@ -42,11 +50,20 @@ MACHINE_FINALIZER = "herder.dev/machine-request"
 MACHINE_GONE = "MachineGone"
 
 
+def _reported(request: Resource) -> str | None:
+    return request_status(request).uuid or None
+
+
 class MachineRequestController(Controller):
     name = "MachineRequest"
     primary = MACHINE_REQUEST.kind
     outputs = (
-        Writes(MACHINE_REQUEST.kind, f"metadata.finalizers[{RELEASE_FINALIZER}]", deletes=True),
+        Writes(
+            MACHINE_REQUEST.kind,
+            f"metadata.finalizers[{RELEASE_FINALIZER}]",
+            f"status.conditions[{CONFLICT}]",
+            deletes=True,
+        ),
         Writes(
             MACHINE.kind,
             "metadata.labels",
@@ -63,86 +80,96 @@ class MachineRequestController(Controller):
     concurrency = 8
 
     def __init__(self) -> None:
-        # The request of each reported machine UUID, so that node and machine events find their request.
-        self._by_uuid: dict[tuple[str | None, str], ObjectKey] = {}
+        # The requests reporting each machine UUID (two, when a provider reported one twice), so that the
+        # events of a machine and of its node find every request that claims it.
+        self._by_uuid = FieldIndex(MACHINE_REQUEST.kind, _reported)
         # What was last told of each request (stage, error time), so that each change is told once.
         self._told: dict[ObjectKey, tuple[str, str]] = {}
         self.watches = (
             Watch(MACHINE_REQUEST.kind, self._request_changed),
             Watch(MACHINE.kind, self._machine_changed),
-            Watch(MACHINE_SET_NODE.kind, self._by_name),
+            Watch(MACHINE_SET_NODE.kind, self._by_uuid.by_name()),
         )
 
     def _request_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        key = ObjectKey.of(event.object)
-        uuid = reported_uuid(event.object)
-        if uuid:
-            if event.type == "DELETED":
-                self._by_uuid.pop((key.namespace, uuid), None)
-            else:
-                self._by_uuid[(key.namespace, uuid)] = key
         if event.type == "DELETED":
-            self._told.pop(key, None)
-        return (key,)
+            self._told.pop(ObjectKey.of(event.object), None)
+        return self._by_uuid.track(event)
 
     def _machine_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        keys = set(self._by_uuid.by_name()(event))
         name = event.object.metadata.labels.get(MACHINE_REQUEST_LABEL)
         if name:
-            return (ObjectKey(MACHINE_REQUEST.kind, event.object.namespace, name),)
-        return self._by_name(event)
-
-    def _by_name(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        key = self._by_uuid.get((event.object.namespace, event.object.name))
-        return (key,) if key is not None else ()
+            keys.add(ObjectKey(MACHINE_REQUEST.kind, event.object.namespace, name))
+        return sorted(keys)
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         request = await ctx.get(key)
         if request is None:
             return None
+        status = request_status(request)
         machine = await machine_of_request(ctx, request)
-        if machine is not None and machine.metadata.labels.get(MACHINE_REQUEST_LABEL, key.name) != key.name:
-            machine = None  # another request's (the provider reported a UUID twice): not this one's
+        holder = await _holder(ctx, request, machine)
+        if holder:
+            machine = None  # another request's (the provider reported its UUID twice): not this one's
         if request.metadata.deletion_timestamp:
-            return await self._release(ctx, request, machine)
+            return await self._release(ctx, request, status, machine)
         request = await ctx.ensure_finalizer(request, RELEASE_FINALIZER)
-        await self._tell(ctx, request)
-        status = request.status or {}
+        await self._tell(ctx, request, status)
         if machine is not None and machine.metadata.deletion_timestamp:
             return await self._drop(ctx, request, f"machine {machine.name} was deleted")
-        if status.get("stage") == "Failed" and status.get("reason") == MACHINE_GONE:
-            return await self._drop(ctx, request, f"machine {reported_uuid(request)} is gone")
-        if status.get("stage") == "Provisioned" and reported_uuid(request):
-            await self._join(ctx, request, machine)
+        if status.stage == "Failed" and status.reason == MACHINE_GONE:
+            return await self._drop(ctx, request, f"machine {status.uuid} is gone")
+        if status.stage == "Provisioned" and status.uuid:
+            holder = holder or await self._join(ctx, request, status, machine)
+        await self._claim(ctx, request, status, holder)
         return None
 
-    async def _tell(self, ctx: Context, request: Resource) -> None:
-        status = request.status or {}
-        stage = str(status.get("stage") or "Pending")
-        error = status.get("lastError") or {}
-        told = (stage, str(error.get("time") or ""))
+    async def _tell(self, ctx: Context, request: Resource, status: MachineRequestStatus) -> None:
+        error = status.last_error
+        told = (status.stage, error.time if error is not None else "")
         key = ObjectKey.of(request)
         before = self._told.get(key)
         self._told[key] = told
         # What a request went through before this process first saw it was told by the one before.
         if before is None or before == told:
             return
-        if error and before[1] != told[1]:
-            step = f"step {status.get('step')!r}" if status.get("step") else "provisioning"
+        if error is not None and before[1] != told[1]:
+            step = f"step {status.step!r}" if status.step else "provisioning"
             await ctx.event(
                 request,
                 "Warning",
                 "ProvisioningFailed",
-                f"{step}, attempt {status.get('attempts', 0)}: {error.get('message', '')}",
+                f"{step}, attempt {status.attempts}: {error.message}",
             )
-        if before[0] == stage:
+        if before[0] == status.stage:
             return
-        if stage == "Provisioned":
-            machine = status.get("machine") or {}
-            where = f" at {machine['address']}" if machine.get("address") else ""
-            await ctx.event(request, "Normal", "Provisioned", f"machine {machine.get('uuid', '')}{where}")
-        elif stage == "Failed":
-            why = status.get("reason") or "Failed"
-            await ctx.event(request, "Warning", why, str(status.get("message") or "provisioning failed"))
+        if status.stage == "Provisioned":
+            address = status.machine.address if status.machine is not None else ""
+            where = f" at {address}" if address else ""
+            await ctx.event(request, "Normal", "Provisioned", f"machine {status.uuid}{where}")
+        elif status.stage == "Failed":
+            await ctx.event(
+                request, "Warning", status.reason or "Failed", status.message or "provisioning failed"
+            )
+
+    async def _claim(
+        self, ctx: Context, request: Resource, status: MachineRequestStatus, holder: str
+    ) -> None:
+        """Say whether the machine the request reports is another request's (its ``Conflict`` condition,
+        only once there is one to tell)."""
+        if holder:
+            await ctx.condition(
+                request,
+                CONFLICT,
+                True,
+                MACHINE_CLAIMED,
+                f"machine {status.uuid} is request {holder}'s: the provider reported it for both",
+                event="Warning",
+            )
+        elif status.condition_true(CONFLICT):
+            why = f"machine {status.uuid} is this request's" if status.uuid else "no machine reported"
+            await ctx.condition(request, CONFLICT, False, "Resolved", why, event="Normal")
 
     async def _drop(self, ctx: Context, request: Resource, why: str) -> Result | None:
         """Delete a request whose machine is gone (a set's request by its controller's leave); its set
@@ -151,14 +178,16 @@ class MachineRequestController(Controller):
         await ctx.event(request, "Normal", "Deleting", f"{why}: the request goes, and its set replaces it")
         return None
 
-    async def _join(self, ctx: Context, request: Resource, machine: Resource | None) -> None:
+    async def _join(
+        self, ctx: Context, request: Resource, status: MachineRequestStatus, machine: Resource | None
+    ) -> str:
+        """Make or adopt the Machine the request reports; the request holding it instead, if another
+        got it first."""
         spec = MACHINE_REQUEST.spec_of(request, MachineRequestSpec)
-        reported = (request.status or {}).get("machine") or {}
-        uuid = str(reported["uuid"]).lower()
+        reported = status.machine
+        assert reported is not None
         try:
-            endpoint = (
-                normalize_endpoint(str(reported.get("address") or "")) if reported.get("address") else ""
-            )
+            endpoint = normalize_endpoint(reported.address) if reported.address else ""
         except ValueError as exc:
             await ctx.event(request, "Warning", "BadAddress", f"the reported address is not usable: {exc}")
             endpoint = ""
@@ -173,7 +202,7 @@ class MachineRequestController(Controller):
         annotations = {READ_ONLY_ANNOTATION: "true"} if HIDDEN_LABEL in request.metadata.labels else {}
         if machine is None:
             if not endpoint:
-                return  # herder cannot reach it yet: it is adopted once registered under its UUID
+                return ""  # herder cannot reach it yet: it is adopted once registered under its UUID
             try:
                 await ctx.create(
                     Resource.model_validate(
@@ -181,7 +210,7 @@ class MachineRequestController(Controller):
                             "apiVersion": MACHINE.api_version,
                             "kind": MACHINE.kind,
                             "metadata": {
-                                "name": uuid,
+                                "name": status.uuid,
                                 "namespace": request.namespace,
                                 "labels": labels,
                                 "annotations": annotations,
@@ -192,11 +221,19 @@ class MachineRequestController(Controller):
                     )
                 )
             except AlreadyExists:
-                pass  # registered meanwhile: adopted below
+                # Registered meanwhile, or made for another request reporting the same UUID.
+                machine = await machine_of_request(ctx, request)
+                holder = await _holder(ctx, request, machine)
+                if holder or machine is None:
+                    return holder
             else:
-                return  # its Provisioned event says where herder reaches it
+                return ""  # its Provisioned event says where herder reaches it
+        # Whom the machine may be taken from: nobody, or a request that is gone.
+        free = (None, request.name, machine.metadata.labels.get(MACHINE_REQUEST_LABEL))
 
         def adopt(m: Resource) -> None:
+            if m.metadata.labels.get(MACHINE_REQUEST_LABEL) not in free:
+                return  # claimed meanwhile: its event brings this request back
             m.metadata.labels.update(labels)
             m.metadata.annotations.update(annotations)
             if MACHINE_FINALIZER not in m.metadata.finalizers:
@@ -204,14 +241,16 @@ class MachineRequestController(Controller):
             if endpoint:
                 m.spec = {**(m.spec or {}), "endpoint": endpoint}
 
-        await ctx.mutate(ObjectKey(MACHINE.kind, request.namespace, uuid), adopt)
+        await ctx.mutate(ObjectKey.of(machine), adopt)
+        return ""
 
-    async def _release(self, ctx: Context, request: Resource, machine: Resource | None) -> Result | None:
+    async def _release(
+        self, ctx: Context, request: Resource, status: MachineRequestStatus, machine: Resource | None
+    ) -> Result | None:
         if RELEASE_FINALIZER not in request.metadata.finalizers:
             return None
         if machine is not None:
-            status = request.status or {}
-            gone = bool(machine.metadata.deletion_timestamp) or status.get("reason") == MACHINE_GONE
+            gone = bool(machine.metadata.deletion_timestamp) or status.reason == MACHINE_GONE
             node = await node_of_request(ctx, request)
             marks = {RELEASING_ANNOTATION: "true", **({FORCE_RELEASE_ANNOTATION: "true"} if gone else {})}
             if node is not None:
@@ -242,3 +281,12 @@ class MachineRequestController(Controller):
         current = await ctx.mutate(key, unblock)
         if current is not None and not current.metadata.deletion_timestamp:
             await ctx.delete(key)
+
+
+async def _holder(ctx: Context, request: Resource, machine: Resource | None) -> str:
+    """The other request that holds ``machine``, if one does (a request that is gone holds nothing)."""
+    name = machine.metadata.labels.get(MACHINE_REQUEST_LABEL) if machine is not None else None
+    if not name or name == request.name:
+        return ""
+    other = await ctx.get(ObjectKey(MACHINE_REQUEST.kind, request.namespace, name))
+    return name if other is not None else ""

@@ -7,7 +7,6 @@ and the set's system extensions. The set then allocates only machines of that Ma
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 
 from herder.controllers.clusters.members import cluster_changes
@@ -17,11 +16,17 @@ from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterSpec, Machine
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_CLASS, MACHINE_SET_LABEL, MachineClassSpec
 from herder.resources.provisioning import MACHINE_REQUEST_SET, MachineRequestSetSpec, provider_data_object
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
-from herder.runtime.index import LabelIndex
+from herder.runtime.index import FieldIndex, LabelIndex
 from herder.runtime.outputs import Owns
 from herder.state.store import WatchEvent
 
 _RETRY = 10.0
+
+
+def _class_of(machine_set: Resource) -> str | None:
+    """The class a machine set allocates from, if it does."""
+    allocation = MACHINE_SET.spec_of(machine_set, MachineSetSpec).machine_class
+    return allocation.name if allocation is not None else None
 
 
 class MachineSetProvisioningController(Controller):
@@ -32,26 +37,18 @@ class MachineSetProvisioningController(Controller):
 
     def __init__(self) -> None:
         self._sets = LabelIndex(MACHINE_SET.kind, CLUSTER_LABEL)
-        # Which sets allocate from each class (namespace, class) → sets.
-        self._users: defaultdict[tuple[str | None, str], set[ObjectKey]] = defaultdict(set)
+        # Which sets allocate from each class.
+        self._users = FieldIndex(MACHINE_SET.kind, _class_of)
         self.watches = (
             Watch(MACHINE_SET.kind, self._set_changed),
-            Watch(MACHINE_CLASS.kind, self._class_changed),
+            Watch(MACHINE_CLASS.kind, self._users.by_name()),
             Watch(CLUSTER.kind, cluster_changes(mapper=self._sets.by_name())),
             Watch(MACHINE_REQUEST_SET.kind, controller_owner(MACHINE_SET.kind)),
         )
 
     def _set_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        key = ObjectKey.of(event.object)
-        for users in self._users.values():
-            users.discard(key)
-        name = ((event.object.spec or {}).get("machineClass") or {}).get("name")
-        if name and event.type != "DELETED":
-            self._users[(key.namespace, name)].add(key)
+        self._users.update(event)
         return self._sets.track(event)
-
-    def _class_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
-        return sorted(self._users.get((event.object.namespace, event.object.name), ()))
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         machine_set = await ctx.get(key)

@@ -6,12 +6,18 @@ from __future__ import annotations
 from herder.resources import Resource
 from herder.resources.clusters import MACHINE_SET_NODE
 from herder.resources.machines import MACHINE, ROLE_LABEL
+from herder.resources.provisioning import MachineRequestStatus
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, ObjectKey
+
+
+def request_status(request: Resource) -> MachineRequestStatus:
+    return status_of(request, MachineRequestStatus)
 
 
 def reported_uuid(request: Resource) -> str:
     """The UUID of the machine the request's provider reported (empty until it does)."""
-    return str(((request.status or {}).get("machine") or {}).get("uuid") or "")
+    return request_status(request).uuid
 
 
 async def machine_of_request(ctx: Context, request: Resource) -> Resource | None:
