@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from herder.resources.meta import Condition, now_rfc3339
 from herder.resources.object import Resource
@@ -128,3 +128,9 @@ class WithConditions(BaseModel):
         set_condition(
             self.conditions, kind, ok, reason, message, observed_generation=observed_generation, now=now
         )
+
+
+class AnyConditions(WithConditions):
+    """Any kind's status read only for its conditions: its other fields are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")

@@ -9,15 +9,14 @@ only it, change the objects it owns.
 from __future__ import annotations
 
 import abc
-import copy
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from herder.resources import KindInfo, ObjectMeta, OwnerReference, Resource
-from herder.resources.status import dump_status, find_condition, set_condition, status_of
+from herder.resources.status import AnyConditions, dump_status, status_of
 from herder.runtime.clock import REAL_CLOCK, Clock
 from herder.runtime.event_recorder import EventRecorder, EventType
 from herder.runtime.outputs import Declaration, Output, UndeclaredOutput
@@ -258,10 +257,6 @@ class Context:
         self.declaration.check_update(current, changed, own=self.own(current))
         return await self.store.update(changed, actor=self._actor(current))
 
-    async def _update_status(self, current: Resource, changed: Resource) -> Resource:
-        self.declaration.check_update(current, changed, own=self.own(current))
-        return await self._write_status(current, changed)
-
     async def _write_status(self, current: Resource, changed: Resource) -> Resource:
         return await self.store.update_status(changed, actor=self.controller)
 
@@ -282,47 +277,24 @@ class Context:
 
         return await self._retrying(key, edit, self._update)
 
-    @overload
     async def mutate_status(
         self, key: ObjectKey, model: type[M], change: Callable[[Resource, M], None]
-    ) -> Resource | None: ...
-
-    @overload
-    async def mutate_status(
-        self, key: ObjectKey, model: Callable[[Resource, dict[str, Any]], None]
-    ) -> Resource | None: ...
-
-    async def mutate_status(
-        self,
-        key: ObjectKey,
-        model: Any,
-        change: Any = None,
     ) -> Resource | None:
         """Change part of an object's status: ``change`` edits the status of the newest object as its
         typed ``model``, and is run again on a fresher one when another writer got in first, so that
         controllers owning different status fields of one object never undo each other. None when the
         object is gone."""
-        if change is None:  # the untyped form, until every controller is typed
-            untyped: Callable[[Resource, dict[str, Any]], None] = model
 
-            def edit(current: Resource) -> Resource:
-                status = copy.deepcopy(current.status or {})
-                untyped(current, status)
-                return current.model_copy(update={"status": status})
-
-            return await self._retrying(key, edit, self._update_status)
-        else:
-
-            def edit(current: Resource) -> Resource:
-                status = status_of(current, model)
-                # What the status is, as its model reads it: the defaults it fills in are no change.
-                baseline = dump_status(status)
-                change(current, status)
-                changed = current.model_copy(update={"status": dump_status(status)})
-                self.declaration.check_update(
-                    current.model_copy(update={"status": baseline}), changed, own=self.own(current)
-                )
-                return changed
+        def edit(current: Resource) -> Resource:
+            status = status_of(current, model)
+            # What the status is, as its model reads it: the defaults it fills in are no change.
+            baseline = dump_status(status)
+            change(current, status)
+            changed = current.model_copy(update={"status": dump_status(status)})
+            self.declaration.check_update(
+                current.model_copy(update={"status": baseline}), changed, own=self.own(current)
+            )
+            return changed
 
         return await self._retrying(key, edit, self._write_status)
 
@@ -340,13 +312,12 @@ class Context:
         tell it as an Event of type ``event`` when its reason changed. None when the object is gone."""
         before: list[str] = []
 
-        def edit(current: Resource, status: dict[str, Any]) -> None:
-            found = find_condition(status.get("conditions"), kind)
-            before[:] = [str(found.get("reason"))] if found is not None else []
-            conditions = status.setdefault("conditions", [])
-            set_condition(conditions, kind, ok, reason, message, now=self.clock.rfc3339())
+        def edit(current: Resource, status: AnyConditions) -> None:
+            found = status.condition(kind)
+            before[:] = [found.reason] if found is not None else []
+            status.set_condition(kind, ok, reason, message, now=self.clock.rfc3339())
 
-        updated = await self.mutate_status(ObjectKey.of(obj), edit)
+        updated = await self.mutate_status(ObjectKey.of(obj), AnyConditions, edit)
         if updated is not None and event is not None and before != [reason]:
             await self.event(updated, event, reason, message)
         return updated

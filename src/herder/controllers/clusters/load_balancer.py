@@ -115,7 +115,7 @@ class LoadBalancerController(Controller):
             )
             return None
         # A port no config carries yet that another process holds is skipped for the next free one.
-        fresh = self._range.port_of(str((cluster.status or {}).get("endpoint") or "")) is None
+        fresh = self._range.port_of(status_of(cluster, ClusterStatus).endpoint) is None
         balancer = self._balancers.get(key)
         while True:
             port = await self._port(ctx, cluster)
