@@ -32,6 +32,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # herder's own modules are compiled once before the suite: every server, emulator and CLI the tests start
 # imports them, and where PYTHONDONTWRITEBYTECODE is set each would compile them again.

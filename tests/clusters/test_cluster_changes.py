@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.controllers.clusters.members import cluster_changes
+from herder.controllers.members import cluster_changes
 from herder.resources import Resource
 from herder.state.store import WatchEvent
 

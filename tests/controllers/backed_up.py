@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from herder.controllers.backups.stores import BackupStores
-from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.cluster_keys import ClusterKeys
 from herder.resources import Resource
 from tests.controllers.provisioned import TALOS
 from tests.controllers.site import Site, obj

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_machines import TEARDOWN_FINALIZER
 from herder.resources import Resource
 from herder.resources.clusters import control_plane_set_name

@@ -15,9 +15,9 @@ from herder.controllers.backups.restore import EtcdRecovery
 from herder.controllers.backups.retention import BackupRetentionController
 from herder.controllers.backups.schedule import SNAPSHOT_TIMEOUT, EtcdBackupController
 from herder.controllers.backups.stores import BackupStores
+from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.admission import ClusterAdmission
 from herder.controllers.clusters.bootstrap import BootstrapController
-from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_machine_config import ClusterMachineConfigController
 from herder.controllers.clusters.cluster_machine_readiness import ClusterMachineReadinessController
 from herder.controllers.clusters.cluster_machine_teardown import ClusterMachineTeardownController

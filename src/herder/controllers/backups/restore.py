@@ -22,7 +22,7 @@ from herder.controllers.backups.backup_cipher import BackupUnreadable, checksum,
 from herder.controllers.backups.blob import StoreFailed, blob_key
 from herder.controllers.backups.keys import backup_key
 from herder.controllers.backups.stores import BackupStores
-from herder.controllers.clusters.members import machine_sets
+from herder.controllers.members import machine_sets
 from herder.resources import Resource
 from herder.resources.backups import ETCD_BACKUP, BootstrapSpec, EtcdBackupSpec
 from herder.resources.clusters import MACHINE_SET, MachineSetSpec, control_plane_set_name

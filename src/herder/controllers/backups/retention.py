@@ -7,7 +7,7 @@ every backup taken by hand, and backups of a deleted cluster stay until an Admin
 from __future__ import annotations
 
 from herder.controllers.backups.policy import BackupPolicy
-from herder.controllers.clusters.members import cluster_changes
+from herder.controllers.members import cluster_changes
 from herder.resources.backups import ETCD_BACKUP, EtcdBackupSpec
 from herder.resources.clusters import CLUSTER
 from herder.resources.machines import CLUSTER_LABEL

@@ -21,8 +21,8 @@ from herder.controllers.backups.keys import ensure_backup_key
 from herder.controllers.backups.metrics import BACKUP_FAILURES, BACKUPS_TAKEN, NEWEST_BACKUP_AGE
 from herder.controllers.backups.policy import BackupPolicy
 from herder.controllers.backups.stores import BackupStores
-from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.members import cluster_changes, cluster_machines, machine_of
+from herder.controllers.cluster_keys import ClusterKeys
+from herder.controllers.members import cluster_changes, cluster_machines, machine_of
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL
 from herder.resources.backups import (

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from herder.controllers.backups.restore import CONDITION as RESTORED
 from herder.controllers.backups.restore import EtcdRecovery, RestoreRefused
-from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.members import (
+from herder.controllers.cluster_keys import ClusterKeys
+from herder.controllers.members import (
     cluster_changes,
     cluster_machines,
     is_control_plane,

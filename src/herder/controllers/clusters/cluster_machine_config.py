@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys, ClusterSecretsView
-from herder.controllers.clusters.members import cluster_changes, cluster_of, labelled, machine_of
-from herder.controllers.provisioning.installer import member_installer
+from herder.controllers.cluster_keys import ClusterKeys, ClusterSecretsView
+from herder.controllers.installer import member_installer
+from herder.controllers.members import cluster_changes, cluster_of, labelled, machine_of
 from herder.resources import Resource
 from herder.resources.access import READ_ONLY_ANNOTATION, READERS_BINDING
 from herder.resources.clusters import (

@@ -10,7 +10,7 @@ that it waits for one only when that takes longer (``PENDING_GRACE``).
 
 from __future__ import annotations
 
-from herder.controllers.clusters.members import machine_of
+from herder.controllers.members import machine_of
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER_MACHINE,

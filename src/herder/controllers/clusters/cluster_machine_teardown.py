@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_machines import TEARDOWN_FINALIZER
-from herder.controllers.clusters.members import (
+from herder.controllers.members import (
     cluster_machines,
     cluster_of,
     is_control_plane,

@@ -9,7 +9,7 @@ with its node) but not locked to this controller: users may change neither, by t
 
 from __future__ import annotations
 
-from herder.controllers.clusters.members import cluster_of
+from herder.controllers.members import cluster_of
 from herder.resources import Resource
 from herder.resources.access import read_only_of
 from herder.resources.clusters import (

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from herder.controllers.clusters.cluster_keys import KubernetesCredentials
+from herder.controllers.cluster_keys import KubernetesCredentials
 from herder.talos.machine import (
     Credentials,
     EtcdMember,

@@ -7,7 +7,7 @@ Kubernetes API are measured) changes. A condition that flips is told in an Event
 
 from __future__ import annotations
 
-from herder.controllers.clusters.members import (
+from herder.controllers.members import (
     cluster_changes,
     cluster_machines,
     is_control_plane,

@@ -10,7 +10,7 @@ condition names them and says why.
 
 from __future__ import annotations
 
-from herder.controllers.clusters.members import cluster_changes, cluster_machines, labelled, machine_sets
+from herder.controllers.members import cluster_changes, cluster_machines, labelled, machine_sets
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.members import cluster_of, labelled, machine_of
+from herder.controllers.cluster_keys import ClusterKeys
+from herder.controllers.members import cluster_of, labelled, machine_of
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER_MACHINE,

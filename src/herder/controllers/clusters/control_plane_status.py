@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_probes import (
     COMPONENTS,
     EtcdReport,
@@ -24,7 +24,7 @@ from herder.controllers.clusters.cluster_probes import (
     probe_etcd,
     probe_kubernetes,
 )
-from herder.controllers.clusters.members import cluster_changes, control_planes
+from herder.controllers.members import cluster_changes, control_planes
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Protocol
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.cluster_keys import ClusterKeys
 from herder.resources import Resource
 from herder.resources.access import TALOS_ROLES
 from herder.resources.clusters import BREAK_GLASS_ANNOTATION, CLUSTER, ClusterSpec, ClusterStatus

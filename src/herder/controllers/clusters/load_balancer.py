@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from herder.controllers.clusters.endpoint_balancer import EndpointBalancer
-from herder.controllers.clusters.members import (
+from herder.controllers.members import (
     cluster_changes,
     cluster_machines,
     is_control_plane,

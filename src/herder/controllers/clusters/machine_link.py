@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.machine_facts import read_facts
-from herder.controllers.clusters.members import cluster_of
+from herder.controllers.members import cluster_of
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineStatus
 from herder.resources.machines import MACHINE, MachineSpec, MachineStatus

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from herder.controllers.clusters.members import (
+from herder.controllers.members import (
     cluster_of,
     labelled,
     request_set_count,

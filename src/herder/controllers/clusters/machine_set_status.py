@@ -4,7 +4,7 @@ of its machines that is not ready, and why."""
 
 from __future__ import annotations
 
-from herder.controllers.clusters.members import labelled, request_set_count, request_set_sources, set_nodes
+from herder.controllers.members import labelled, request_set_count, request_set_sources, set_nodes
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER_MACHINE,

@@ -12,9 +12,9 @@ rollout stops there until the cluster's version changes.
 
 from __future__ import annotations
 
-from herder.controllers.clusters.cluster_keys import ClusterKeys
-from herder.controllers.clusters.members import cluster_of, machine_of
-from herder.controllers.provisioning.installer import member_installer
+from herder.controllers.cluster_keys import ClusterKeys
+from herder.controllers.installer import member_installer
+from herder.controllers.members import cluster_of, machine_of
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineSpec, ClusterMachineStatus, UpgradeStatus
 from herder.resources.machines import MACHINE, MachineSpec, MachineStatus

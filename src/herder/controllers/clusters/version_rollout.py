@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from herder.controllers.clusters.members import (
+from herder.controllers.members import (
     cluster_changes,
     cluster_machines,
     is_control_plane,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.controllers.clusters.members import cluster_changes
 from herder.controllers.managed.offerings import context_lookup, offered
+from herder.controllers.members import cluster_changes
 from herder.resources import KindInfo, Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
 from herder.resources.clusters import (

@@ -13,7 +13,7 @@ it gone, and the same path follows.) The cluster says so in a Warning Event.
 
 from __future__ import annotations
 
-from herder.controllers.clusters.members import labelled
+from herder.controllers.members import labelled
 from herder.controllers.provisioning.requests import request_status
 from herder.resources import Resource
 from herder.resources.clusters import (

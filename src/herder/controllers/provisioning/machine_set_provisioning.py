@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from herder.controllers.clusters.members import cluster_changes
+from herder.controllers.members import cluster_changes
 from herder.resources import InvalidObject, Resource
 from herder.resources.access import HIDDEN_LABEL
 from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterSpec, MachineSetSpec
