@@ -118,6 +118,23 @@ async def test_a_set_shrinks_the_requests_no_machine_set_uses_first(site: Site) 
     )
 
 
+async def test_a_set_shrinks_the_requests_without_a_machine_before_idle_machines(site: Site) -> None:
+    controller = MachineRequestSetController()
+    await site.create(provider())
+    (pool,) = await site.create(request_set("pool", 3))
+    await site.reconcile(controller, ObjectKey.of(pool))
+    made = sorted(await _requests(site), key=lambda r: r.metadata.creation_timestamp or "")
+    # The oldest two have idle machines; the newest has none yet: it goes first, though newest.
+    for i, each in enumerate(made[:2]):
+        await reported(site, each, f"m{i}", f"127.0.0.{i + 2}")
+    await _scale(site, 2)
+    await site.reconcile(controller, ObjectKey.of(pool))
+    assert names(await _requests(site)) == names(made[:2])
+    await _scale(site, 1)
+    await site.reconcile(controller, ObjectKey.of(pool))
+    assert names(await _requests(site)) == [made[1].name]  # then the oldest idle machine
+
+
 async def test_a_set_owned_by_a_machine_set_leaves_the_used_requests_to_it(site: Site) -> None:
     controller = MachineRequestSetController()
     await site.create(provider())

@@ -217,6 +217,8 @@ class MachineRequestSetController(Controller):
                 continue  # its machine set lets it go first
             ranked.append(
                 (
+                    # A request with no machine yet costs nothing to let go; then machines nobody uses.
+                    bool(uuid),
                     used,
                     role_of(node) == "controlplane",
                     request.metadata.creation_timestamp or "",
@@ -224,7 +226,7 @@ class MachineRequestSetController(Controller):
                     request,
                 )
             )
-        for *_, request in sorted(ranked, key=lambda r: r[:4])[:count]:
+        for *_, request in sorted(ranked, key=lambda r: r[:5])[:count]:
             await ctx.delete(ObjectKey.of(request))
             await ctx.event(request_set, "Normal", "ScalingDown", f"machine request {request.name} deleted")
 
