@@ -9,7 +9,7 @@ reconcile, and asserts what it wrote, which Events it told and which machine cal
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,13 @@ class Call:
     secure: bool
 
 
+@dataclass(frozen=True)
+class Stream:
+    """The answer of a streaming method (``watch_resources``, ``logs``): what ``events`` of the call yields."""
+
+    events: Callable[[Call], AsyncIterator[Any]]
+
+
 @dataclass
 class FakeMachines:
     """A ``MachineDialer`` of fake machines: every call is recorded; ``answers`` give what a method returns
@@ -94,6 +101,22 @@ class FakeClient:
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         machines, endpoint = self._machines, self._endpoint
+        streamed = next(
+            (
+                answer
+                for where in (endpoint, "*")
+                if isinstance(answer := machines.answers.get((where, method)), Stream)
+            ),
+            None,
+        )
+        if streamed is not None:
+
+            def stream(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+                made = Call(endpoint, method, args, kwargs, self._secure)
+                machines.calls.append(made)
+                return streamed.events(made)
+
+            return stream
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             made = Call(endpoint, method, args, kwargs, self._secure)

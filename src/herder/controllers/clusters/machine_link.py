@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Counter
+
 from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.machine_facts import read_facts
 from herder.controllers.members import cluster_of
@@ -51,10 +53,17 @@ _RETRY_FIRST, _RETRY_MAX = 0.2, 10.0
 # How long a stage must stand before it is written.
 _SETTLE = 0.1
 # Stages a machine passes through in seconds. One that stands this long while the connection stays up
-# may be a stream that stopped telling (seen on the emulator under load): a new connection reads the
-# machine afresh. Cheap, and rare: a healthy machine is Running or in Maintenance.
+# may be a stream that stopped telling: a new connection reads the machine afresh. A safety net only:
+# the stream that stopped telling was a relay whose TLS close waited up to 30 s for the peer's
+# close_notify (asyncio's TLS; the relays now drive OpenSSL themselves and close at once), and the
+# metric counts how often the net still catches something.
 _PASSING = frozenset({"Booting", "Rebooting", "Installing", "Upgrading", "ShuttingDown", "Resetting"})
 RESYNC_AFTER = 30.0
+RESYNCS = Counter(
+    "herder_machine_link_resyncs_total",
+    "Machine links read afresh after a passing stage stood too long; outcome repaired: the stage had moved",
+    ["outcome"],
+)
 
 
 # MachineStatus's attributes by their JSON names (what ``_report`` is given).
@@ -83,6 +92,8 @@ class _Link:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     reported: dict[str, Any] = field(default_factory=dict)
     stage_since: float = 0.0
+    resyncing: bool = False
+    """Read afresh because a passing stage stood too long: the next stage read tells whether it had moved."""
 
 
 class MachineLinkController(Controller):
@@ -269,8 +280,12 @@ class MachineLinkController(Controller):
                     await staged.wait()
                     await asyncio.sleep(_SETTLE)
                     staged.clear()
-                    if latest[-1] != link.reported.get("stage"):
+                    moved = latest[-1] != link.reported.get("stage")
+                    if moved:
                         link.stage_since = time.monotonic()
+                    if link.resyncing:
+                        link.resyncing = False
+                        RESYNCS.labels("repaired" if moved else "unchanged").inc()
                     await self._report(link, stage=latest[-1])
                     del latest[:-1]
 
@@ -281,6 +296,7 @@ class MachineLinkController(Controller):
                     await asyncio.sleep(self._resync_after / 4)
                     standing = time.monotonic() - link.stage_since
                     if link.reported.get("stage") in _PASSING and standing > self._resync_after:
+                        link.resyncing = True
                         log.info(
                             "machine %s: %s for %.0fs; reading it afresh",
                             link.key.name,

@@ -1,0 +1,102 @@
+"""MachineLink's safety net: a machine's status stream that stops telling while a passing stage stands is
+read afresh on a new connection, and the metric counts whether that repaired something."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from herder.controllers.clusters.machine_link import MachineLinkController
+from herder.runtime.controller import ObjectKey
+from herder.talos.machine import MachineAPIError, MachineStage
+from herder.talos.machine.pool import ClientPool
+from herder.talos.machine.resources import (
+    MACHINE_STATUS,
+    RUNTIME,
+    MachineStatusSpec,
+    ResourceEvent,
+    ResourceEventType,
+    ResourceMetadata,
+    TalosResource,
+)
+from tests.controllers.fleet import Fleet
+from tests.controllers.site import Call, Site, Stream
+
+
+def _status(stage: MachineStage) -> ResourceEvent:
+    spec = MachineStatusSpec.of(stage, ready=True)
+    resource = TalosResource(
+        ResourceMetadata(RUNTIME, MACHINE_STATUS, "machine"), spec.model_dump(mode="json", by_alias=True)
+    )
+    return ResourceEvent(ResourceEventType.CREATED, resource)
+
+
+def _stalling_streams(stages: list[MachineStage]) -> Stream:
+    """Each connection's stream tells one stage of ``stages`` in turn, then nothing more, never ending: a
+    stream that stopped telling."""
+
+    async def events(_: Call) -> AsyncIterator[Any]:
+        yield _status(stages.pop(0) if len(stages) > 1 else stages[0])
+        await asyncio.Event().wait()
+
+    return Stream(events)
+
+
+async def _stage_becomes(site: Site, uuid: str, wanted: str) -> None:
+    for _ in range(100):
+        if (await site.status("Machine", uuid)).get("stage") == wanted:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{uuid} stayed {(await site.status('Machine', uuid)).get('stage')}")
+
+
+def _resyncs(outcome: str) -> float:
+    return REGISTRY.get_sample_value("herder_machine_link_resyncs_total", {"outcome": outcome}) or 0.0
+
+
+async def test_a_stalled_stream_is_read_afresh_and_the_repair_counted(site: Site) -> None:
+    fleet = Fleet(site)
+    machine = await fleet.machine("m1", stage="Booting")
+    site.machines.answer("version", SimpleNamespace(tag="v1.13.0"))
+    site.machines.fail("system_information", MachineAPIError("not answered here"))
+    site.machines.answer("watch_resources", _stalling_streams([MachineStage.BOOTING, MachineStage.RUNNING]))
+    controller = MachineLinkController(
+        fleet.keys, resync_after=0.4, clients=ClientPool(dialer=site.machines, keep=0)
+    )
+    repaired = _resyncs("repaired")
+    try:
+        await site.reconcile(controller, ObjectKey.of(machine))
+        await _stage_becomes(site, "m1", "Running")
+        assert _resyncs("repaired") == repaired + 1
+        assert len(site.machines.made("watch_resources")) == 2
+        # Running is no passing stage: a silent stream then is a quiet machine, not a stalled one.
+        await asyncio.sleep(0.8)
+        assert len(site.machines.made("watch_resources")) == 2
+    finally:
+        await controller.shutdown()
+
+
+async def test_a_passing_stage_that_stands_is_read_afresh_and_counted_unchanged(site: Site) -> None:
+    fleet = Fleet(site)
+    machine = await fleet.machine("m1", stage="Booting")
+    site.machines.answer("version", SimpleNamespace(tag="v1.13.0"))
+    site.machines.fail("system_information", MachineAPIError("not answered here"))
+    site.machines.answer("watch_resources", _stalling_streams([MachineStage.BOOTING]))
+    controller = MachineLinkController(
+        fleet.keys, resync_after=0.4, clients=ClientPool(dialer=site.machines, keep=0)
+    )
+    unchanged = _resyncs("unchanged")
+    try:
+        await site.reconcile(controller, ObjectKey.of(machine))
+        for _ in range(100):
+            if _resyncs("unchanged") > unchanged:
+                break
+            await asyncio.sleep(0.05)
+        assert _resyncs("unchanged") > unchanged
+        assert (await site.status("Machine", "m1"))["stage"] == "Booting"
+    finally:
+        await controller.shutdown()
