@@ -140,7 +140,7 @@ async def _metrics(client: Client) -> list[str]:
     return response.text.splitlines()
 
 
-async def _counters(client: Client, name: str, label: str) -> dict[str, float]:
+async def read_counters(client: Client, name: str, label: str) -> dict[str, float]:
     """A Prometheus counter from the server's /metrics, summed by one of its labels."""
     out: dict[str, float] = {}
     for line in await _metrics(client):
@@ -162,14 +162,14 @@ async def _gauge(client: Client, name: str) -> float:
     return 0.0
 
 
-def _per_machine(after: dict[str, float], before: dict[str, float], machines: int) -> dict[str, float]:
+def per_machine(after: dict[str, float], before: dict[str, float], machines: int) -> dict[str, float]:
     return {
         k: round((v - before.get(k, 0.0)) / machines, 1)
         for k, v in sorted(after.items(), key=lambda i: -i[1])
     }
 
 
-def _obj(info: Any, name: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> Resource:
+def new_object(info: Any, name: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> Resource:
     return Resource.model_validate(
         {
             "apiVersion": info.api_version,
@@ -180,7 +180,7 @@ def _obj(info: Any, name: str, spec: dict[str, Any], labels: dict[str, str] | No
     )
 
 
-async def _create_all(client: Client, objects: list[Resource], width: int = 50) -> None:
+async def create_all(client: Client, objects: list[Resource], width: int = 50) -> None:
     """Create objects ``width`` at a time, as a busy client would."""
     for i in range(0, len(objects), width):
         await asyncio.gather(*(client.create(obj) for obj in objects[i : i + width]))
@@ -203,8 +203,8 @@ class Fleet:
     async def counters(self) -> tuple[dict[str, float], dict[str, float]]:
         """Store writes by kind and reconciles by controller, so far."""
         return (
-            await _counters(self.client, "herder_store_writes_total", "kind"),
-            await _counters(self.client, "herder_reconcile_total", "controller"),
+            await read_counters(self.client, "herder_store_writes_total", "kind"),
+            await read_counters(self.client, "herder_reconcile_total", "controller"),
         )
 
 
@@ -261,10 +261,12 @@ async def fleet(
         started = time.monotonic()
         client = running.client
         published = running.emulator.published()
-        await _create_all(
+        await create_all(
             client,
             [
-                _obj(MACHINE_REGISTRATION, registration_name(m["endpoint"]), {"endpoint": m["endpoint"]})
+                new_object(
+                    MACHINE_REGISTRATION, registration_name(m["endpoint"]), {"endpoint": m["endpoint"]}
+                )
                 for m in published
             ],
         )
@@ -316,8 +318,8 @@ def emit_costs(
 ) -> None:
     """The store writes and reconciles per machine between two readings of the counters."""
     machines = len(fleet.uuids)
-    writes = _per_machine(after[0], before[0], machines)
-    reconciles = _per_machine(after[1], before[1], machines)
+    writes = per_machine(after[0], before[0], machines)
+    reconciles = per_machine(after[1], before[1], machines)
     emit(f"{name}_store_writes_per_machine", sum(writes.values()), "writes", **extra, by_kind=writes)
     emit(f"{name}_reconciles_per_machine", sum(reconciles.values()), "reconciles", by_controller=reconciles)
 
@@ -332,9 +334,11 @@ async def run(clusters: int, timeout: float) -> None:
             name = f"bench-{i:03d}"
             own = site.machines_of(i)
             labels = {CLUSTER_LABEL: name}
-            created.append(_obj(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}))
+            created.append(
+                new_object(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES})
+            )
             sets.append(
-                _obj(
+                new_object(
                     MACHINE_SET,
                     control_plane_set_name(name),
                     {"role": "controlplane", "machines": own[:CONTROL_PLANES]},
@@ -342,15 +346,15 @@ async def run(clusters: int, timeout: float) -> None:
                 )
             )
             sets.append(
-                _obj(
+                new_object(
                     MACHINE_SET,
                     f"{name}-workers",
                     {"role": "worker", "machines": own[CONTROL_PLANES:]},
                     labels,
                 )
             )
-        await _create_all(site.client, created)
-        await _create_all(site.client, sets)
+        await create_all(site.client, created)
+        await create_all(site.client, sets)
         await until(
             f"{clusters} clusters Ready", time.monotonic() + timeout, lambda: all_ready(site.client, clusters)
         )

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from herder.bench.clusters import KUBERNETES, TALOS, Fleet, _create_all, _obj, all_ready, fleet, until
+from herder.bench.clusters import KUBERNETES, TALOS, Fleet, all_ready, create_all, fleet, new_object, until
 from herder.bench.report import emit
 from herder.client import Client
 from herder.client.kubeconfig import load
@@ -77,17 +77,17 @@ async def _run(reads: int, timeout: float, support: Path, token: str) -> None:
         name = "bench-gateway"
         cp, worker = site.machines_of(0)[:2]
         labels = {CLUSTER_LABEL: name}
-        await _create_all(
+        await create_all(
             site.client,
             [
-                _obj(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}),
-                _obj(
+                new_object(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}),
+                new_object(
                     MACHINE_SET,
                     control_plane_set_name(name),
                     {"role": "controlplane", "machines": [cp]},
                     labels,
                 ),
-                _obj(MACHINE_SET, f"{name}-workers", {"role": "worker", "machines": [worker]}, labels),
+                new_object(MACHINE_SET, f"{name}-workers", {"role": "worker", "machines": [worker]}, labels),
             ],
         )
         await until("the cluster Ready", time.monotonic() + timeout, lambda: all_ready(site.client, 1))

@@ -21,7 +21,15 @@ import time
 from pathlib import Path
 
 from herder.api.datadir import write_kubeconfig
-from herder.bench.clusters import Processes, _counters, _create_all, _obj, _per_machine, processes, until
+from herder.bench.clusters import (
+    Processes,
+    create_all,
+    new_object,
+    per_machine,
+    processes,
+    read_counters,
+    until,
+)
 from herder.bench.provision import register, start_provider, stop_provider
 from herder.bench.report import emit
 from herder.client import Client, NotFound
@@ -95,16 +103,16 @@ async def _run(running: Processes, token: str, clusters: int, concurrency: int, 
 
         await until("the offering", deadline, offered)
         await client.create(
-            _obj(MACHINE_CLASS, "workers", {"autoProvision": {"providerID": WORKERS_PROVIDER}})
+            new_object(MACHINE_CLASS, "workers", {"autoProvision": {"providerID": WORKERS_PROVIDER}})
         )
-        before = await _counters(client, "herder_store_writes_total", "kind")
+        before = await read_counters(client, "herder_store_writes_total", "kind")
         started = time.monotonic()
         names = [f"bench-{i:03d}" for i in range(clusters)]
         managed = {"managed": {"enabled": True, "provider": OFFERING, "size": "xs"}}
-        await _create_all(
+        await create_all(
             client,
             [
-                _obj(
+                new_object(
                     CLUSTER,
                     name,
                     {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES, "controlPlane": managed},
@@ -112,10 +120,10 @@ async def _run(running: Processes, token: str, clusters: int, concurrency: int, 
                 for name in names
             ],
         )
-        await _create_all(
+        await create_all(
             client,
             [
-                _obj(
+                new_object(
                     MACHINE_SET,
                     f"{name}-workers",
                     {"role": "worker", "machineClass": {"name": "workers", "size": WORKERS}},
@@ -131,8 +139,8 @@ async def _run(running: Processes, token: str, clusters: int, concurrency: int, 
 
         await until(f"{clusters} clusters Ready", started + timeout, all_ready)
         elapsed = time.monotonic() - started
-        after = await _counters(client, "herder_store_writes_total", "kind")
-        writes = _per_machine(after, before, machines)
+        after = await read_counters(client, "herder_store_writes_total", "kind")
+        writes = per_machine(after, before, machines)
         emit(
             "managed_until_all_ready",
             elapsed,

@@ -31,10 +31,10 @@ from herder.bench.clusters import (
     CONTROL_PLANES,
     KUBERNETES,
     TALOS,
-    _create_all,
-    _obj,
     all_ready,
+    create_all,
     fleet,
+    new_object,
     until,
 )
 from herder.bench.report import emit, percentile
@@ -167,17 +167,17 @@ async def run(clients: int, watchers: int, seconds: float, rounds: int, timeout:
     async with fleet("herder-bench-proxy-", 1, timeout) as site:
         own = site.machines_of(0)
         labels = {CLUSTER_LABEL: NAME}
-        await _create_all(
+        await create_all(
             site.client,
             [
-                _obj(CLUSTER, NAME, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}),
-                _obj(
+                new_object(CLUSTER, NAME, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}),
+                new_object(
                     MACHINE_SET,
                     control_plane_set_name(NAME),
                     {"role": "controlplane", "machines": own[:CONTROL_PLANES]},
                     labels,
                 ),
-                _obj(
+                new_object(
                     MACHINE_SET,
                     f"{NAME}-workers",
                     {"role": "worker", "machines": own[CONTROL_PLANES:]},
