@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from herder.api.datadir import write_kubeconfig
-from herder.bench.clusters import counters, per_machine, processes, until
+from herder.bench.clusters import per_machine, processes, read_counters, until
 from herder.bench.report import emit
 from herder.client import Client
 from herder.client.kubeconfig import load
@@ -117,7 +117,7 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
                 return condition_true((await client.get(INFRA_PROVIDER, PROVIDER)).status, "Ready")
 
             await until("the provider to be Ready", deadline, ready)
-            before = await counters(client, "herder_store_writes_total", "kind")
+            before = await read_counters(client, "herder_store_writes_total", "kind")
             started = time.monotonic()
             await client.create(
                 Resource.model_validate(
@@ -147,7 +147,7 @@ async def run(requests: int, concurrency: int, timeout: float) -> None:
             await until(f"{requests} provisioned requests", deadline, provisioned)
             await until(f"{requests} connected machines", deadline, connected)
             elapsed = time.monotonic() - started
-            after = await counters(client, "herder_store_writes_total", "kind")
+            after = await read_counters(client, "herder_store_writes_total", "kind")
             writes = sum(after.values()) - sum(before.values())
             emit(
                 "provision_until_all_provisioned",
