@@ -34,11 +34,12 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The 20 slowest tests are listed at the end: the suite has a 10-minute budget on 2 cores.
 # herder's own modules are compiled once before the suite: every server, emulator and CLI the tests start
 # imports them, and where PYTHONDONTWRITEBYTECODE is set each would compile them again.
 test: setup etcd chromium lint
 	$(VENV)/bin/python -m compileall -q src >/dev/null
-	$(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=20
 
 # Regenerate the committed Talos machine API stubs from src/herder/talos/api/**/*.proto.
 protos: setup
