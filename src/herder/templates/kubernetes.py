@@ -67,8 +67,12 @@ def _source(
     try:
         return [d for d in _load_all(text) if d is not None], origin
     except yaml.YAMLError as exc:
-        named = f"{file!r}" if file else "the inline text"
-        problems.error(where, origin, f"{named} is not YAML: {describe_yaml_error(exc)}")
+        named = f"file {file!r}" if file else "inline text"
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        if mark is not None:
+            before = text.splitlines()[: mark.line]
+            named += f", document {1 + sum(1 for line in before if line.startswith('---'))}"
+        problems.error(where, origin, f"{named}: not YAML: {describe_yaml_error(exc)}")
         return None
 
 

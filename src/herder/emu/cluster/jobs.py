@@ -60,9 +60,7 @@ class Jobs:
         tasks = [*self._tasks, *self._running.values()]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch(self, kind: str) -> None:
         while True:
