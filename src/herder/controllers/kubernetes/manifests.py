@@ -127,8 +127,15 @@ class ClusterManifestController(Controller):
         generation = manifest.metadata.generation or 0
 
         def record(_: Resource, status: ClusterManifestStatus) -> None:
+            # What this generation's first sync pruned stays shown: later syncs find nothing to prune.
+            new = {r.ref for r in outcome.results}
+            earlier = [
+                r
+                for r in status.objects
+                if r.state == "Pruned" and r.ref not in new and status.observed_generation == generation
+            ]
             status.inventory = outcome.inventory
-            status.objects = outcome.results
+            status.objects = [*outcome.results, *earlier]
             status.observed_generation = generation
             status.last_sync_time = now_rfc3339()
 
