@@ -34,6 +34,26 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "Namespace": {},
     "Event": {"involvedObject": {"kind": "Cluster", "name": CLUSTER}, "reason": "Tried", "message": "m"},
     "ConfigPatch": {"spec": {"data": "machine: {}"}},
+    "ClusterManifest": {
+        "spec": {
+            "mode": "full",
+            "manifests": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}],
+        }
+    },
+    "ClusterHealthCheck": {
+        "spec": {
+            "job": {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "check"},
+                "spec": {
+                    "template": {
+                        "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}
+                    }
+                },
+            }
+        }
+    },
     "ClusterSecrets": {"spec": {"bundle": "certs: {}"}},
     "Machine": {"spec": {"endpoint": "127.0.0.1:9"}},
     "MachineRegistration": {"spec": {"endpoint": "127.0.0.1:9"}},

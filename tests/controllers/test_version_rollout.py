@@ -134,9 +134,60 @@ async def test_a_failed_upgrade_stops_the_rollout_until_the_version_changes(site
     assert set((await wanted(site)).values()) == {TALOS}
 
 
+async def pre_checks(site: Site, fleet: Fleet, ok: bool = True, message: str = "") -> None:
+    """The verdict of the upgrade pre-checks on the cluster's current generation."""
+    cluster = await site.get("Cluster", fleet.name)
+    assert cluster is not None
+    condition = {
+        "type": "UpgradePreChecks",
+        "status": "True" if ok else "False",
+        "reason": "Passed" if ok else "RemovedAPIs",
+        "message": message,
+        "observedGeneration": cluster.metadata.generation,
+    }
+    others = [c for c in (cluster.status or {}).get("conditions") or () if c["type"] != "UpgradePreChecks"]
+    await site.set_status(cluster, conditions=[*others, condition])
+
+
+async def health(site: Site, fleet: Fleet, state: str, message: str = "") -> None:
+    """The verdict of the cluster's one health check, as the HealthCheck controller writes it."""
+    cluster = await site.get("Cluster", fleet.name)
+    assert cluster is not None
+    await site.set_status(cluster, healthChecks=[{"name": "dns", "state": state, "message": message}])
+
+
+async def test_a_kubernetes_minor_upgrade_waits_for_its_pre_checks(site: Site) -> None:
+    fleet = await formed(site, workers=1)
+    await change(site, fleet, kubernetesVersion="1.34.0")
+    rollout = (await roll(site, fleet))["Kubernetes"]
+    assert rollout["state"] == "Held"
+    assert rollout["message"] == "held: upgrade pre-checks: not run yet"
+    await pre_checks(site, fleet, ok=False, message="FlowSchema x (flowcontrol.apiserver.k8s.io/v1beta3)")
+    rollout = (await roll(site, fleet))["Kubernetes"]
+    assert (
+        rollout["message"] == "held: upgrade pre-checks: FlowSchema x (flowcontrol.apiserver.k8s.io/v1beta3)"
+    )
+    assert await wanted(site, "kubernetesVersion") == {"cp1": KUBERNETES, "cp2": KUBERNETES, "w1": KUBERNETES}
+
+
+async def test_a_health_check_that_has_not_passed_holds_every_rollout(site: Site) -> None:
+    fleet = await formed(site, workers=1)
+    await health(site, fleet, "Failed", "the Job failed")
+    await change(site, fleet, talosVersion=TARGET)
+    rollout = (await roll(site, fleet))["Talos"]
+    assert rollout["state"] == "Held"
+    assert rollout["message"] == "held: health check dns failed (the Job failed)"
+    assert set((await wanted(site)).values()) == {TALOS}
+    await health(site, fleet, "Pending")
+    assert (await roll(site, fleet))["Talos"]["message"] == "held: health check dns has not passed yet"
+    await health(site, fleet, "Passed")
+    assert (await roll(site, fleet))["Talos"]["message"] == f"moving control plane cp1 to {TARGET}"
+
+
 async def test_kubernetes_moves_once_talos_is_done(site: Site) -> None:
     fleet = await formed(site, workers=1)
     await change(site, fleet, kubernetesVersion="1.34.0")
+    await pre_checks(site, fleet)
     rollouts = await roll(site, fleet)
     assert rollouts["Talos"]["state"] == "Done"
     assert rollouts["Kubernetes"]["message"] == "moving control plane cp1 to 1.34.0"

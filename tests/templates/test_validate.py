@@ -214,7 +214,7 @@ def test_the_field_catalogue_names_what_is_mapped_ignored_and_refused() -> None:
     assert "Cluster.features.kubeSpan" in catalogue["mapped"]
     assert "Machine.install.disk" in catalogue["mapped"]
     assert "Workers.patches[].inline" in catalogue["mapped"]
-    assert "Cluster.kubernetes.manifests" in catalogue["ignored"]
+    assert "Cluster.kubernetes.manifests[].inline" in catalogue["mapped"]
     assert "Cluster.features.backupConfiguration.interval" in catalogue["mapped"]
     assert "ControlPlane.bootstrapSpec.clusterUUID" in catalogue["mapped"]
     assert "ControlPlane.managed.enabled" in catalogue["mapped"]

@@ -19,6 +19,7 @@ from herder.resources import KindInfo
 from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX, Role
 from herder.resources.clusters import MANAGED_BY_ANNOTATION
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION
+from herder.resources.manifests import SKIP_PRE_CHECKS_ANNOTATION, SYNC_REQUESTED_ANNOTATION
 from herder.resources.provisioning import MACHINE_REQUEST_LABEL, MACHINE_REQUEST_SET_LABEL
 
 RANK: dict[str, int] = {"Reader": 1, "Operator": 2, "Admin": 3, "Support": 4}
@@ -47,7 +48,12 @@ USER_SETTABLE_LABELS = frozenset(
 # herder.dev/ annotations users may set: the mark of objects a cluster template made.
 USER_SETTABLE_ANNOTATIONS = frozenset({MANAGED_BY_ANNOTATION})
 # herder.dev/ annotations a role may set: an Admin lets an unreachable machine go without a reset.
-ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {FORCE_RELEASE_ANNOTATION: "Admin"}
+# An Operator asks for a manifest sync now, or lets a Kubernetes upgrade past its pre-checks.
+ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {
+    FORCE_RELEASE_ANNOTATION: "Admin",
+    SYNC_REQUESTED_ANNOTATION: "Operator",
+    SKIP_PRE_CHECKS_ANNOTATION: "Operator",
+}
 
 
 @dataclass(frozen=True)
@@ -224,6 +230,8 @@ CLUSTER_KINDS = frozenset(
         "ClusterSecrets",
         "ControlPlaneStatus",
         "ConfigPatch",
+        "ClusterManifest",
+        "ClusterHealthCheck",
         "Machine",
         "EtcdBackup",
         "Event",

@@ -29,7 +29,12 @@ app = typer.Typer(
                 "app",
                 "Clusters as Omni cluster templates: validate and render offline; sync, diff, status, delete, "
                 "export.",
-            )
+            ),
+            "kubernetes": Lazy(
+                "herder.cli.cluster_kubernetes",
+                "app",
+                "What herder keeps in a cluster's Kubernetes: manifest-sync, upgrade-pre-checks.",
+            ),
         }
     ),
 )

@@ -289,6 +289,14 @@ def serve_command(
             help="Seconds a managed control plane machine stays unreachable before it is replaced.",
         ),
     ] = 300.0,
+    manifest_resync: Annotated[
+        float,
+        typer.Option(
+            "--manifest-resync",
+            min=1,
+            help="Seconds between syncs of each ClusterManifest into its cluster (each reverts drift).",
+        ),
+    ] = 60.0,
     managed_backups: Annotated[
         str,
         typer.Option(
@@ -330,6 +338,7 @@ def serve_command(
             _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
             managed_control_planes=managed_control_planes,
             managed_replace_after=managed_replace_after,
+            manifest_resync=manifest_resync,
             backup_policy=_managed_backups(managed_backups),
         ),
         background=providers(options.data_dir, provider or []),

@@ -15,21 +15,23 @@ from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, MACHINE_SET, MACHINE_SET_NODE
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL
+from herder.resources.manifests import MANIFEST_KINDS
 from herder.templates import CheckedTemplate
 from herder.templates.plan import Change, Plan, merged, owned_view, plan, same_binding, template_objects
 
 Say = Callable[[str], None]
-_KINDS = {info.kind: info for info in (CLUSTER, MACHINE_SET, MACHINE_SET_NODE, CONFIG_PATCH)}
+_KINDS = {info.kind: info for info in (CLUSTER, MACHINE_SET, MACHINE_SET_NODE, CONFIG_PATCH, *MANIFEST_KINDS)}
 _UPDATE_ATTEMPTS = 5
 
 
 async def live_objects(client: Client, cluster: str, namespace: str) -> list[Resource]:
-    """The Cluster (if it exists) and every MachineSet, MachineSetNode and ConfigPatch labelled with it."""
+    """The Cluster (if it exists) and every MachineSet, MachineSetNode, ConfigPatch, ClusterManifest and
+    ClusterHealthCheck labelled with it."""
     out: list[Resource] = []
     with contextlib.suppress(NotFound):
         out.append(await client.get(CLUSTER, cluster, namespace))
     selector = f"{CLUSTER_LABEL}={cluster}"
-    for info in (MACHINE_SET, MACHINE_SET_NODE, CONFIG_PATCH):
+    for info in (MACHINE_SET, MACHINE_SET_NODE, CONFIG_PATCH, *MANIFEST_KINDS):
         out += (await client.list(info, namespace, label_selector=selector)).items
     return out
 

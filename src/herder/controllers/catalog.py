@@ -36,6 +36,9 @@ from herder.controllers.clusters.machine_set_allocation import MachineSetAllocat
 from herder.controllers.clusters.machine_set_status import MachineSetStatusController
 from herder.controllers.clusters.talos_upgrade import TalosUpgradeController
 from herder.controllers.clusters.version_rollout import VersionRolloutController
+from herder.controllers.kubernetes.health_checks import HealthCheckController
+from herder.controllers.kubernetes.manifests import ClusterManifestController
+from herder.controllers.kubernetes.pre_checks import UpgradePreChecksController
 from herder.controllers.managed.admission import ManagedAdmission
 from herder.controllers.managed.control_planes import ManagedControlPlaneController
 from herder.controllers.managed.offerings import OfferingController
@@ -73,6 +76,8 @@ class ControllerOptions:
     """How long a managed control plane stays unreachable before it is replaced."""
     dialer: MachineDialer = dial
     """What opens every Talos API client the controllers use (tests give fake machines)."""
+    manifest_resync: float = 60.0
+    """Seconds between syncs of a ClusterManifest (each reverts drift in the workload cluster)."""
 
 
 def register_admission(store: Store, options: ControllerOptions | None = None) -> None:
@@ -133,6 +138,10 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         BackupRetentionController(options.backup_policy),
         EtcdBackupRemovalController(stores),
         BackupKeyCleanupController(),
+        # What herder keeps in the workload clusters' Kubernetes.
+        ClusterManifestController(keys, options.manifest_resync),
+        HealthCheckController(keys),
+        UpgradePreChecksController(keys),
         # Provisioning: providers, request sets, requests, auto-provisioned machine sets, provider patches.
         InfraProviderController(options.api_url),
         MachineRequestSetController(),

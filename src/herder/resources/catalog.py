@@ -13,6 +13,7 @@ from herder.resources.core import NAMESPACE
 from herder.resources.kubernetes import EVENT
 from herder.resources.machines import MACHINE_KINDS
 from herder.resources.managed import MANAGED_CONTROL_PLANE_OFFERING
+from herder.resources.manifests import MANIFEST_KINDS
 from herder.resources.provisioning import PROVISIONING_KINDS
 from herder.resources.registry import KindRegistry
 
@@ -28,6 +29,7 @@ def herder_registry() -> KindRegistry:
             *MACHINE_KINDS,
             *CLUSTER_KINDS,
             CONTROL_PLANE_STATUS,
+            *MANIFEST_KINDS,
             *BACKUP_KINDS,
             *PROVISIONING_KINDS,
             MANAGED_CONTROL_PLANE_OFFERING,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from herder.resources.backups import BackupsStatus, BootstrapSpec, ClusterBackups
 from herder.resources.configuration import GROUP, VERSION
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL, Stage
+from herder.resources.manifests import HealthCheckResult
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
 from herder.resources.status import WithConditions, condition_column, condition_reason_column
 
@@ -147,7 +148,9 @@ class Rollout(BaseModel):
     target: str = Field(default="", description="the version rolled out (empty for a config rollout)")
     done: int = 0
     total: int = 0
-    state: Literal["Rolling", "Done", "Stopped"] = "Rolling"
+    state: Literal["Rolling", "Done", "Stopped", "Held"] = Field(
+        default="Rolling", description="Held: waiting for a health check or the upgrade pre-checks"
+    )
     message: str = ""
 
 
@@ -162,6 +165,9 @@ class ClusterStatus(WithConditions):
     bootstrap: BootstrapStatus | None = None
     rollouts: list[Rollout] = []
     backups: BackupsStatus | None = None
+    health_checks: list[HealthCheckResult] = Field(
+        default=[], alias="healthChecks", description="the newest verdict of each ClusterHealthCheck"
+    )
     teardown: str = Field(default="", description="what tearing the cluster down is waiting for")
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []

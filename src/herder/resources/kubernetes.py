@@ -497,7 +497,126 @@ DEPLOYMENT = KindInfo(
 )
 
 
-KINDS = (NAMESPACE, NODE, POD, CONFIG_MAP, SECRET, SERVICE, EVENT, DAEMON_SET, DEPLOYMENT)
+# --- batch/v1 Job ---
+
+
+class JobSpec(BaseModel):
+    model_config = _OPEN
+
+    template: dict[str, Any]
+    backoff_limit: int | None = Field(default=None, ge=0, alias="backoffLimit")
+    active_deadline_seconds: int | None = Field(default=None, ge=1, alias="activeDeadlineSeconds")
+
+
+class JobStatus(BaseModel):
+    model_config = _OPEN
+
+    active: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    start_time: str | None = Field(default=None, alias="startTime")
+    completion_time: str | None = Field(default=None, alias="completionTime")
+    conditions: list[dict[str, Any]] | None = None
+
+
+def _job_status(obj: dict[str, Any]) -> str:
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return str(condition["type"])
+    return "Running"
+
+
+def _job_completions(obj: dict[str, Any]) -> str:
+    return (
+        f"{(obj.get('status') or {}).get('succeeded') or 0}/{(obj.get('spec') or {}).get('completions') or 1}"
+    )
+
+
+JOB = KindInfo(
+    group="batch",
+    version="v1",
+    kind="Job",
+    plural="jobs",
+    spec_model=JobSpec,
+    status_model=JobStatus,
+    categories=("all",),
+    printer_columns=(
+        PrinterColumn("Status", ".status.conditions", compute=_job_status),
+        PrinterColumn("Completions", ".status.succeeded", compute=_job_completions),
+    ),
+    description="Pods run to completion, retried up to a limit.",
+)
+
+
+# --- apiextensions.k8s.io/v1 CustomResourceDefinition ---
+
+
+class CustomResourceNames(BaseModel):
+    model_config = _OPEN
+
+    plural: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    kind: str = Field(pattern=r"^[A-Z][A-Za-z0-9]*$")
+    singular: str | None = None
+    short_names: list[str] | None = Field(default=None, alias="shortNames")
+    categories: list[str] | None = None
+
+
+class CustomResourceVersion(BaseModel):
+    model_config = _OPEN
+
+    name: str = Field(pattern=r"^v[0-9]+((alpha|beta)[0-9]+)?$")
+    served: bool
+    storage: bool
+
+
+class CustomResourceDefinitionSpec(BaseModel):
+    model_config = _OPEN
+
+    group: str = Field(min_length=1)
+    names: CustomResourceNames
+    scope: Annotated[str, Field(pattern="^(Namespaced|Cluster)$")]
+    versions: list[CustomResourceVersion] = Field(min_length=1)
+
+
+class OpenStatus(BaseModel):
+    model_config = _OPEN
+
+    conditions: list[dict[str, Any]] | None = None
+
+
+def _crd_established(obj: dict[str, Any]) -> str:
+    found = _condition(obj, "Established")
+    return str(found.get("status")) if found else "Unknown"
+
+
+CUSTOM_RESOURCE_DEFINITION = KindInfo(
+    group="apiextensions.k8s.io",
+    version="v1",
+    kind="CustomResourceDefinition",
+    plural="customresourcedefinitions",
+    namespaced=False,
+    spec_model=CustomResourceDefinitionSpec,
+    status_model=OpenStatus,
+    short_names=("crd", "crds"),
+    categories=("api-extensions",),
+    printer_columns=(PrinterColumn("Established", ".status.conditions", compute=_crd_established),),
+    description="A kind of one's own, served by the API server once it is established.",
+)
+
+
+KINDS = (
+    NAMESPACE,
+    NODE,
+    POD,
+    CONFIG_MAP,
+    SECRET,
+    SERVICE,
+    EVENT,
+    DAEMON_SET,
+    DEPLOYMENT,
+    JOB,
+    CUSTOM_RESOURCE_DEFINITION,
+)
 
 
 def kubernetes_registry() -> KindRegistry:

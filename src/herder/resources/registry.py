@@ -249,6 +249,21 @@ class KindRegistry:
             self._by_name.setdefault(name, []).append(info)
         return info
 
+    def unregister(self, group: str, kind: str) -> KindInfo | None:
+        """Stop serving a kind (a custom resource whose definition went); the kind removed, if it was known."""
+        info = self._by_kind.pop((group, kind), None)
+        if info is None:
+            return None
+        if self._by_plural.get((group, info.plural)) is info:
+            del self._by_plural[(group, info.plural)]
+        for name, infos in list(self._by_name.items()):
+            kept = [i for i in infos if i is not info]
+            if kept:
+                self._by_name[name] = kept
+            else:
+                del self._by_name[name]
+        return info
+
     def __iter__(self) -> Iterator[KindInfo]:
         return iter(self._by_kind.values())
 

@@ -205,11 +205,56 @@ class MachineDoc(_Extensions):
     install: InstallDoc = InstallDoc()
 
 
+class ManifestDoc(_Document):
+    """Kubernetes objects herder applies into the cluster (a ClusterManifest): ``inline`` (a list of objects,
+    or multi-document YAML text) or from a ``file`` (relative to the template, inside its folder)."""
+
+    name: str
+    inline: list[Any] | str | None = None
+    file: str = ""
+    mode: Literal["full", "one-time"] = "full"
+    namespace: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"invalid manifest name {value!r}: lowercase letters, digits and '-'")
+        return value
+
+
+class HealthCheckDoc(_Document):
+    """A batch/v1 Job herder runs in the cluster every ``interval`` (a ClusterHealthCheck): ``job`` inline or
+    from a ``file``; named by ``name`` (or ``idOverride``)."""
+
+    name: str = ""
+    id_override: str = ""
+    job: dict[str, Any] | str | None = None
+    file: str = ""
+    interval: str = "30s"
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        if duration_seconds(value) < MIN_HEALTH_CHECK_SECONDS:
+            raise ValueError(
+                f"interval {value!r} is shorter than the minimum of {MIN_HEALTH_CHECK_SECONDS:g}s"
+            )
+        return value
+
+    @property
+    def title(self) -> str:
+        return self.id_override or self.name
+
+
+MIN_HEALTH_CHECK_SECONDS = 5.0
+
+
 class KubernetesDoc(_Document):
     version: str
     endpoint: str = Field(default="", description="herder: the Kubernetes API URL; empty: herder's balancer")
-    manifests: list[dict[str, Any]] | None = ignored()
-    healthchecks: list[dict[str, Any]] | None = ignored()
+    manifests: list[ManifestDoc] = []
+    healthchecks: list[HealthCheckDoc] = []
 
 
 class TalosDoc(_Document):

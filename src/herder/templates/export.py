@@ -28,6 +28,12 @@ from herder.resources.clusters import (
 )
 from herder.resources.configuration import CONFIG_PATCH, ConfigPatchSpec
 from herder.resources.machines import CLUSTER_LABEL, CLUSTER_MACHINE_LABEL, MACHINE_SET_LABEL
+from herder.resources.manifests import (
+    CLUSTER_HEALTH_CHECK,
+    CLUSTER_MANIFEST,
+    ClusterHealthCheckSpec,
+    ClusterManifestSpec,
+)
 from herder.talos.documents import dump_documents, load_documents
 from herder.templates.documents import DEFAULT_WORKERS
 from herder.templates.plan import owned_view, plan, template_objects
@@ -61,6 +67,9 @@ def export_template(cluster: Resource, objects: list[Resource]) -> str:
         if target is not None:
             patches.setdefault(target, []).append(_patch(patch, problems))
     documents = [_cluster(cluster, patches.get("", []), problems)]
+    kubernetes = _kubernetes(cluster.name, owned, problems)
+    if kubernetes:
+        documents[0]["kubernetes"].update(kubernetes)
     managed = CLUSTER.spec_of(cluster, ClusterSpec).managed
     if managed is not None:
         # The platform's control plane set is a controller's, so not among ``owned``: the Cluster says it.
@@ -266,3 +275,42 @@ def _inline(data: str) -> dict[str, Any] | str:
     except yaml.YAMLError:
         return data
     return documents[0] if back == documents else data
+
+
+def _kubernetes(cluster: str, owned: list[Resource], problems: list[str]) -> dict[str, Any]:
+    """The Cluster document's ``kubernetes.manifests`` and ``kubernetes.healthchecks``, from the live ones."""
+    out: dict[str, Any] = {}
+    prefix = f"{cluster}-"
+    manifests, checks = [], []
+    for obj in sorted(owned, key=lambda o: o.name):
+        if obj.kind not in (CLUSTER_MANIFEST.kind, CLUSTER_HEALTH_CHECK.kind):
+            continue
+        what = f"{obj.kind} {obj.name}"
+        if not obj.name.startswith(prefix):
+            problems.append(f"{what}: a template names it {prefix}NAME")
+            continue
+        if view_has_descriptors(obj):
+            problems.append(f"{what}: a template gives it no labels or annotations of its own")
+        name = obj.name.removeprefix(prefix)
+        if obj.kind == CLUSTER_MANIFEST.kind:
+            spec = CLUSTER_MANIFEST.spec_of(obj, ClusterManifestSpec)
+            entry: dict[str, Any] = {"name": name, "mode": spec.mode}
+            if spec.namespace:
+                entry["namespace"] = spec.namespace
+            entry["inline"] = spec.manifests
+            manifests.append(entry)
+        else:
+            check = CLUSTER_HEALTH_CHECK.spec_of(obj, ClusterHealthCheckSpec)
+            checks.append({"name": name, "interval": check.interval, "job": check.job})
+    if manifests:
+        out["manifests"] = manifests
+    if checks:
+        out["healthchecks"] = checks
+    return out
+
+
+def view_has_descriptors(obj: Resource) -> bool:
+    """Whether an object has labels (besides its cluster's) or annotations a template would have made."""
+    metadata = owned_view(obj)["metadata"]
+    labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k != CLUSTER_LABEL}
+    return bool(labels or metadata.get("annotations"))

@@ -1,6 +1,7 @@
 """What ``sync`` changes to make a cluster's live objects what its template says, and what ``diff`` shows.
 
-A template owns, of its cluster: the Cluster; the MachineSets and ConfigPatches labelled
+A template owns, of its cluster: the Cluster; the MachineSets, ClusterManifests, ClusterHealthChecks and
+ConfigPatches labelled
 ``herder.dev/cluster=<name>`` (a patch targeting a machine by ``herder.dev/machine`` is that machine's,
 not the cluster's); and the state of the MachineSetNodes of its sets that list their machines (the
 allocation creates and deletes those nodes, the template sets their lock, install disk, labels and
@@ -30,14 +31,23 @@ from herder.resources.clusters import (
 )
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_LABEL, MACHINE_SET_LABEL
+from herder.resources.manifests import CLUSTER_HEALTH_CHECK, CLUSTER_MANIFEST, MANIFEST_KINDS
 from herder.resources.meta import CONTROLLER_ANNOTATION
 from herder.templates.yaml_text import dump
 
 _FOREIGN_ANNOTATIONS = ("herder.dev/", "kubectl.kubernetes.io/")
 # The order writes go in: patches before the sets, so a machine's first config already has them.
-WRITE_ORDER = (CLUSTER.kind, CONFIG_PATCH.kind, MACHINE_SET.kind, MACHINE_SET_NODE.kind)
-DELETE_ORDER = (MACHINE_SET.kind, CONFIG_PATCH.kind)
+WRITE_ORDER = (
+    CLUSTER.kind,
+    CONFIG_PATCH.kind,
+    MACHINE_SET.kind,
+    MACHINE_SET_NODE.kind,
+    CLUSTER_MANIFEST.kind,
+    CLUSTER_HEALTH_CHECK.kind,
+)
+DELETE_ORDER = (MACHINE_SET.kind, CONFIG_PATCH.kind, CLUSTER_MANIFEST.kind, CLUSTER_HEALTH_CHECK.kind)
 Action = Literal["create", "update", "delete"]
+MANIFEST_KIND_NAMES = tuple(k.kind for k in MANIFEST_KINDS)
 
 
 def template_objects(cluster: str, objects: Iterable[Resource]) -> list[Resource]:
@@ -60,7 +70,7 @@ def template_objects(cluster: str, objects: Iterable[Resource]) -> list[Resource
         elif obj.kind == MACHINE_SET_NODE.kind:
             keep = _of(obj, cluster) and labels.get(MACHINE_SET_LABEL) in static_sets
         else:
-            keep = obj.kind == MACHINE_SET.kind and _of(obj, cluster)
+            keep = obj.kind in (MACHINE_SET.kind, *MANIFEST_KIND_NAMES) and _of(obj, cluster)
         if keep:
             out.append(obj)
     return out

@@ -40,6 +40,7 @@ from herder.resources.machines import (
     MACHINE_SET_LABEL,
     ROLE_LABEL,
 )
+from herder.resources.manifests import CLUSTER_HEALTH_CHECK, CLUSTER_MANIFEST
 from herder.templates.documents import (
     ClusterDoc,
     ControlPlaneDoc,
@@ -93,6 +94,7 @@ def render_sources(template: Template, cluster: str, namespace: str = DEFAULT_NA
             if document is template.cluster:
                 out.append(Rendered(_cluster(document, template.control_plane, namespace), source, ""))
                 out += _patches(template, source, namespace, cluster, CLUSTER_PATCH_WEIGHT, cluster, {})
+                out += _kubernetes(template, source, document, namespace, cluster)
         elif isinstance(document, ControlPlaneDoc) and document.managed and document.managed.enabled:
             continue  # the platform makes the control plane set (see Cluster.spec.controlPlane.managed)
         elif isinstance(document, ControlPlaneDoc | WorkersDoc):
@@ -220,4 +222,38 @@ def _patches(
         data = _object(CONFIG_PATCH, name, namespace, labels, dict(patch.annotations))
         spec = {"data": text, "description": patch.name or patch.file}
         out.append(Rendered(Resource.model_validate({**data, "spec": spec}), source, f"patches[{i}]"))
+    return out
+
+
+def manifest_name(cluster: str, name: str) -> str:
+    """The ClusterManifest (or ClusterHealthCheck) of a template's manifest (or check) ``name``."""
+    return f"{cluster}-{name}"
+
+
+def _kubernetes(
+    template: Template, source: Source, document: ClusterDoc, namespace: str, cluster: str
+) -> list[Rendered]:
+    """The Cluster document's ``kubernetes.manifests`` and ``kubernetes.healthchecks``."""
+    out = []
+    labels = {CLUSTER_LABEL: cluster}
+    for i, manifest in enumerate(document.kubernetes.manifests):
+        objects = template.manifests.get(i)
+        if objects is None:
+            continue  # unreadable: already an error
+        data = _object(CLUSTER_MANIFEST, manifest_name(cluster, manifest.name), namespace, labels, {})
+        spec: dict[str, Any] = {"mode": manifest.mode, "namespace": manifest.namespace, "manifests": objects}
+        out.append(
+            Rendered(Resource.model_validate({**data, "spec": spec}), source, f"kubernetes.manifests[{i}]")
+        )
+    for i, check in enumerate(document.kubernetes.healthchecks):
+        job = template.health_checks.get(i)
+        if job is None:
+            continue
+        data = _object(CLUSTER_HEALTH_CHECK, manifest_name(cluster, check.title), namespace, labels, {})
+        check_spec: dict[str, Any] = {"job": job, "interval": check.interval}
+        out.append(
+            Rendered(
+                Resource.model_validate({**data, "spec": check_spec}), source, f"kubernetes.healthchecks[{i}]"
+            )
+        )
     return out

@@ -27,6 +27,7 @@ from herder.templates.documents import (
     PatchDoc,
     WorkersDoc,
 )
+from herder.templates.kubernetes import read_health_checks, read_manifests
 from herder.templates.problems import Problems, field_path
 
 D = TypeVar("D", bound=Document)
@@ -72,6 +73,10 @@ class Template:
     sources: list[Source] = field(default_factory=list)
     # The text of each patch, by (document index, patch index); missing when it could not be read.
     patch_texts: dict[tuple[int, int], str] = field(default_factory=dict)
+    # The objects of each of the Cluster document's kubernetes.manifests, and the Job of each of its
+    # kubernetes.healthchecks, by position (missing when unreadable: reported).
+    manifests: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    health_checks: dict[int, dict[str, Any]] = field(default_factory=dict)
     # The kind of each document too broken to be read at all (its errors are reported).
     unreadable: list[str] = field(default_factory=list)
     readable: bool = True
@@ -137,6 +142,11 @@ def parse_template(text: str, path: Path) -> tuple[Template, Problems]:
             content = _patch_text(path, source, i, patch, problems)
             if content is not None:
                 template.patch_texts[(source.index, i)] = content
+    cluster = template.cluster
+    if cluster is not None:
+        where = template.source_of(cluster).label
+        template.manifests = read_manifests(path, cluster, where, problems)
+        template.health_checks = read_health_checks(path, cluster, where, problems)
     return template, problems
 
 

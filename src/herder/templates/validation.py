@@ -154,6 +154,8 @@ def _checked(rendered: list[Rendered], problems: Problems) -> list[Resource]:
 
 def _field_of(item: Rendered, field: str) -> str:
     """The template field behind a field of a rendered object."""
+    if item.field.startswith("kubernetes."):
+        return item.field + "." + field.removeprefix("spec.") if field.startswith("spec.") else item.field
     if item.resource.kind == CLUSTER.kind:
         for prefix, mapped in _CLUSTER_FIELDS.items():
             if field.startswith(prefix):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,6 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from herder.controllers.cluster_keys import KubernetesCredentials
+from herder.controllers.kubernetes_clients import KubernetesClients
 from herder.talos.machine import (
     Credentials,
     EtcdMember,
@@ -23,7 +23,6 @@ from herder.talos.machine import (
     split_endpoint,
 )
 from herder.talos.machine.pool import ClientPool, MachineDialer, dial
-from herder.talos.pki import load_cert_chain
 
 PROBE_TIMEOUT = 5.0
 KEEP = 1024
@@ -125,38 +124,6 @@ async def probe_etcd(
 def machine_clients(dialer: MachineDialer = dial, keep: int = KEEP) -> ClientPool:
     """The machine API clients the etcd probe keeps between rounds."""
     return ClientPool(dialer=dialer, keep=keep, timeout=PROBE_TIMEOUT, retries=0)
-
-
-class KubernetesClients:
-    """The HTTPS clients the Kubernetes probe keeps between rounds, one per endpoint and credentials: a
-    probe every few seconds per cluster must not cost a TLS handshake (herder's and the API server's)
-    each time."""
-
-    def __init__(self, keep: int = KEEP) -> None:
-        self._keep = keep
-        self._clients: OrderedDict[tuple[str, bytes], httpx.AsyncClient] = OrderedDict()
-        self._closing: set[asyncio.Task[None]] = set()
-
-    def client(self, endpoint: str, credentials: KubernetesCredentials) -> httpx.AsyncClient:
-        key = (endpoint, credentials.crt)
-        client = self._clients.get(key)
-        if client is None:
-            context = ssl.create_default_context(cadata=credentials.ca.decode("ascii"))
-            load_cert_chain(context, credentials.crt, credentials.key)
-            client = self._clients[key] = httpx.AsyncClient(verify=context, timeout=PROBE_TIMEOUT)
-            while len(self._clients) > self._keep:
-                _, oldest = self._clients.popitem(last=False)
-                task = asyncio.create_task(oldest.aclose())
-                self._closing.add(task)
-                task.add_done_callback(self._closing.discard)
-        self._clients.move_to_end(key)
-        return client
-
-    async def close(self) -> None:
-        clients, self._clients = list(self._clients.values()), OrderedDict()
-        for client in clients:
-            await client.aclose()
-        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 @dataclass(frozen=True)

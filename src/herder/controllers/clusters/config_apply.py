@@ -10,7 +10,7 @@ backoff until an attempt succeeds; nothing wipes the error before that.
 A changed config rolls out: a locked machine gets no updates; a machine waiting for its Talos upgrade
 gets its new config after it; control planes take theirs one at a time while etcd is healthy, and
 workers as many at once as their set's ``updateStrategy`` allows, counting the machines that are not
-ready or still rebooting for a config they were given. (What the member's machine is doing, and whether
+ready or still rebooting for a config they were given; none while a health check of the cluster fails. (What the member's machine is doing, and whether
 it is ready, is ``cluster_machine_readiness``'s.)
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 
 from herder.controllers.cluster_keys import ClusterKeys
+from herder.controllers.kubernetes.health_checks import health_hold
 from herder.controllers.members import cluster_of, labelled, machine_of
 from herder.resources import Resource
 from herder.resources.clusters import (
@@ -132,6 +133,9 @@ class ConfigApplyController(Controller):
         wanted = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec)
         if wanted.talos_version != reached.talos_version or (upgrade is not None and not upgrade.error):
             return None  # upgraded first, updated after (the upgrade's events bring us back)
+        cluster = await cluster_of(ctx, member)
+        if cluster is not None and health_hold(cluster):
+            return ROLLOUT_WAIT  # a failing health check holds config rollouts until it passes
         async with self._rollout_lock(member, wanted):
             if not await self._room(ctx, member, wanted):
                 return ROLLOUT_WAIT

@@ -18,12 +18,12 @@ from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.cluster_probes import (
     COMPONENTS,
     EtcdReport,
-    KubernetesClients,
     KubernetesReport,
     machine_clients,
     probe_etcd,
     probe_kubernetes,
 )
+from herder.controllers.kubernetes_clients import KubernetesClients
 from herder.controllers.members import cluster_changes, control_planes
 from herder.resources import Resource
 from herder.resources.clusters import (

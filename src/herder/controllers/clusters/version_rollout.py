@@ -8,12 +8,16 @@ set's ``upgradeStrategy`` allows. A machine whose Talos upgrade failed stops the
 moves until the cluster's version changes (setting the old one back cancels the rollout, and the
 machines already moved are brought back). Each rollout, and the config rollout of changed patches, is
 shown on the Cluster's ``status.rollouts``: what it does, how many machines are done, why it stopped.
+A health check that has not passed (``health_checks``) holds every rollout, and a Kubernetes minor upgrade
+waits for its pre-checks (``pre_checks``): the rollout is ``Held``, naming what it waits for.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from herder.controllers.kubernetes.health_checks import health_hold
+from herder.controllers.kubernetes.pre_checks import pre_checks_passed
 from herder.controllers.members import (
     cluster_changes,
     cluster_machines,
@@ -125,13 +129,22 @@ class VersionRolloutController(Controller):
             for s in await machine_sets(ctx, cluster)
         }
         healthy = status.condition_true("EtcdHealthy")
-        talos = await self._roll(ctx, healthy, "Talos", spec.talos_version, members, strategies)
+        held = health_hold(cluster)
+        talos = await self._roll(ctx, healthy, "Talos", spec.talos_version, members, strategies, held)
         rollouts = [talos]
         if talos.state == "Done":
-            rollouts.append(
-                await self._roll(ctx, healthy, "Kubernetes", spec.kubernetes_version, members, strategies)
+            pre_checks = status.condition("UpgradePreChecks")
+            held_k8s = held or (
+                ""
+                if pre_checks_passed(cluster)
+                else f"held: upgrade pre-checks: {pre_checks.message if pre_checks else 'not run yet'}"
             )
-        rollouts.append(_config_rollout(members))
+            rollouts.append(
+                await self._roll(
+                    ctx, healthy, "Kubernetes", spec.kubernetes_version, members, strategies, held_k8s
+                )
+            )
+        rollouts.append(_config_rollout(members, held))
         shown = [r for r in rollouts if r.state != "Done" or r.total]
 
         def record(_: Resource, current: ClusterStatus) -> None:
@@ -148,13 +161,15 @@ class VersionRolloutController(Controller):
         target: str,
         members: list[_Member],
         strategies: dict[str, Strategy],
+        held: str = "",
     ) -> Rollout:
+        """``held``: why no machine may move now (in-flight ones finish)."""
         done = [m for m in members if m.runs(kind, target)]
         moved = [m for m in members if m.wants(kind) == target]
         waiting = [m for m in members if m.wants(kind) != target]
         failed = [m for m in moved if m.upgrade_failed(target)] if kind == "Talos" else []
 
-        def report(state: Literal["Rolling", "Done", "Stopped"], message: str) -> Rollout:
+        def report(state: Literal["Rolling", "Done", "Stopped", "Held"], message: str) -> Rollout:
             return Rollout(
                 kind=kind, target=target, done=len(done), total=len(members), state=state, message=message
             )
@@ -175,6 +190,8 @@ class VersionRolloutController(Controller):
         cp_in_flight = [m for m in in_flight if m in control_planes]
         if cp_in_flight:
             return report("Rolling", f"control plane {cp_in_flight[0].name} is moving to {target}")
+        if held:
+            return report("Held", held)
         if cp_waiting:
             if not etcd_healthy or not all(m.status.ready for m in control_planes):
                 return report("Rolling", "waiting for etcd and every control plane to be healthy")
@@ -207,8 +224,8 @@ class VersionRolloutController(Controller):
         )
 
 
-def _config_rollout(members: list[_Member]) -> Rollout:
-    """How far the newest generated configs are applied."""
+def _config_rollout(members: list[_Member], held: str = "") -> Rollout:
+    """How far the newest generated configs are applied (``held``: why changed ones wait)."""
     current = [m for m in members if m.config is not None and m.status.config_hash == m.config.hash]
     failing = [m for m in members if m.status.apply.last_error]
     done, total = len(current), len(members)
@@ -223,6 +240,8 @@ def _config_rollout(members: list[_Member]) -> Rollout:
             state="Stopped",
             message=f"machine {failing[0].name}: {error}",
         )
+    if held:
+        return Rollout(kind="Config", done=done, total=total, state="Held", message=held)
     return Rollout(
         kind="Config", done=done, total=total, state="Rolling", message=f"{total - done} machine(s) to update"
     )

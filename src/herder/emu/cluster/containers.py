@@ -65,7 +65,7 @@ class Container:
             name=spec["name"],
             image=spec.get("image", ""),
             hostname=node_name if pod_spec.get("hostNetwork") else meta["name"],
-            command=tuple(str(a) for a in (spec.get("command") or ()) + (spec.get("args") or ())),
+            command=tuple(str(a) for a in [*(spec.get("command") or ()), *(spec.get("args") or ())]),
             env=tuple(
                 (str(e["name"]), str(e.get("value", ""))) for e in spec.get("env") or () if "name" in e
             ),

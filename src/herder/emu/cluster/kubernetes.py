@@ -1,6 +1,7 @@
 """The emulated Kubernetes of one cluster, put together: its API server (``apiserver``), what its kubelets
-and controllers write there (``sync``, with the objects of ``manifests``), and the scheduler that places
-everyone else's pods (``scheduler``)."""
+and controllers write there (``sync``, with the objects of ``manifests``), the scheduler that places
+everyone else's pods (``scheduler``), the Job controller that runs Jobs' pods to their end (``jobs``) and the
+apiextensions controller that serves custom resources (``crds``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Callable
 
 from herder.emu.cluster import scheduler
 from herder.emu.cluster.apiserver import ApiServer
+from herder.emu.cluster.crds import CustomResources
+from herder.emu.cluster.jobs import Jobs
 from herder.emu.cluster.kube_api import ApiEndpoint
 from herder.emu.cluster.kube_facts import KubeFacts
 from herder.emu.cluster.kubelet import Kubelet
@@ -29,6 +32,8 @@ class ClusterKubernetes:
         self._resync = resync
         self.apiserver = ApiServer(cluster, resync)
         self.components = Components(self.apiserver.store, cluster, resync)
+        self.jobs = Jobs(self.apiserver.store)
+        self.custom_resources = CustomResources(self.apiserver.store, self.apiserver.registry)
         self._scheduler: asyncio.Task[None] | None = None
         self._started = False
 
@@ -49,6 +54,8 @@ class ClusterKubernetes:
         self._started = True
         self.components.ca_pem = ca.crt.decode()
         await self.apiserver.start()
+        self.jobs.start()
+        self.custom_resources.start()
         self._scheduler = asyncio.get_running_loop().create_task(scheduler.watch(self.store, self._resync))
 
     async def serve(self, ca: CertificateAndKey, apiservers: list[Kubelet]) -> None:
@@ -64,6 +71,8 @@ class ClusterKubernetes:
             await self.components.sync(kubelets, cluster_facts)
 
     async def close(self) -> None:
+        await self.jobs.close()
+        await self.custom_resources.close()
         if self._scheduler is not None:
             self._scheduler.cancel()
             with contextlib.suppress(asyncio.CancelledError):

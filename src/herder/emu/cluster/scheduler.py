@@ -52,7 +52,9 @@ def others_pods(
         node_name = (pod.spec or {}).get("nodeName")
         if node_name in load:
             load[node_name] += 1
-        if not is_component_pod(pod) and not pod.metadata.deletion_timestamp:
+        # A pod whose containers ran to their end (a Job's) stays as its kubelet left it.
+        ended = (pod.status or {}).get("phase") in ("Succeeded", "Failed")
+        if not is_component_pod(pod) and not pod.metadata.deletion_timestamp and not ended:
             others.append(pod)
     for pod in others:
         data = pod.to_dict()
