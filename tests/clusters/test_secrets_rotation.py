@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from herder.talos.machine import Credentials, MachineAPIError, MachineClient
 from herder.talos.pki import load_cert_chain
 from herder.talos.secrets import SecretsBundle, load_secrets
 from herder.talos.talosconfig import issue_client_certificate, load_talosconfig_file
-from tests.api.server import free_port, running, support_token_file
+from tests.api.server import KUBECTL, free_port, running, support_token_file
 from tests.clusters.site import Site, cluster, machine_set, running_site
 
 pytestmark = pytest.mark.steps
@@ -200,7 +201,7 @@ def test_the_talos_ca_rotates_while_both_apis_answer_every_poll(
     with _polls(site) as polls:
         site.run("herder", "cluster", "rotate", NAME, "--talos-ca", timeout=600)
         time.sleep(1)  # a last poll or five after Done
-    assert polls.failures == [] and polls.done > 20, (polls.failures[:10], polls.done)
+    assert polls.failures == [] and polls.done >= 10, (polls.failures[:10], polls.done)
     rotation = _rotation(site)
     assert (rotation["component"], rotation["phase"], rotation["generation"]) == ("TalosCA", "Done", 1)
     after = _bundle(site, support)
@@ -225,7 +226,7 @@ def test_the_kubernetes_ca_rotates_while_both_apis_answer_every_poll(
     with _polls(site) as polls:
         site.run("herder", "cluster", "rotate", NAME, "--kubernetes-ca", timeout=600)
         time.sleep(1)
-    assert polls.failures == [] and polls.done > 20, (polls.failures[:10], polls.done)
+    assert polls.failures == [] and polls.done >= 10, (polls.failures[:10], polls.done)
     rotation = _rotation(site)
     assert (rotation["component"], rotation["phase"], rotation["generation"]) == ("KubernetesCA", "Done", 2)
     after = _bundle(site, support)
@@ -235,11 +236,22 @@ def test_the_kubernetes_ca_rotates_while_both_apis_answer_every_poll(
     assert refused in (401, 403) or isinstance(refused, str), refused
     assert _kubernetes_answers(endpoint, after, trust=after.k8s.crt) == 200
     # The old break-glass kubeconfig no longer works; a new one does.
-    assert site.run("kubectl", "--kubeconfig", str(break_glass), "get", "nodes", check=False).returncode
+    assert _kubectl(break_glass, "get", "nodes").returncode != 0
     fresh = site.workdir / "new-break-glass.kubeconfig"
     site.run("herder", "cluster", "kubeconfig", NAME, "--break-glass", "-o", str(fresh))
-    nodes = json.loads(site.run("kubectl", "--kubeconfig", str(fresh), "get", "nodes", "-o", "json").stdout)
-    assert len(nodes["items"]) == 5
+    listed = _kubectl(fresh, "get", "nodes", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)["items"]) == 5
+
+
+def _kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """kubectl straight to the cluster's API, with a kubeconfig of its own (not herder's)."""
+    return subprocess.run(
+        [KUBECTL, "--kubeconfig", str(kubeconfig), "--request-timeout", "20s", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_rotation_resumes_after_kill_9_of_herder(site: Site, support: tuple[Path, str]) -> None:
