@@ -24,6 +24,11 @@ app = typer.Typer(
     no_args_is_help=True,
     cls=lazy_group(
         {
+            "rotate": Lazy(
+                "herder.cli.cluster_rotate",
+                "rotate",
+                "Rotate the cluster's Talos API CA or Kubernetes CA without downtime.",
+            ),
             "template": Lazy(
                 "herder.cli.cluster_templates",
                 "app",

@@ -34,6 +34,7 @@ from herder.controllers.clusters.machine_link import MachineLinkController
 from herder.controllers.clusters.machine_registration import MachineRegistrationController
 from herder.controllers.clusters.machine_set_allocation import MachineSetAllocationController
 from herder.controllers.clusters.machine_set_status import MachineSetStatusController
+from herder.controllers.clusters.secrets_rotation import SecretsRotationController
 from herder.controllers.clusters.talos_upgrade import TalosUpgradeController
 from herder.controllers.clusters.version_rollout import VersionRolloutController
 from herder.controllers.kubernetes.health_checks import HealthCheckController
@@ -134,6 +135,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         ClusterMachineTeardownController(keys, clients(8, 30)),
         VersionRolloutController(),
         TalosUpgradeController(keys, clients=clients(8, 60)),
+        SecretsRotationController(keys, clients(8, 15)),
         EtcdBackupController(keys, stores, options.backup_policy, clients(8, SNAPSHOT_TIMEOUT)),
         BackupRetentionController(options.backup_policy),
         EtcdBackupRemovalController(stores),

@@ -1,11 +1,13 @@
 """The secrets of clusters as controllers use them: each cluster's bundle, herder's own Talos API
 credentials (``os:admin``, issued from the cluster's Talos CA, as Omni holds one) and herder's Kubernetes
 admin credentials, made once per revision of the cluster's ClusterSecrets and shared by every controller.
+During a CA rotation herder's credentials trust every CA of the rotation and are signed by the issuing one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -16,6 +18,7 @@ from herder.state.errors import NotFound
 from herder.state.store import Store
 from herder.talos.kubeconfig import issue_admin_certificate
 from herder.talos.machine import Credentials
+from herder.talos.pki import ca_bundle
 from herder.talos.secrets import SecretsBundle, load_secrets
 from herder.talos.talosconfig import issue_client_certificate
 
@@ -39,6 +42,11 @@ class ClusterSecretsView:
     bundle: SecretsBundle
     talos: Credentials
     kubernetes: KubernetesCredentials
+    accepted_talos: tuple[bytes, ...] = ()
+    """PEM CAs the machines' configs accept besides the bundle's (``machine.acceptedCAs``)."""
+    accepted_kubernetes: tuple[bytes, ...] = ()
+    trusted_kubernetes: tuple[bytes, ...] = ()
+    """PEM CAs herder trusts a Kubernetes API server of besides the issuing one (during a rotation)."""
     made: float = field(default_factory=time.monotonic)
 
 
@@ -80,10 +88,17 @@ def _view(stored: Resource) -> ClusterSecretsView:
     bundle = load_secrets(spec.bundle, check_keys=False)  # herder made it and kept it sealed
     talos = issue_client_certificate(bundle.os, ("os:admin",), lifetime=_CREDENTIAL_LIFETIME)
     kubernetes = issue_admin_certificate(bundle.k8s, common_name="herder", lifetime=_CREDENTIAL_LIFETIME)
+    # herder trusts a machine serving from any CA of a rotation under way; it signs with the issuing one.
+    talos_ca = ca_bundle(bundle.os.crt, *spec.trusted("TalosCA"))
+    trusted_kubernetes = tuple(spec.trusted("KubernetesCA"))
+    kubernetes_ca = ca_bundle(bundle.k8s.crt, *trusted_kubernetes)
     return ClusterSecretsView(
         revision=stored.metadata.resource_version or "",
         contract=spec.talos_contract,
         bundle=bundle,
-        talos=Credentials(bundle.os.crt, talos.crt, talos.key),
-        kubernetes=KubernetesCredentials(bundle.k8s.crt, kubernetes.crt, kubernetes.key),
+        talos=Credentials(talos_ca, talos.crt, talos.key),
+        kubernetes=KubernetesCredentials(kubernetes_ca, kubernetes.crt, kubernetes.key),
+        accepted_talos=tuple(base64.b64decode(c) for c in spec.accepted_cas.talos),
+        accepted_kubernetes=tuple(base64.b64decode(c) for c in spec.accepted_cas.kubernetes),
+        trusted_kubernetes=trusted_kubernetes,
     )

@@ -21,12 +21,14 @@ from herder.resources.clusters import CLUSTER, ClusterSpec
 from herder.state.errors import NotFound
 from herder.state.store import Store
 from herder.talos.kubeconfig import issue_admin_certificate
-from herder.talos.pki import load_cert_chain
+from herder.talos.pki import ca_bundle, load_cert_chain
 from herder.talos.secrets import load_secrets
 
 _LIFETIME = timedelta(days=7)
 # The certificate's name in the clusters' audit logs: herder's proxy, whoever it impersonates.
 PROXY_IDENTITY = "herder:kubernetes-proxy"
+RETIRE_AFTER = 30.0
+"""Seconds a replaced client stays open for the requests still under way on it."""
 KEEP = 256
 """Clusters whose clients are kept open; the least recently used beyond are closed."""
 
@@ -50,6 +52,7 @@ class Upstreams:
         self._keep = keep
         self._known: OrderedDict[tuple[str, str], Upstream] = OrderedDict()
         self._loading: dict[tuple[str, str], asyncio.Lock] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
 
     async def of(self, cluster: Resource) -> Upstream:
         endpoint = CLUSTER.spec_of(cluster, ClusterSpec).endpoint or str(
@@ -70,13 +73,20 @@ class Upstreams:
                 if not self._current(known, revision, endpoint):
                     made = await asyncio.to_thread(_upstream, stored.decode(), endpoint, revision)
                     if known is not None:
-                        await known.client.aclose()
+                        # Requests may still be under way on it (the secrets changed, as in a rotation):
+                        # it is closed once they had time to finish.
+                        self._retire(known)
                     known = self._known[key] = made
                     while len(self._known) > self._keep:
                         await self._known.popitem(last=False)[1].client.aclose()
         assert known is not None
         self._known.move_to_end(key)
         return known
+
+    def _retire(self, upstream: Upstream) -> None:
+        task = asyncio.get_running_loop().create_task(_close_later(upstream.client))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     @staticmethod
     def _current(known: Upstream | None, revision: str, endpoint: str) -> bool:
@@ -91,12 +101,24 @@ class Upstreams:
         known, self._known = list(self._known.values()), OrderedDict()
         for upstream in known:
             await upstream.client.aclose()
+        for task in list(self._retiring):
+            task.cancel()
+
+
+async def _close_later(client: httpx.AsyncClient) -> None:
+    try:
+        await asyncio.sleep(RETIRE_AFTER)
+    finally:
+        await client.aclose()
 
 
 def _upstream(secrets: Resource, endpoint: str, revision: str) -> Upstream:
-    bundle = load_secrets(CLUSTER_SECRETS.spec_of(secrets, ClusterSecretsSpec).bundle, check_keys=False)
+    spec = CLUSTER_SECRETS.spec_of(secrets, ClusterSecretsSpec)
+    bundle = load_secrets(spec.bundle, check_keys=False)
     issued = issue_admin_certificate(bundle.k8s, common_name=PROXY_IDENTITY, lifetime=_LIFETIME)
-    context = ssl.create_default_context(cadata=bundle.k8s.crt.decode("ascii"))
+    # During a CA rotation the API servers may serve from either CA.
+    trusted = ca_bundle(bundle.k8s.crt, *spec.trusted("KubernetesCA"))
+    context = ssl.create_default_context(cadata=trusted.decode("ascii"))
     context.set_alpn_protocols(["http/1.1"])
     load_cert_chain(context, issued.crt, issued.key)
     client = httpx.AsyncClient(

@@ -29,6 +29,8 @@ BREAK_GLASS_ANNOTATION = "herder.dev/break-glass-issued"
 # Marks the objects a cluster template made (``herder cluster template sync``); users may set it.
 MANAGED_BY_ANNOTATION = "herder.dev/managed-by"
 CLUSTER_TEMPLATES = "cluster-templates"
+# A locked cluster: herder changes nothing on its machines (no config apply, upgrade, rotation) until unlocked.
+LOCKED_ANNOTATION = "herder.dev/locked"
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 
@@ -72,6 +74,18 @@ class ManagedControlPlane(BaseModel):
         return self
 
 
+RotationComponent = Literal["TalosCA", "KubernetesCA"]
+
+
+class SecretsRotationSpec(BaseModel):
+    """Rotate one of the cluster's CAs; a new ``generation`` starts a new rotation."""
+
+    model_config = _STRICT
+
+    component: RotationComponent
+    generation: int = Field(ge=1, description="raise it to rotate again")
+
+
 class ClusterControlPlane(BaseModel):
     model_config = _STRICT
 
@@ -92,6 +106,9 @@ class ClusterSpec(BaseModel):
         default_factory=list, alias="systemExtensions", description="official extensions of every machine"
     )
     control_plane: ClusterControlPlane | None = Field(default=None, alias="controlPlane")
+    secrets_rotation: SecretsRotationSpec | None = Field(
+        default=None, alias="secretsRotation", description="rotate the Talos or Kubernetes CA"
+    )
 
     @property
     def managed(self) -> ManagedControlPlane | None:
@@ -136,6 +153,39 @@ class BootstrapStatus(BaseModel):
     completed_at: str = Field(default="", alias="completedAt")
 
 
+RotationPhase = Literal[
+    "Pending",
+    "Preparing",
+    "AcceptingNewCA",
+    "SwitchingIssuer",
+    "ReissuingCredentials",
+    "DroppingOldCA",
+    "Done",
+]
+ROTATION_PHASES: tuple[RotationPhase, ...] = (
+    "Preparing",
+    "AcceptingNewCA",
+    "SwitchingIssuer",
+    "ReissuingCredentials",
+    "DroppingOldCA",
+    "Done",
+)
+"""The steps of a CA rotation in order (``Pending``: asked for, waiting to start)."""
+
+
+class SecretsRotationStatus(BaseModel):
+    """A CA rotation: the phase it is in (persisted before each step), and what it waits for or failed on."""
+
+    model_config = _STRICT
+
+    component: RotationComponent
+    generation: int = 0
+    phase: RotationPhase = "Pending"
+    started_at: str = Field(default="", alias="startedAt")
+    finished_at: str = Field(default="", alias="finishedAt")
+    last_error: str = Field(default="", alias="lastError")
+
+
 ClusterPhase = Literal["Provisioning", "ScalingUp", "ScalingDown", "Running", "Destroying"]
 
 
@@ -169,6 +219,7 @@ class ClusterStatus(WithConditions):
         default=[], alias="healthChecks", description="the newest verdict of each ClusterHealthCheck"
     )
     teardown: str = Field(default="", description="what tearing the cluster down is waiting for")
+    secrets_rotation: SecretsRotationStatus | None = Field(default=None, alias="secretsRotation")
     observed_generation: int = Field(default=0, alias="observedGeneration")
     conditions: list[dict[str, Any]] = []
 

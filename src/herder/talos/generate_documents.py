@@ -104,11 +104,14 @@ def _kubernetes_documents(inp: ConfigInput, machine_type: MachineType) -> list[D
         node["labels"] = {LABEL_CONTROL_PLANE: "", LABEL_EXCLUDE_FROM_EXTERNAL_LB: ""}
         if not inp.allow_scheduling_on_control_planes:
             node["taints"] = {LABEL_CONTROL_PLANE: "NoSchedule"}
+    accepted = [_pem(crt) for crt in inp.accepted_kubernetes_cas]
     ca = (
         _doc("KubeAPIServerCAConfig", issuingCA=_issuing_ca(inp.secrets.k8s))
         if control_plane
         else _doc("KubeAPIServerCAConfig", acceptedCAs=[_pem(inp.secrets.k8s.crt)])
     )
+    if accepted:
+        ca["acceptedCAs"] = [*ca.get("acceptedCAs", ()), *accepted]
     return [
         _doc("KubeClusterConfig", clusterName=inp.cluster_name, endpoint=inp.endpoint),
         node,

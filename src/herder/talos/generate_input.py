@@ -80,6 +80,10 @@ class ConfigInput:
     registry_mirrors: Mapping[str, Sequence[str]] = field(default_factory=dict)
     kubespan: bool | None = None
     discovery: bool = True
+    accepted_talos_cas: Sequence[bytes] = ()
+    """PEM CA certificates the Talos API accepts besides the issuing one (``machine.acceptedCAs``)."""
+    accepted_kubernetes_cas: Sequence[bytes] = ()
+    """PEM CA certificates Kubernetes accepts besides the issuing one (``cluster.acceptedCAs``)."""
 
     def __post_init__(self) -> None:
         if not self.cluster_name.strip():

@@ -42,8 +42,10 @@ def _machine(inp: ConfigInput, machine_type: MachineType) -> dict[str, Any]:
         "type": str(machine_type),
         "token": inp.secrets.trustd_token,
         "ca": b64_pair(inp.secrets.os, with_key=machine_type is MachineType.CONTROLPLANE),
-        "certSANs": list(inp.additional_sans),
     }
+    if inp.accepted_talos_cas:
+        machine["acceptedCAs"] = [{"crt": b64encode(crt)} for crt in inp.accepted_talos_cas]
+    machine["certSANs"] = list(inp.additional_sans)
     if legacy_kubernetes:
         machine["kubelet"] = {
             "image": kubelet_image(inp),
@@ -118,8 +120,11 @@ def _cluster(inp: ConfigInput, machine_type: MachineType) -> dict[str, Any]:
         "network": network,
         "token": s.bootstrap_token,
     }
+    accepted = [{"crt": b64encode(crt)} for crt in inp.accepted_kubernetes_cas]
     if not control_plane:
         cluster["ca"] = b64_pair(s.k8s, with_key=False)
+        if accepted:
+            cluster["acceptedCAs"] = accepted
         cluster["discovery"] = _discovery(inp)
         return cluster
 
@@ -128,6 +133,8 @@ def _cluster(inp: ConfigInput, machine_type: MachineType) -> dict[str, Any]:
     if s.secretbox_encryption_secret:
         cluster["secretboxEncryptionSecret"] = s.secretbox_encryption_secret
     cluster["ca"] = b64_pair(s.k8s)
+    if accepted:
+        cluster["acceptedCAs"] = accepted
     cluster["aggregatorCA"] = b64_pair(s.k8s_aggregator)
     cluster["serviceAccount"] = {"key": b64encode(s.k8s_service_account_key)}
     cluster["apiServer"] = _api_server(inp)

@@ -57,7 +57,7 @@ def generate_admin_kubeconfig(
     """
     client = issue_admin_certificate(kubernetes_ca, common_name=common_name, lifetime=lifetime, now=now)
     user = f"admin@{cluster_name}"
-    authorities = b"".join([kubernetes_ca.crt, *accepted_cas])
+    authorities = pki.ca_bundle(kubernetes_ca.crt, *accepted_cas)
     return dump_documents(
         [
             {

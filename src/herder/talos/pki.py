@@ -136,6 +136,11 @@ def encode_certificate(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
+def ca_bundle(*certificates: bytes) -> bytes:
+    """PEM certificates as one trust bundle, each once (a client trusting several CAs, as during a rotation)."""
+    return b"".join(c.strip() + b"\n" for c in dict.fromkeys(c.strip() for c in certificates) if c)
+
+
 def b64encode(data: bytes) -> str:
     """Standard base64, as Talos stores PEM blobs in YAML."""
     return base64.b64encode(data).decode("ascii")

@@ -6,6 +6,8 @@ Each document is checked against the JSON schema Talos published for the contrac
 - the deprecated top-level ``persist`` is dropped, the generator still writes it but no schema lists it;
 - two kind enums are wrong (``KubeSpanEndpoints``, ``UnattendedInstall``) and are corrected to the kinds
   Talos registers;
+- ``machine.acceptedCAs`` and ``cluster.acceptedCAs`` are lists of ``{crt}`` in Talos (what ``talosctl
+  rotate-ca`` writes), but the schemas describe one ``{crt}`` object: they are read as lists of them;
 - a release's schema hides the fields it deprecated although its decoder still accepts them (1.12
   hides ``machine.install.extraKernelArgs`` that its own generator writes), so each definition also
   accepts the fields earlier shipped schemas listed for it.
@@ -118,6 +120,9 @@ class _Definitions:
                 merged[name] = copy.deepcopy(definition)
                 if "properties" in definition:
                     merged[name]["properties"] = {**known, **merged[name]["properties"]}
+                accepted = merged[name].get("properties", {}).get("acceptedCAs")
+                if name.startswith("v1alpha1.") and accepted is not None and accepted.get("type") == "object":
+                    merged[name]["properties"]["acceptedCAs"] = {"type": "array", "items": accepted}
                 kind = merged[name].get("properties", {}).get("kind", {})
                 if "enum" in kind:
                     kind["enum"] = [_KIND_FIXES.get(k, k) for k in kind["enum"]]

@@ -25,7 +25,7 @@ from herder.state.errors import NotFound
 from herder.state.store import Store
 from herder.talos.machine import Credentials, MachineClient
 from herder.talos.machine.pool import ClientPool
-from herder.talos.pki import CertificateAndKey
+from herder.talos.pki import CertificateAndKey, ca_bundle
 from herder.talos.secrets import load_secrets
 from herder.talos.talosconfig import issue_client_certificate
 from herder.talos_gateway.callers import Refused
@@ -46,6 +46,8 @@ class _Role:
 class _ClusterCA:
     revision: str
     ca: CertificateAndKey
+    trusted: bytes
+    """The CAs machines may serve from (more than the issuing one during a rotation)."""
     roles: dict[str, _Role] = field(default_factory=dict)
 
 
@@ -69,14 +71,15 @@ class Upstreams:
         async with self._loading.setdefault(key, asyncio.Lock()):
             known = self._cas.get(key)
             if known is None or known.revision != revision:
-                bundle = CLUSTER_SECRETS.spec_of(stored, ClusterSecretsSpec).bundle
+                spec = CLUSTER_SECRETS.spec_of(stored, ClusterSecretsSpec)
                 # Parsing the bundle decodes RSA keys: off the event loop. herder made it and kept it sealed.
-                secrets = await asyncio.to_thread(load_secrets, bundle, check_keys=False)
-                known = self._cas[key] = _ClusterCA(revision, secrets.os)
+                secrets = await asyncio.to_thread(load_secrets, spec.bundle, check_keys=False)
+                trusted = ca_bundle(secrets.os.crt, *spec.trusted("TalosCA"))
+                known = self._cas[key] = _ClusterCA(revision, secrets.os, trusted)
             role = known.roles.get(talos_role)
             if role is None or time.monotonic() - role.made > _CREDENTIAL_LIFETIME.total_seconds() / 2:
                 issued = issue_client_certificate(known.ca, (talos_role,), lifetime=_CREDENTIAL_LIFETIME)
-                role = known.roles[talos_role] = _Role(Credentials(known.ca.crt, issued.crt, issued.key))
+                role = known.roles[talos_role] = _Role(Credentials(known.trusted, issued.crt, issued.key))
         return role.credentials
 
     @asynccontextmanager

@@ -228,6 +228,8 @@ class ClusterMachineConfigController(Controller):
                         install_disk=disk,
                         install_image=install_image,
                         kubespan=True if spec.features.kube_span else None,
+                        accepted_talos_cas=secrets.accepted_talos,
+                        accepted_kubernetes_cas=secrets.accepted_kubernetes,
                     ),
                     MachineType(wanted.role),
                 )

@@ -80,6 +80,8 @@ class ClusterCredentials:
             cluster_name=cluster.name,
             endpoint=endpoint,
             lifetime=lifetime,
+            # During a rotation the API servers may serve from either CA.
+            accepted_cas=view.trusted_kubernetes,
             common_name=user,
         )
         return text.encode()

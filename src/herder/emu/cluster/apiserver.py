@@ -34,7 +34,7 @@ from herder.krm.reviews import PATHS
 from herder.resources import KindRegistry
 from herder.resources.kubernetes import KINDS
 from herder.state.store import Store
-from herder.talos.pki import CertificateAndKey
+from herder.talos.pki import CertificateAndKey, ca_bundle
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +117,20 @@ class ApiServer:
                 del self.endpoints[uuid]
                 await endpoint.close()
         for kubelet in apiservers:
-            if kubelet.uuid in self.endpoints:
+            # Each kube-apiserver serves from the CA its own config issues from, and verifies clients
+            # against that and the CAs it accepts (both CAs of a rotation, until it is done).
+            own = kubelet.kubernetes_ca or ca
+            client_ca = ca_bundle(own.crt, *kubelet.kubernetes_accepted)
+            known = self.endpoints.get(kubelet.uuid)
+            if known is not None:
+                if known.credentials != (own.crt, client_ca):
+                    known.reload(serving_certificate(own, apiserver_names(kubelet)), own.crt, client_ca)
                 continue
             endpoint = ApiEndpoint(self._app, kubelet.address, PORT)
             try:
-                await endpoint.start(serving_certificate(ca, apiserver_names(kubelet)), ca.crt)
+                await endpoint.start(
+                    serving_certificate(own, apiserver_names(kubelet)), client_ca, issuing=own.crt
+                )
             except OSError as e:
                 # The address is still held (by the API server of the machine's previous cluster, say).
                 log.warning("kube-apiserver on %s: %s; trying again", endpoint.url, e)

@@ -107,6 +107,14 @@ class _Protocol(TakeoverProtocol):
         self.endpoint.adopt(transport)
 
 
+def _context(certificate: CertificateAndKey, client_ca: bytes) -> ssl.SSLContext:
+    context = machine_tls.server_context(certificate.crt, certificate.key, client_ca=client_ca)
+    # kube-apiserver asks for a client certificate but serves anonymous requests too (/version).
+    context.verify_mode = ssl.CERT_OPTIONAL
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
 class ApiEndpoint:
     """One kube-apiserver's listener on ``host:port``, serving ``app`` between ``start`` and ``close``."""
 
@@ -126,6 +134,9 @@ class ApiEndpoint:
         self._config.load()
         self._state = ServerState()
         self._server: asyncio.Server | None = None
+        self._context: ssl.SSLContext | None = None
+        self.credentials: tuple[bytes, bytes] = (b"", b"")
+        """The CA it serves from and the client CAs it accepts (PEM), as last started or reloaded."""
         self.upgraded: set[asyncio.BaseTransport] = set()
         """The connections handed to another protocol (streams), cut too when the endpoint closes."""
 
@@ -147,15 +158,25 @@ class ApiEndpoint:
         protocol.endpoint = self
         return protocol
 
-    async def start(self, certificate: CertificateAndKey, client_ca: bytes) -> None:
+    async def start(self, certificate: CertificateAndKey, client_ca: bytes, *, issuing: bytes = b"") -> None:
         """Listen with this serving certificate (``OSError`` if the address cannot be bound)."""
-        context = machine_tls.server_context(certificate.crt, certificate.key, client_ca=client_ca)
-        # kube-apiserver asks for a client certificate but serves anonymous requests too (/version).
-        context.verify_mode = ssl.CERT_OPTIONAL
-        context.set_alpn_protocols(["http/1.1"])
+        self._context = _context(certificate, client_ca)
+        self.credentials = (issuing, client_ca)
+        listening = _context(certificate, client_ca)
+        # kube-apiserver reloads its certificates without a restart: each handshake takes the newest.
+        listening.sni_callback = self._current
         self._server = await asyncio.get_running_loop().create_server(
-            self._protocol, self.host, self.port, ssl=context, reuse_address=True, backlog=256
+            self._protocol, self.host, self.port, ssl=listening, reuse_address=True, backlog=256
         )
+
+    def reload(self, certificate: CertificateAndKey, issuing: bytes, client_ca: bytes) -> None:
+        """Serve new connections with another certificate and client CAs; open connections go on."""
+        self._context = _context(certificate, client_ca)
+        self.credentials = (issuing, client_ca)
+
+    def _current(self, ssl_object: ssl.SSLObject, _name: str | None, _context: ssl.SSLContext) -> None:
+        if self._context is not None:
+            ssl_object.context = self._context
 
     async def close(self) -> None:
         """Stop as a stopped API server: new connections are refused, open ones (watches too) are cut."""

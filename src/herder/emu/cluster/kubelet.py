@@ -26,6 +26,8 @@ class Kubelet:
     """The cluster's Kubernetes CA as its config carries it (with the key on control planes)."""
     up: bool
     """The machine runs, reachable: its kubelet answers and its etcd member (on a control plane) is up."""
+    kubernetes_accepted: tuple[bytes, ...] = ()
+    """The CAs (PEM) its kube-apiserver accepts client certificates of besides its own (``acceptedCAs``)."""
 
     @property
     def name(self) -> str:

@@ -85,6 +85,15 @@ def api_certificate(
             critical=False,
         )
     )
+    try:
+        # Named by its CA's key id, as Go's x509 does: a client trusting two CAs of one subject (a CA
+        # rotation) picks the right one.
+        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False
+        )
+    except x509.ExtensionNotFound:
+        pass
     return CertificateAndKey(
         crt=pki.encode_certificate(_sign(builder, ca_key)), key=pki.encode_private_key(key)
     )

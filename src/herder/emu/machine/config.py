@@ -18,9 +18,10 @@ from typing import Any
 
 import yaml
 
+from herder.talos.config_cas import ConfigCAs, config_cas
 from herder.talos.contracts import SUPPORTED, VersionContract
 from herder.talos.documents import dump_documents, is_legacy, load_documents
-from herder.talos.pki import CertificateAndKey
+from herder.talos.pki import CertificateAndKey, ca_bundle
 from herder.talos.validate import check_documents
 
 
@@ -49,6 +50,19 @@ class MachineConfig:
     has_etcd_ca: bool
     rbac: bool
     warnings: tuple[str, ...] = ()
+    cas: ConfigCAs | None = None
+    """Every CA the config makes the machine trust (``acceptedCAs`` besides the issuing ones)."""
+
+    @property
+    def talos_client_ca(self) -> bytes:
+        """What apid verifies client certificates against: the Talos CA and those it accepts besides."""
+        accepted = self.cas.talos_accepted if self.cas is not None else ()
+        return ca_bundle(self.os_ca.crt, *accepted)
+
+    @property
+    def kubernetes_accepted(self) -> tuple[bytes, ...]:
+        """The CAs kube-apiserver accepts client certificates of besides its issuing one."""
+        return self.cas.kubernetes_accepted if self.cas is not None else ()
 
     @property
     def is_control_plane(self) -> bool:
@@ -121,6 +135,7 @@ def _parse(raw: bytes, digest: str, talos_version: str) -> MachineConfig:
         kubernetes_ca=_kubernetes_ca(cluster, typed),
         has_etcd_ca=bool(_map(_map(cluster.get("etcd")).get("ca")).get("crt")),
         rbac=features.get("rbac", True) is not False,
+        cas=config_cas(documents),
     )
 
 

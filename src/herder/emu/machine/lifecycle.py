@@ -208,6 +208,7 @@ class Machine:
             control_plane=config.is_control_plane,
             facts=kube_facts(config),
             kubernetes_ca=config.kubernetes_ca,
+            kubernetes_accepted=config.kubernetes_accepted,
             up=self.runs_in(config.cluster_id),
         )
 
@@ -342,7 +343,7 @@ class Machine:
         assert self.config is not None
         # apid's certificate stays valid across reboots as long as its CA, names and client CA stay the
         # same: keep the context rather than pay OpenSSL again at every boot.
-        key = (issuing_ca.crt, self.hostname, self.config.cert_sans, self.config.os_ca.crt)
+        key = self._api_key(issuing_ca)
         if self._api_context is None or self._api_context[0] != key:
             context = await asyncio.to_thread(_api_context, issuing_ca, self.address, *key[1:])
             self._api_context = (key, context)
@@ -352,6 +353,27 @@ class Machine:
         self.logs.write(
             "apid", f"apid listening on {self.record.endpoint} (mutual TLS with the cluster's Talos CA)"
         )
+
+    def _api_key(self, issuing_ca: CertificateAndKey) -> tuple[bytes, str, tuple[str, ...], bytes]:
+        assert self.config is not None
+        return (issuing_ca.crt, self.hostname, self.config.cert_sans, self.config.talos_client_ca)
+
+    def _refresh_api(self) -> None:
+        """A config taken without a reboot that changes apid's CAs (a CA rotation's steps): apid takes its
+        new certificate and client CAs for new connections at once, and open ones go on, as Talos's apid
+        reloads its certificates. A worker whose new CA trustd does not issue from yet keeps its own."""
+        if not self.api_secure or self.config is None:
+            return
+        issuing = self._issuing_ca()
+        if issuing is None:
+            return
+        key = self._api_key(issuing)
+        if self._api_context is not None and self._api_context[0] == key:
+            return
+        # Made here, not in a thread: once the apply is answered, the machine must accept what it says.
+        context = _api_context(issuing, self.address, *key[1:])
+        self._api_context = (key, context)
+        self.host.network.recredential(self.uuid, context)
 
     def _api_down(self, *, grace: float = GRACE) -> None:
         self.api_secure = False
@@ -631,6 +653,8 @@ class Machine:
             self._register_with_cluster()
             if mode is ApplyMode.REBOOT:
                 self._run("reboot", self._reboot_body, takeover=True)
+        if mode is not ApplyMode.STAGED and mode is not ApplyMode.REBOOT:
+            self._refresh_api()
         # Its kubelet and static pods follow a config applied without a reboot at once.
         self.refresh_resources()
         self.host.machine_changed(self)
@@ -638,6 +662,7 @@ class Machine:
     def _revert_try(self) -> None:
         self._try_revert = None
         self.config = self._parse_persisted()
+        self._refresh_api()
         self.refresh_resources()
         self.events.publish(pb.TaskEvent(task="rollbackConfig", action=pb.TaskEvent.STOP))
 

@@ -44,6 +44,8 @@ class _Listener:
     network: Network
     machine: str
     authenticated: bool
+    context: ssl.SSLContext
+    """What new connections are served with (replaced when apid reloads its certificates)."""
     server: asyncio.Server | None = None
     relays: set[Relay] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -116,12 +118,18 @@ class Network:
     ) -> None:
         """(Re)start a machine's apid with a TLS context; open connections get a short grace, then are cut."""
         self.stop(machine)
-        listener = _Listener(self, machine, authenticated)
+        listener = _Listener(self, machine, authenticated, context)
         loop = asyncio.get_running_loop()
         listener.server = await loop.create_server(
-            lambda: _Inbound(listener, context), address, port, reuse_address=True, backlog=256
+            lambda: _Inbound(listener, listener.context), address, port, reuse_address=True, backlog=256
         )
         self._listeners[machine] = listener
+
+    def recredential(self, machine: str, context: ssl.SSLContext) -> None:
+        """New connections to the machine's apid get ``context``; open ones keep theirs."""
+        listener = self._listeners.get(machine)
+        if listener is not None:
+            listener.context = context
 
     def stop(self, machine: str, *, grace: float = GRACE) -> None:
         """The machine's apid goes away: new connections are refused, open ones end after ``grace``."""

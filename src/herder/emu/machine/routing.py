@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeAlias
 import grpc
 
 from herder.emu.errors import ApiError, not_authorized
+from herder.emu.machine.config import MachineConfig
 from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.network import Network, Peer
 from herder.talos.machine import roles
@@ -91,7 +92,9 @@ class Router:
         same_cluster = (
             machine.config is not None
             and entry.config is not None
-            and machine.config.os_ca.crt == entry.config.os_ca.crt
+            # apid presents its own certificate: the target must accept the entry machine's CA (both
+            # CAs of a rotation are accepted until it is done).
+            and entry.config.os_ca.crt.strip() in _trusted(machine.config)
             and machine.api_secure
         )
         if not same_cluster:
@@ -114,3 +117,8 @@ class Router:
             await context.abort(target.code, target.message)
             raise AssertionError("unreachable")
         return peer, target
+
+
+def _trusted(config: MachineConfig) -> tuple[bytes, ...]:
+    cas = config.cas
+    return cas.talos_trusted() if cas is not None else (config.os_ca.crt.strip(),)
