@@ -22,12 +22,12 @@ from starlette.types import ASGIApp
 
 from herder.api.policy import HerderPolicy
 from herder.client.errors import ApiError, Invalid, TransportError, Unauthorized
-from herder.krm.policy import Unauthenticated
+from herder.krm.policy import Identity, Unauthenticated
 from herder.krm.status import ApiError as Refused
 from herder.web import views
 from herder.web.caller import Caller, authenticate
 from herder.web.csrf import FIELD, Form, FormRefused, check, read_form
-from herder.web.sessions import Session, Sessions
+from herder.web.sessions import Session, session_id
 
 # Asked by the live-update script: render only the page's live region, not the whole page.
 LIVE_HEADER = "x-herder-live"
@@ -53,7 +53,8 @@ class Web:
     def __init__(self, api: ASGIApp, policy: HerderPolicy) -> None:
         self.api = api
         self.policy = policy
-        self.sessions = Sessions()
+        self.sessions = policy.sessions
+        self.people = policy.people
         self.templates = Environment(
             loader=PackageLoader("herder.web", "templates"),
             autoescape=select_autoescape(default=True),
@@ -129,15 +130,24 @@ class Web:
     async def caller_of(self, request: Request) -> tuple[Session, Caller] | None:
         """The request's session and its user, authenticated again by the API's policy; None when
         there is no session or its token no longer authenticates (the session then ends)."""
-        session = self.sessions.of(request)
+        found = await self.signed_in(request)
+        if found is None:
+            return None
+        session, who = found
+        return session, Caller.of(who, session.token, request, self.api, self.policy)
+
+    async def signed_in(self, request: Request) -> tuple[Session, Identity] | None:
+        """The request's session and who its token authenticates; None (and the session ends) when
+        there is none or the token no longer authenticates."""
+        session = await self.sessions.get(session_id(request))
         if session is None:
             return None
         try:
             who = await authenticate(self.policy, session.token, request)
         except (Unauthenticated, Refused):
-            self.sessions.close(request)
+            await self.sessions.close(session_id(request))
             return None
-        return session, Caller.of(who, session.token, request, self.api, self.policy)
+        return session, who
 
     def page(self, handler: PageHandler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -150,7 +160,7 @@ class Web:
                 try:
                     return await handler(request, caller)
                 except Unauthorized:
-                    self.sessions.close(request)
+                    await self.sessions.close(session_id(request))
                     return self.to_login(request)
                 except Invalid as exc:
                     return self.failure(request, exc.code, exc.message, caller=caller, causes=exc.causes)
@@ -158,6 +168,9 @@ class Web:
                     return self.failure(request, exc.code, exc.message, caller=caller)
                 except (TransportError, views.BadInput) as exc:
                     return self.failure(request, 400, str(exc), caller=caller)
+                finally:
+                    # The messages it showed or left for the next page, its last use.
+                    await self.sessions.save(session)
 
         return endpoint
 
@@ -175,7 +188,7 @@ class Web:
         page = self.page(with_form)
 
         async def endpoint(request: Request) -> Response:
-            if self.sessions.of(request) is None:
+            if await self.sessions.get(session_id(request)) is None:
                 # No session: no CSRF token could be right; refused as any CSRF-less POST is.
                 return self.failure(request, 403, "not signed in: a form needs a session and its CSRF token")
             return await page(request)
@@ -191,7 +204,7 @@ class Web:
 
 def build(api: ASGIApp, policy: HerderPolicy) -> Starlette:
     """The UI over the API app ``api`` and its ``policy``."""
-    from herder.web import auth, live
+    from herder.web import auth, live, sso
     from herder.web.pages import (
         audit,
         cluster,
@@ -209,6 +222,7 @@ def build(api: ASGIApp, policy: HerderPolicy) -> Starlette:
     ]
     for module in (
         auth,
+        sso,
         live,
         clusters,
         cluster,
