@@ -49,9 +49,15 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "ServiceAccount": {"spec": {"role": "Reader"}},
     "AccessPolicy": {"spec": {}},
     "User": {"spec": {"role": "Reader", "email": "u@example.com"}},
-    "RoleRule": {"spec": {"selector": {"matchLabels": {"groups.herder.dev/ops": "true"}}, "role": "Operator"}},
+    "RoleRule": {
+        "spec": {"selector": {"matchLabels": {"groups.herder.dev/ops": "true"}}, "role": "Operator"}
+    },
     "WebSession": {
-        "spec": {"createdAt": "2026-01-01T00:00:00Z", "usedAt": "2026-01-01T00:00:00Z", "expiresAt": "2026-01-02T00:00:00Z"}
+        "spec": {
+            "createdAt": "2026-01-01T00:00:00Z",
+            "usedAt": "2026-01-01T00:00:00Z",
+            "expiresAt": "2026-01-02T00:00:00Z",
+        }
     },
     "Token": {"spec": {"subjectKind": "ServiceAccount", "subject": "admin"}},
     "TokenDigest": {"spec": {"sha256": "0" * 64}},

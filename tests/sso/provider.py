@@ -157,7 +157,9 @@ def running_provider(
                 "client_id": UI_CLIENT,
                 "client_secret": ui_secret,
                 "redirect_uris": ui_redirects,
-                "post_logout_redirect_uris": [r.replace("/auth/oidc/callback", "/login") for r in ui_redirects],
+                "post_logout_redirect_uris": [
+                    r.replace("/auth/oidc/callback", "/login") for r in ui_redirects
+                ],
                 "grant_types": ["authorization_code", "refresh_token"],
                 "response_types": ["code"],
             },
@@ -191,9 +193,7 @@ def running_provider(
         process = subprocess.Popen(
             [NODE, str(HERE / "provider.mjs"), str(config_file)], stdout=out, stderr=subprocess.STDOUT
         )
-    provider = Provider(
-        [i["url"] for i in config["issuers"]], key, process, log, ui_secret, ui_redirects
-    )
+    provider = Provider([i["url"] for i in config["issuers"]], key, process, log, ui_secret, ui_redirects)
     try:
         deadline = time.monotonic() + 30
         for issuer in provider.issuers:

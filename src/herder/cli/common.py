@@ -16,6 +16,7 @@ from rich.console import Console
 from herder.api.datadir import KUBECONFIG, default_data_dir
 from herder.cli.errors import fail
 from herder.client import ApiError, Client, KubeconfigError, TransportError
+from herder.client.kubeconfig import login_kubeconfig
 from herder.resources import InvalidObject, UnknownKind
 
 T = TypeVar("T")
@@ -28,18 +29,22 @@ KubeconfigOption = Annotated[
     Path | None,
     typer.Option(
         "--kubeconfig",
-        help="Kubeconfig of the server (default: $HERDER_KUBECONFIG, then the default data dir's admin.kubeconfig).",
+        help="Kubeconfig of the server (default: $HERDER_KUBECONFIG, then the one herder login wrote, then the default data dir's admin.kubeconfig).",
         show_default=False,
     ),
 ]
 
 
 def kubeconfig_path(given: Path | None) -> Path:
-    """``--kubeconfig``, else ``$HERDER_KUBECONFIG``, else the admin kubeconfig of the default data dir."""
+    """``--kubeconfig``, else ``$HERDER_KUBECONFIG``, else the kubeconfig ``herder login`` wrote, else the
+    admin kubeconfig of the default data dir."""
     if given is not None:
         return given
     env = os.environ.get("HERDER_KUBECONFIG")
-    return Path(env) if env else default_data_dir() / KUBECONFIG
+    if env:
+        return Path(env)
+    signed_in = login_kubeconfig()
+    return signed_in if signed_in.exists() else default_data_dir() / KUBECONFIG
 
 
 def connect(kubeconfig: Path | None) -> Client:

@@ -30,6 +30,9 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "machinerequest": ("herder.cli.infraproviders", "requests_app", True),
     "debug": ("herder.cli.debug", "app", True),
     "access": ("herder.cli.access", "app", True),
+    "login": ("herder.cli.sso", "login", False),
+    "logout": ("herder.cli.sso", "logout", False),
+    "auth": ("herder.cli.sso", "auth_app", True),
 }
 
 

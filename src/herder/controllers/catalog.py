@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from herder.controllers.access.disabled_users import DisabledUserController
 from herder.controllers.backups.admission import RestoreAdmission
 from herder.controllers.backups.key_cleanup import BackupKeyCleanupController
 from herder.controllers.backups.policy import BackupPolicy, managed_policy
@@ -139,4 +140,6 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         OfferingController(),
         ManagedControlPlaneController(),
         ManagedReplacementController(options.managed_replace_after),
+        # Access: a disabled person's credentials go.
+        DisabledUserController(),
     ]
