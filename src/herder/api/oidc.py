@@ -104,7 +104,7 @@ def check_url(url: str, what: str) -> None:
         )
         return
     raise OidcError(
-        f"{what} {url!r}: must be an https:// URL (http:// is accepted on a loopback address only, "
+        f"{what} {url}: must be an https:// URL (http:// is accepted on a loopback address only, "
         "for tests and demos)"
     )
 
