@@ -130,6 +130,7 @@ class Provider:
 
 def _private_jwk(key: rsa.RSAPrivateKey) -> dict[str, Any]:
     jwk: dict[str, Any] = json.loads(RSAAlgorithm.to_jwk(key))
+    jwk.pop("key_ops", None)  # PyJWT marks a private key "sign" only: the provider verifies with it too
     return {**jwk, "kid": KID, "alg": "RS256", "use": "sig"}
 
 

@@ -131,7 +131,9 @@ def sign_in_at(
                 form |= {"login": login, "password": "any"}
             answer = http.post(httpx.URL(issuer).join(action.group(1)), data=form)
         else:
-            raise AssertionError(f"the provider's sign-in did not end: {answer.status_code} {answer.text[:300]}")
+            raise AssertionError(
+                f"the provider's sign-in did not end: {answer.status_code} {answer.text[:300]}"
+            )
         tokens = http.post(
             doc["token_endpoint"],
             data={

@@ -38,7 +38,10 @@ class Site:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     workdir = tmp_path_factory.mktemp("sso-api")
     port = free_port()
-    with running_provider(workdir, PEOPLE, [callback(port)]) as provider, herder(workdir, provider, port) as made:
+    with (
+        running_provider(workdir, PEOPLE, [callback(port)]) as provider,
+        herder(workdir, provider, port) as made,
+    ):
         assert made.server is not None
         yield Site(provider, made.server)
 
@@ -119,7 +122,8 @@ def test_a_first_sign_in_makes_the_person_named_by_their_verified_email(site: Si
     assert sign_in(site, "dave")["user"] == "dave"
     # The sign-in is in the audit trail, under the person's name.
     assert any(
-        e["user"] == "bob@example.com" and e["kind"] == "Token" and e["code"] == 201 for e in audit_lines(site)
+        e["user"] == "bob@example.com" and e["kind"] == "Token" and e["code"] == 201
+        for e in audit_lines(site)
     )
 
 
@@ -145,7 +149,10 @@ def test_the_six_bad_tokens_are_refused_with_401_and_an_audit_entry(site: Site) 
             "issued by",
         ),
         # A real token of this issuer for another client.
-        "other audience": (sign_in_at(site.provider, "alice", client_id=OTHER_CLIENT)["id_token"], "issued to"),
+        "other audience": (
+            sign_in_at(site.provider, "alice", client_id=OTHER_CLIENT)["id_token"],
+            "issued to",
+        ),
         "expired": (_forged(site, iat=now - 7200, exp=now - 3600), "expired"),
         # A real token, presented with another sign-in's nonce.
         "wrong nonce": (good, "nonce"),
@@ -214,7 +221,9 @@ def test_a_refresh_replaces_the_token_and_sign_out_revokes_it(site: Site) -> Non
 def test_disabling_the_user_ends_their_tokens_at_once_and_refuses_their_sign_in(site: Site) -> None:
     token = sign_in(site, "carol")["token"]
     assert get(site, token, "/apis/herder.dev/v1alpha1/access")[0] == 200
-    patched = site.server.run("kubectl", "patch", "user", "carol", "--type=merge", "-p", '{"spec":{"disabled":true}}')
+    patched = site.server.run(
+        "kubectl", "patch", "user", "carol", "--type=merge", "-p", '{"spec":{"disabled":true}}'
+    )
     assert patched.returncode == 0, patched.stderr
     # Refused at once: as disabled, or as revoked once the DisabledUser controller deleted the token.
     code, body = get(site, token, "/apis/herder.dev/v1alpha1/access")
@@ -236,7 +245,15 @@ def test_disabling_the_user_ends_their_tokens_at_once_and_refuses_their_sign_in(
 
 def _serve(tmp_path: Path, provider: Provider, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [HERDER, "serve", "--data-dir", str(tmp_path / "data"), "--listen", f"127.0.0.1:{free_port()}", *flags],
+        [
+            HERDER,
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            *flags,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
