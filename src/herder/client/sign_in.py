@@ -74,6 +74,18 @@ class Login:
     scopes: list[str] = field(default_factory=list)
     ca: str | None = None
 
+    _FILE_KEYS = {"client_id": "clientId", "expires_at": "expiresAt", "refresh_token": "refreshToken"}
+
+    def to_file(self) -> dict[str, Any]:
+        return {self._FILE_KEYS.get(k, k): v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_file(cls, entry: dict[str, Any]) -> Login:
+        names = {v: k for k, v in cls._FILE_KEYS.items()}
+        return cls(
+            **{names.get(k, k): v for k, v in entry.items() if names.get(k, k) in cls.__dataclass_fields__}
+        )
+
     def valid_for(self, margin: timedelta) -> bool:
         try:
             at = datetime.fromisoformat(self.expires_at.replace("Z", "+00:00"))
@@ -107,9 +119,9 @@ class CredentialsFile:
         with (self.path.parent / f".{self.path.name}.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             logins = self.read()
-            before = json.dumps({k: asdict(v) for k, v in logins.items()}, sort_keys=True)
+            before = json.dumps({k: v.to_file() for k, v in logins.items()}, sort_keys=True)
             yield logins
-            after = json.dumps({k: asdict(v) for k, v in logins.items()}, sort_keys=True)
+            after = json.dumps({k: v.to_file() for k, v in logins.items()}, sort_keys=True)
             if after != before:
                 _write_private(self.path, json.dumps({"servers": json.loads(after)}, indent=2).encode())
 
@@ -123,8 +135,8 @@ class CredentialsFile:
         servers = doc.get("servers") if isinstance(doc, dict) else None
         logins = {}
         for server, entry in (servers or {}).items():
-            with contextlib.suppress(TypeError):
-                logins[server] = Login(**entry)
+            with contextlib.suppress(TypeError):  # an entry this herder cannot use is no sign-in
+                logins[server] = Login.from_file(entry)
         return logins
 
 
