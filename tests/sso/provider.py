@@ -5,7 +5,8 @@ ports, one process per test module, ended by its PID.
 
 ``python -m tests.sso.provider`` installs it, saying why when it cannot (tests then skip). The provider
 gets a web client (herder's UI, with its HTTPS callback), a native client (herder's CLI: the RFC 8252
-loopback redirect, the device grant) and a third client whose tokens herder must refuse; users with
+loopback redirect, the device grant), the same with a secret it must send (as Google's desktop clients),
+and a third client whose tokens herder must refuse; users with
 groups; and the signing key the tests hold too, to make tokens no provider would (expired, unsigned).
 """
 
@@ -36,6 +37,8 @@ NODE = shutil.which("node") or "/usr/bin/node"
 NPM = shutil.which("npm") or "/usr/bin/npm"
 UI_CLIENT = "herder-ui"
 CLI_CLIENT = "herder-cli"
+# A native client that must authenticate with a secret all the same, as Google's desktop clients do.
+SECRET_CLI_CLIENT = "herder-cli-with-secret"
 OTHER_CLIENT = "other-app"
 KID = "test-key-1"
 
@@ -111,6 +114,7 @@ class Provider:
     log: Path
     ui_secret: str
     ui_redirects: list[str]
+    cli_secret: str
 
     @property
     def issuer(self) -> str:
@@ -147,7 +151,8 @@ def running_provider(
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ports = [free_port() for _ in range(issuers)]
     ui_secret = secrets.token_urlsafe(24)
-    config = {
+    cli_secret = secrets.token_urlsafe(24)
+    config: dict[str, Any] = {
         "module": str(entry),
         "cookieKey": secrets.token_urlsafe(24),
         "keys": [_private_jwk(key)],
@@ -177,6 +182,19 @@ def running_provider(
                 "response_types": ["code"],
             },
             {
+                "client_id": SECRET_CLI_CLIENT,
+                "client_secret": cli_secret,
+                "application_type": "native",
+                "token_endpoint_auth_method": "client_secret_post",
+                "redirect_uris": ["http://127.0.0.1/callback"],
+                "grant_types": [
+                    "authorization_code",
+                    "refresh_token",
+                    "urn:ietf:params:oauth:grant-type:device_code",
+                ],
+                "response_types": ["code"],
+            },
+            {
                 "client_id": OTHER_CLIENT,
                 "application_type": "native",
                 "token_endpoint_auth_method": "none",
@@ -194,7 +212,9 @@ def running_provider(
         process = subprocess.Popen(
             [NODE, str(HERE / "provider.mjs"), str(config_file)], stdout=out, stderr=subprocess.STDOUT
         )
-    provider = Provider([i["url"] for i in config["issuers"]], key, process, log, ui_secret, ui_redirects)
+    provider = Provider(
+        [i["url"] for i in config["issuers"]], key, process, log, ui_secret, ui_redirects, cli_secret
+    )
     try:
         deadline = time.monotonic() + 30
         for issuer in provider.issuers:

@@ -114,26 +114,9 @@ def sign_in_at(
         **({"nonce": nonce} if nonce else {}),
     }
     with httpx.Client(follow_redirects=False, timeout=10) as http:
-        answer = http.get(f"{doc['authorization_endpoint']}?{urlencode(query)}")
-        for _ in range(10):
-            where = answer.headers.get("location", "")
-            if where.startswith(redirect):
-                code = parse_qs(urlsplit(where).query)["code"][0]
-                break
-            if answer.status_code in (302, 303):
-                answer = http.get(httpx.URL(issuer).join(where))
-                continue
-            assert answer.status_code == 200, answer.text
-            action = re.search(r'action="([^"]+)"', answer.text)
-            assert action is not None, answer.text
-            form = dict(re.findall(r'name="(\w+)" value="([^"]*)"', answer.text))
-            if 'name="login"' in answer.text:
-                form |= {"login": login, "password": "any"}
-            answer = http.post(httpx.URL(issuer).join(action.group(1)), data=form)
-        else:
-            raise AssertionError(
-                f"the provider's sign-in did not end: {answer.status_code} {answer.text[:300]}"
-            )
+        where = through_the_provider(http, f"{doc['authorization_endpoint']}?{urlencode(query)}", login)
+        assert where.startswith(redirect), where
+        code = parse_qs(urlsplit(where).query)["code"][0]
         tokens = http.post(
             doc["token_endpoint"],
             data={
@@ -146,6 +129,27 @@ def sign_in_at(
         )
     assert tokens.status_code == 200, tokens.text
     return dict(tokens.json())
+
+
+def through_the_provider(http: httpx.Client, url: str, login: str) -> str:
+    """Where the provider sends the browser back to (with the code) after ``login`` signed in and
+    consented at the authorization request ``url``, on the provider's own pages driven over HTTP."""
+    answer = http.get(url)
+    for _ in range(10):
+        where = str(answer.headers.get("location", ""))
+        if where.startswith("http://127.0.0.1") and "/callback" in where:
+            return where
+        if answer.status_code in (302, 303):
+            answer = http.get(answer.url.join(where))
+            continue
+        assert answer.status_code == 200, answer.text
+        action = re.search(r'action="([^"]+)"', answer.text)
+        assert action is not None, answer.text
+        form = dict(re.findall(r'name="(\w+)" value="([^"]*)"', answer.text))
+        if 'name="login"' in answer.text:
+            form |= {"login": login, "password": "any"}
+        answer = http.post(answer.url.join(action.group(1)), data=form)
+    raise AssertionError(f"the provider's sign-in did not end: {answer.status_code} {answer.text[:300]}")
 
 
 def sign_in_in_browser(page: Any, login: str) -> None:

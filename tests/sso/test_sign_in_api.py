@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,14 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from herder.resources import Resource
 from herder.resources.access import group_label
 from tests.api.server import HERDER, Server, free_port
-from tests.sso.provider import CLI_CLIENT, OTHER_CLIENT, Provider, running_provider
-from tests.sso.site import PEOPLE, PROVIDER_NAME, callback, herder, oidc_args, sign_in_at
+from tests.sso.provider import CLI_CLIENT, OTHER_CLIENT, SECRET_CLI_CLIENT, Provider, running_provider
+from tests.sso.site import (
+    PEOPLE,
+    PROVIDER_NAME,
+    callback,
+    herder,
+    oidc_args,
+    sign_in_at,
+    through_the_provider,
+)
 
 NONCE = "n-" + "0" * 8
 
@@ -62,9 +73,11 @@ def sign_in(site: Site, login: str) -> dict[str, Any]:
     return body
 
 
-def get(site: Site, token: str, path: str) -> tuple[int, dict[str, Any]]:
+def get(site: Site | Server, token: str, path: str) -> tuple[int, dict[str, Any]]:
+    server = site.server if isinstance(site, Site) else site
+
     async def fetch() -> tuple[int, dict[str, Any]]:
-        async with site.server.http(token) as http:
+        async with server.http(token) as http:
             answer = await http.get(path)
             return answer.status_code, answer.json()
 
@@ -273,3 +286,68 @@ def test_a_wrong_issuer_is_an_error_at_start_up(site: Site, tmp_path: Path) -> N
         assert "Traceback" not in started.stderr
     alone = _serve(tmp_path, site.provider, "--oidc-client-id", "x")
     assert alone.returncode == 1 and "only meaningful with --oidc-issuer" in alone.stderr
+    # A secret handed to every herder login is never the web UI's client's.
+    published = _serve(
+        tmp_path, site.provider, *args, "--oidc-cli-client-id", "herder-ui", "--oidc-cli-client-secret", "s"
+    )
+    assert published.returncode == 1 and "never the web UI's" in published.stderr, published.stderr
+
+
+def test_herder_login_sends_the_secret_a_provider_wants_of_the_native_client(
+    site: Site, tmp_path: Path
+) -> None:
+    """As Google's desktop clients want: herder hands the CLI's client secret out with its id, and herder
+    login, the exec plugin's refresh and herder logout send it."""
+    extra = ["--oidc-cli-client-id", SECRET_CLI_CLIENT, "--oidc-cli-client-secret", site.provider.cli_secret]
+    with herder(tmp_path, site.provider, free_port(), *extra) as made:
+        assert made.server is not None
+        server = made.server
+        ca = tmp_path / "herder-ca.crt"
+        ca.write_bytes(server.ca)
+        env = {k: v for k, v in os.environ.items() if k != "HERDER_KUBECONFIG"}
+        env["XDG_CONFIG_HOME"] = str(tmp_path / "home")
+        herder_cli = [HERDER, "login", "--server", server.url, "--ca-file", str(ca), "--no-browser"]
+        login = subprocess.Popen(
+            herder_cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        assert login.stdout is not None
+        login.stdout.readline()  # "Sign in to herder in your browser at:"
+        url = login.stdout.readline().strip()
+        assert re.search(f"client_id={SECRET_CLI_CLIENT}&", url), url
+        with httpx.Client(follow_redirects=False, timeout=10) as http:
+            assert http.get(through_the_provider(http, url, "alice")).status_code == 200
+        said, _ = login.communicate(timeout=60)
+        assert login.returncode == 0 and "as alice@example.com" in said, said
+
+        credentials = tmp_path / "home" / "herder" / "credentials"
+        doc = json.loads(credentials.read_text())
+        doc["servers"][server.url]["expiresAt"] = "2020-01-01T00:00:00Z"
+        credentials.write_text(json.dumps(doc))
+        refreshed = subprocess.run(
+            [HERDER, "auth", "exec-credential", "--server", server.url],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert refreshed.returncode == 0, refreshed.stderr
+        token = json.loads(refreshed.stdout)["status"]["token"]
+        assert token != doc["servers"][server.url]["token"]
+        assert get(server, token, "/apis/herder.dev/v1alpha1/access")[0] == 200
+
+        refresh_token = json.loads(credentials.read_text())["servers"][server.url]["refreshToken"]
+        out = subprocess.run(
+            [HERDER, "logout", "--server", server.url], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 0 and "Signed out" in out.stdout, out.stderr
+        assert get(server, token, "/apis/herder.dev/v1alpha1/access")[0] == 401
+        # The provider revoked its refresh token too (the revocation authenticated with the secret).
+        spent = httpx.post(
+            site.provider.discovery()["token_endpoint"],
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": refresh_token,
+                "client_id": SECRET_CLI_CLIENT,
+                "client_secret": site.provider.cli_secret,
+            },
+        )
+        assert spent.status_code == 400 and spent.json()["error"] == "invalid_grant", spent.text

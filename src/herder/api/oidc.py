@@ -16,7 +16,9 @@ says which check failed (``TokenRefused``), for the audit trail.
 
 The web UI signs in with the authorization code flow and PKCE (S256) as a confidential client (with
 ``--oidc-client-secret-file``) or a public one; the CLI signs in on its own as a native client, and
-hands herder the ID token it got (``herder.api.people``).
+hands herder the ID token it got (``herder.api.people``). A native client is public: a provider that
+still wants a secret from one (Google's desktop clients) gets ``--oidc-cli-client-secret``, which herder
+hands to every CLI, since no copy of a program its users run can keep a secret.
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ class OidcSettings:
 
     issuer: str
     client_id: str
-    client_secret: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
     cli_client_id: str | None = None
+    cli_client_secret: str | None = field(default=None, repr=False)
     scopes: tuple[str, ...] = DEFAULT_SCOPES
     groups_claim: str = "groups"
     default_role: str = "None"

@@ -1,7 +1,8 @@
 """The API's sign-in endpoints for people, beside the Kubernetes-style ones (``herder login`` uses them):
 
 - ``GET /auth/oidc/config``: what a client needs to sign in (no credential needed): the issuer, the CLI's
-  client id, the scopes, the provider's name.
+  client id (and the secret a provider wants of that native client, ``--oidc-cli-client-secret``, which
+  is no secret), the scopes, the provider's name.
 - ``POST /auth/oidc/token`` with ``{"idToken", "nonce"?, "replaces"?}``: an ID token the CLI got from the
   provider (for ``--oidc-cli-client-id``) for a herder token of ``ACCESS_TOKEN_TTL``; ``replaces`` names
   the herder token it had, which is revoked. A refused token is answered 401 saying which check failed,
@@ -63,6 +64,7 @@ def routes(store: Store, policy: HerderPolicy) -> list[BaseRoute]:
                 "clientId": settings.cli_id,
                 "scopes": list(settings.scopes),
                 "providerName": settings.name,
+                **({"clientSecret": settings.cli_client_secret} if settings.cli_client_secret else {}),
             }
         )
 

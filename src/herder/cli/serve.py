@@ -21,6 +21,7 @@ from herder.cli.errors import fail
 from herder.cli.serve_sso import (
     OidcCaFileOption,
     OidcCliClientIdOption,
+    OidcCliClientSecretOption,
     OidcClientIdOption,
     OidcClientSecretFileOption,
     OidcDefaultRoleOption,
@@ -274,6 +275,7 @@ def serve_command(
     oidc_client_id: OidcClientIdOption = None,
     oidc_client_secret_file: OidcClientSecretFileOption = None,
     oidc_cli_client_id: OidcCliClientIdOption = None,
+    oidc_cli_client_secret: OidcCliClientSecretOption = None,
     oidc_scopes: OidcScopesOption = " ".join(DEFAULT_SCOPES),
     oidc_groups_claim: OidcGroupsClaimOption = "groups",
     oidc_default_role: OidcDefaultRoleOption = "None",
@@ -303,6 +305,7 @@ def serve_command(
             oidc_client_id,
             oidc_client_secret_file,
             oidc_cli_client_id,
+            oidc_cli_client_secret,
             oidc_scopes,
             oidc_groups_claim,
             oidc_default_role,

@@ -46,6 +46,16 @@ OidcCliClientIdOption = Annotated[
         show_default=False,
     ),
 ]
+OidcCliClientSecretOption = Annotated[
+    str | None,
+    typer.Option(
+        "--oidc-cli-client-secret",
+        help="Only for a provider that wants a secret of the CLI's native client all the same (Google's "
+        "Desktop app clients): herder hands it to every herder login, so it must not be a confidential "
+        "client's secret (needs its own --oidc-cli-client-id).",
+        show_default=False,
+    ),
+]
 OidcScopesOption = Annotated[
     str, typer.Option("--oidc-scopes", help="The scopes asked for, separated by spaces (openid is required).")
 ]
@@ -103,6 +113,7 @@ def oidc_settings(
     client_id: str | None,
     client_secret_file: Path | None,
     cli_client_id: str | None,
+    cli_client_secret: str | None,
     scopes: str,
     groups_claim: str,
     default_role: str,
@@ -118,6 +129,7 @@ def oidc_settings(
                 ("--oidc-client-id", client_id),
                 ("--oidc-client-secret-file", client_secret_file),
                 ("--oidc-cli-client-id", cli_client_id),
+                ("--oidc-cli-client-secret", cli_client_secret),
                 ("--oidc-ca-file", ca_file),
                 ("--oidc-provider-name", provider_name),
             )
@@ -128,6 +140,13 @@ def oidc_settings(
         return None
     if not client_id:
         raise fail("--oidc-issuer needs --oidc-client-id: herder's client id at the provider")
+    if cli_client_secret is not None and (not cli_client_id or cli_client_id == client_id):
+        raise fail(
+            "--oidc-cli-client-secret is handed to every herder login: give the CLI a native client of its "
+            "own with --oidc-cli-client-id, never the web UI's"
+        )
+    if cli_client_secret is not None and not cli_client_secret.strip():
+        raise fail("--oidc-cli-client-secret: must not be empty")
     words = tuple(scopes.split())
     if "openid" not in words:
         raise fail(f"--oidc-scopes {scopes!r}: must include openid")
@@ -144,6 +163,7 @@ def oidc_settings(
         client_id=client_id,
         client_secret=secret,
         cli_client_id=cli_client_id,
+        cli_client_secret=cli_client_secret.strip() if cli_client_secret else None,
         scopes=words,
         groups_claim=groups_claim,
         default_role=default_role,

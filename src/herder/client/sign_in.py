@@ -4,8 +4,9 @@
 client id), then signs in at the identity provider as a native client: through the browser, with a
 loopback redirect ``http://127.0.0.1:<port>/callback`` and PKCE (RFC 8252), or with the device
 authorization grant (RFC 8628), printing the verification URI and the user code. It hands the ID token to
-herder, which answers with its own short-lived bearer token. The provider's refresh token and herder's
-token are kept in ``credentials_path()`` (``~/.config/herder/credentials``, mode 0600), one entry per
+herder, which answers with its own short-lived bearer token (a provider that wants a secret of that
+native client all the same, as Google does, gets the one herder hands out with the client id). The
+provider's refresh token and herder's token are kept in ``credentials_path()`` (``~/.config/herder/credentials``, mode 0600), one entry per
 server.
 
 ``exec_credential`` is what kubeconfigs for people run (``herder auth exec-credential --server URL``, a
@@ -73,8 +74,14 @@ class Login:
     refresh_token: str = ""
     scopes: list[str] = field(default_factory=list)
     ca: str | None = None
+    client_secret: str = ""
 
-    _FILE_KEYS = {"client_id": "clientId", "expires_at": "expiresAt", "refresh_token": "refreshToken"}
+    _FILE_KEYS = {
+        "client_id": "clientId",
+        "client_secret": "clientSecret",
+        "expires_at": "expiresAt",
+        "refresh_token": "refreshToken",
+    }
 
     def to_file(self) -> dict[str, Any]:
         return {self._FILE_KEYS.get(k, k): v for k, v in asdict(self).items()}
@@ -251,12 +258,13 @@ def _loopback(state: str, timeout: float) -> tuple[HTTPServer, Callable[[], _Cal
 
 def _offline(config: dict[str, Any], provider: dict[str, Any]) -> tuple[str, dict[str, str]]:
     """The scopes to ask for, and any other parameter, so that the provider gives a refresh token:
-    ``offline_access`` where the provider lists it (or lists no scopes), Google's ``access_type`` where not."""
+    ``offline_access`` where the provider lists it (or lists no scopes), Google's ``access_type`` where not
+    (with ``prompt=consent``: Google gives a refresh token only at a consent)."""
     scopes = list(config.get("scopes") or ["openid"])
     listed = provider.get("scopes_supported")
     if not isinstance(listed, list) or "offline_access" in listed:
         return " ".join([*scopes, "offline_access"]), {}
-    return " ".join(scopes), {"access_type": "offline"}
+    return " ".join(scopes), {"access_type": "offline", "prompt": "consent"}
 
 
 def _pkce() -> tuple[str, str]:
@@ -274,6 +282,16 @@ def _token_request(endpoint: str, form: dict[str, str]) -> tuple[int, dict[str, 
             f"cannot reach the identity provider's {endpoint}: {exc or type(exc).__name__}"
         ) from None
     return answer.status_code, _json(answer, endpoint)
+
+
+def _client(client_id: str, secret: str | None) -> dict[str, str]:
+    """How the CLI names itself to the provider: its client id, and the secret the provider wants of
+    this native client, if any (``client_secret_post``: a secret everyone has gains nothing from Basic)."""
+    return {"client_id": client_id, **({"client_secret": secret} if secret else {})}
+
+
+def _config_client(config: dict[str, Any]) -> dict[str, str]:
+    return _client(str(config["clientId"]), config.get("clientSecret"))
 
 
 def _refused(body: dict[str, Any]) -> str:
@@ -316,8 +334,8 @@ def browser_sign_in(
             "grant_type": "authorization_code",
             "code": answer.get("code", ""),
             "redirect_uri": redirect,
-            "client_id": config["clientId"],
             "code_verifier": verifier,
+            **_config_client(config),
         },
     )
     if code != 200 or "id_token" not in body:
@@ -333,7 +351,7 @@ def device_sign_in(config: dict[str, Any], provider: dict[str, Any], say: Say) -
             f"the identity provider {provider.get('issuer')} offers no device sign-in: sign in without --device"
         )
     scopes, _ = _offline(config, provider)
-    code, body = _token_request(endpoint, {"client_id": config["clientId"], "scope": scopes})
+    code, body = _token_request(endpoint, {"scope": scopes, **_config_client(config)})
     if code != 200 or "device_code" not in body:
         raise SignInError(f"the identity provider refused a device sign-in: {_refused(body)}")
     lines = [f"To sign in, open {body['verification_uri']} and enter the code {body['user_code']}"]
@@ -346,7 +364,7 @@ def device_sign_in(config: dict[str, Any], provider: dict[str, Any], say: Say) -
         time.sleep(interval)
         code, answer = _token_request(
             provider["token_endpoint"],
-            {"grant_type": DEVICE_GRANT, "device_code": body["device_code"], "client_id": config["clientId"]},
+            {"grant_type": DEVICE_GRANT, "device_code": body["device_code"], **_config_client(config)},
         )
         if code == 200 and "id_token" in answer:
             return answer
@@ -410,6 +428,7 @@ def sign_in(
         refresh_token=str(answer.get("refresh_token") or ""),
         scopes=list(config.get("scopes") or []),
         ca=ca,
+        client_secret=str(config.get("clientSecret") or ""),
     )
     with (store or CredentialsFile()).locked() as logins:
         old = logins.get(server)
@@ -428,7 +447,11 @@ def _refresh(login: Login) -> Login:
     provider = discover(login.issuer)
     code, answer = _token_request(
         provider["token_endpoint"],
-        {"grant_type": "refresh_token", "refresh_token": login.refresh_token, "client_id": login.client_id},
+        {
+            "grant_type": "refresh_token",
+            "refresh_token": login.refresh_token,
+            **_client(login.client_id, login.client_secret),
+        },
     )
     if code != 200 or "id_token" not in answer:
         raise SignInError(
@@ -497,7 +520,7 @@ def sign_out(server: str, store: CredentialsFile | None = None) -> Login | None:
                     {
                         "token": login.refresh_token,
                         "token_type_hint": "refresh_token",
-                        "client_id": login.client_id,
+                        **_client(login.client_id, login.client_secret),
                     },
                 )
     return login
