@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup etcd chromium protos
+.PHONY: run test lint setup etcd chromium oidc-provider protos
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,14 @@ chromium:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
 	  || echo "warning: could not install chromium; browser tests will be skipped" >&2; }
 
+# The single sign-on tests run panva's oidc-provider (pinned in tests/sso/package-lock.json) on Node;
+# install Debian's npm when it is missing, then the provider into a cache directory (never the repository).
+oidc-provider: setup
+	@command -v npm >/dev/null 2>&1 || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm) >/dev/null \
+	  || echo "warning: could not install npm; single sign-on tests will be skipped" >&2; }
+	@$(VENV)/bin/python -m tests.sso.provider
+
 run: setup
 	$(VENV)/bin/herder demo
 
@@ -37,7 +45,7 @@ lint: setup
 # The 20 slowest tests are listed at the end: the suite has a 10-minute budget on 2 cores.
 # herder's own modules are compiled once before the suite: every server, emulator and CLI the tests start
 # imports them, and where PYTHONDONTWRITEBYTECODE is set each would compile them again.
-test: setup etcd chromium lint
+test: setup etcd chromium oidc-provider lint
 	$(VENV)/bin/python -m compileall -q src >/dev/null
 	$(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=20
 

@@ -131,10 +131,15 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 15) -> int:
 
 @contextmanager
 def running(
-    data_dir: Path, *extra: str, env: dict[str, str] | None = None, host: str = "127.0.0.1"
+    data_dir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
 ) -> Iterator[Server]:
-    """``herder serve`` on a free port of ``host`` (a loopback address), until the block ends."""
-    port = free_port()
+    """``herder serve`` on ``port`` (default: a free one) of ``host`` (a loopback address), until the block
+    ends."""
+    port = port or free_port()
     log = data_dir.parent / f"{data_dir.name}.log"
     # The Talos API gateway's default port (the API's + 1) may be taken by another test's server.
     gateway = [] if "--talos-listen" in extra else ["--talos-listen", f"{host}:{free_port()}"]

@@ -111,17 +111,19 @@ async def test_client_raises_unauthorized(server: Server) -> None:
 
 
 async def test_users_authenticate_with_tokens_too(server: Server, tokens: dict[str, str]) -> None:
+    """A person (named by their email, as Omni names people) authenticates with a token an Admin issued,
+    is named by their email in the audit trail, writes as ``user:NAME``, and is refused once disabled."""
     user = Resource.model_validate(
         {
             "apiVersion": USER.api_version,
             "kind": USER.kind,
-            "metadata": {"name": "alice"},
+            "metadata": {"name": "alice@example.com"},
             "spec": {"role": "Operator", "email": "alice@example.com", "displayName": "Alice"},
         }
     )
     async with server.client() as admin:
         await admin.create(user)
-        issued = await admin.issue_token(USER, "alice")
+        issued = await admin.issue_token(USER, "alice@example.com")
     async with server.http(issued.token) as alice:
         body = {"apiVersion": "herder.dev/v1alpha1", "kind": "ConfigPatch", "metadata": {"name": "by-alice"}}
         answer = await alice.post(
@@ -131,7 +133,18 @@ async def test_users_authenticate_with_tokens_too(server: Server, tokens: dict[s
         assert answer.status_code == 201, answer.text
         assert (await alice.get("/apis/herder.dev/v1alpha1/users")).status_code == 403
     lines = (server.data_dir / "audit.log").read_text().splitlines()
-    assert any('"user":"user:alice"' in line and '"name":"by-alice"' in line for line in lines)
+    assert any('"user":"alice@example.com"' in line and '"name":"by-alice"' in line for line in lines)
+    async with server.client() as admin:
+        stored = await admin.get(USER, "alice@example.com")
+        assert stored.spec is not None
+        stored.spec["disabled"] = True
+        await admin.update(stored)
+    async with server.http(issued.token) as alice:
+        answer = await alice.get("/apis/herder.dev/v1alpha1/namespaces/default/configpatches")
+        assert answer.status_code == 401
+        # Refused as disabled, or as revoked once the DisabledUser controller has deleted the token.
+        message = answer.json()["message"]
+        assert "disabled" in message or "revoked" in message, message
 
 
 async def test_only_admins_issue_tokens_and_infra_providers_need_an_id(

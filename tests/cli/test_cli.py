@@ -227,6 +227,10 @@ def test_every_command_taking_a_kubeconfig_honours_the_environment() -> None:
     assert len(taking) > 20
     for path, param in taking:
         assert not param.required, path
+        if path in ("herder login", "herder logout"):
+            # The kubeconfig herder login writes: never $KUBECONFIG, a kubectl user's own file.
+            assert "$HERDER_KUBECONFIG, else ~/.config/herder/kubeconfig" in (param.help or ""), path
+            continue
         assert "$HERDER_KUBECONFIG, then $KUBECONFIG" in (param.help or ""), path
 
 

@@ -5,6 +5,8 @@ subresource through which ServiceAccounts and Users get bearer tokens.
 (``spec.expirationSeconds``, ``spec.description``) answers 201 with the new token in
 ``status.token``: the only time it is ever shown.
 
+People sign in through ``herder.api.sign_in`` (``/auth/…``).
+
 ``GET /metrics`` serves the Prometheus metrics (store writes, reconciles, queue depths) to Admin and
 Support.
 """
@@ -21,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
-from herder.api import tokens
+from herder.api import sign_in, tokens
 from herder.api.actions import ObjectAction, action_routes
 from herder.api.policy import HerderPolicy
 from herder.api.roles import TOKEN_SUBRESOURCE
@@ -130,6 +132,7 @@ def build_app(
             Route("/metrics", metrics, methods=["GET"]),
             *(Route(path, reviews) for path in REVIEW_PATHS),
             Route(ACCESS_PATH, AccessView(store, policy), methods=["GET"]),
+            *sign_in.routes(store, policy),
             Route(
                 f"/apis/{GROUP}/{VERSION}/{{plural}}/{{name}}/{TOKEN_SUBRESOURCE}",
                 issue_token,

@@ -19,6 +19,8 @@ from herder.api import roles, tokens
 from herder.api.audit import AuditLog
 from herder.api.auth_limit import AuthFailureLimit
 from herder.api.cluster_access import AccessPolicies, ClusterAccess, effective_role, higher, kubernetes_groups
+from herder.api.people import People
+from herder.api.sessions import Sessions
 from herder.api.support import Support
 from herder.krm.policy import Access, Denied, Identity, Unauthenticated
 from herder.krm.status import ApiError, invalid
@@ -47,12 +49,18 @@ class HerderPolicy:
         auth_limit: AuthFailureLimit | None = None,
         support: Support | None = None,
         access: AccessPolicies | None = None,
+        people: People | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self._store = store
         self._audit = audit
         self._auth_limit = auth_limit or AuthFailureLimit()
         self._support = support or Support(store, None)
         self._access = access
+        # People signing in through the identity provider (None: no single sign-on configured).
+        self.people = people
+        # The web UI's sessions, in the store.
+        self.sessions = sessions or Sessions(store)
 
     @property
     def rules(self) -> ClusterAccess:
@@ -94,17 +102,22 @@ class HerderPolicy:
                 self._store, token.strip()
             )
         except Unauthenticated:
-            source = _source(request)
-            wait = self._auth_limit.failed(source)
-            if wait is None:
-                raise
+            self.failed(request)
+            raise
+        return await self._support.impersonated(who, request)
+
+    def failed(self, request: Request) -> None:
+        """Count a failed authentication (a bad token, a refused sign-in) from the request's source;
+        ``ApiError`` 429 once the source is over its limit."""
+        source = _source(request)
+        wait = self._auth_limit.failed(source)
+        if wait is not None:
             raise ApiError(
                 429,
                 f"too many failed authentications from {source}: try again in {wait} s",
                 details={"retryAfterSeconds": wait},
                 headers={"Retry-After": str(wait)},
             ) from None
-        return await self._support.impersonated(who, request)
 
     def authorize(self, who: Identity, access: Access, obj: Resource | None = None) -> None:
         if obj is None:
@@ -225,7 +238,7 @@ class HerderPolicy:
         return redact
 
     def actor(self, who: Identity) -> str:
-        return who.name
+        return tokens.actor_of(who)
 
     async def record(
         self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""

@@ -205,7 +205,12 @@ POLICY: dict[str, Rule] = {
         actions={"release": "Admin"},
     ),
     "ServiceAccount": _uniform("Admin", "Admin", token="Admin"),
+    # People: made at their first sign-in; Admins set their role or disable them. Their status is what the
+    # identity provider said, written by herder's sign-in alone.
     "User": _uniform("Admin", "Admin", token="Admin"),
+    "RoleRule": ADMIN_KIND,
+    # The web UI's sessions hold the tokens they act with: herder's alone.
+    "WebSession": _uniform(None, None),
     # Tokens are issued through the token subresource of their subject, and revoked by deletion.
     "Token": Rule(read="Admin", create=None, update=None, delete="Admin"),
     "TokenDigest": _uniform(None, None),

@@ -17,6 +17,7 @@ import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -35,7 +36,10 @@ from herder.api.audit_retention import AuditPruner, Retention
 from herder.api.cluster_access import AccessPolicies
 from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
 from herder.api.lockout import LastAdmin
+from herder.api.oidc import IdentityProvider, OidcSettings
+from herder.api.people import People
 from herder.api.policy import HerderPolicy
+from herder.api.sessions import IDLE, MAX_AGE, Sessions
 from herder.api.support import Support, read_support_token
 from herder.api.tls import TlsFiles, ensure_tls
 from herder.krm.app import MAX_BODY_BYTES
@@ -135,6 +139,11 @@ class ServeOptions:
     support_token_file: Path | None = None
     # More names of the serving certificate herder issues: the address replicas are reached behind.
     tls_sans: tuple[str, ...] = ()
+    # People sign in through this OpenID Connect provider (``--oidc-…``); None: tokens only.
+    oidc: OidcSettings | None = None
+    # The web UI's sessions end after this long unused, and this long after they began.
+    session_idle: timedelta = IDLE
+    session_max_age: timedelta = MAX_AGE
 
     @property
     def state_url(self) -> str:
@@ -318,6 +327,8 @@ async def serve(
     # A key file given is checked before anything is made: a bad one is a one-line error.
     key = read_key_file(options.encryption_key_file) if options.encryption_key_file else None
     support_token = read_support_token(options.support_token_file) if options.support_token_file else None
+    # The identity provider is asked at start: a wrong issuer is a one-line error now, not at a sign-in.
+    provider = await IdentityProvider.discover(options.oidc) if options.oidc else None
     listener = listen_socket(host, port)
     try:
         options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -343,7 +354,14 @@ async def serve(
         url = server_url(host, port)
         kubeconfig = await bootstrap(store, options.data_dir, url, tls.ca.read_bytes() if tls.ca else None)
         await rules.start()
-        policy = HerderPolicy(store, audit, support=Support(store, support_token), access=rules)
+        policy = HerderPolicy(
+            store,
+            audit,
+            support=Support(store, support_token),
+            access=rules,
+            people=People(store, provider) if provider is not None else None,
+            sessions=Sessions(store, idle=options.session_idle, max_age=options.session_max_age),
+        )
         app: ASGIApp = build_app(
             store,
             policy,
@@ -410,6 +428,8 @@ async def serve(
         await rules.stop()
         audit.close()
         await store.close()
+        if provider is not None:
+            await provider.close()
     log.info("herder stopped")
 
 

@@ -58,6 +58,18 @@ COMMANDS: dict[str, Lazy] = {
     "debug": Lazy(
         "herder.cli.debug", "app", "What herder is made of: its controllers and what each reads and writes."
     ),
+    "login": Lazy(
+        "herder.cli.sso",
+        "login",
+        "Sign in to herder through its identity provider and write a kubeconfig that keeps you signed in "
+        "(kubectl runs herder auth exec-credential: no token is written into the kubeconfig).",
+    ),
+    "logout": Lazy(
+        "herder.cli.sso",
+        "logout",
+        "Sign out: revoke herder's token and the identity provider's refresh token, and forget them.",
+    ),
+    "auth": Lazy("herder.cli.sso", "auth_app", "Credentials for kubectl and other Kubernetes clients."),
 }
 
 

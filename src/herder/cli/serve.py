@@ -18,8 +18,26 @@ import typer
 
 from herder.api.audit_retention import DEFAULT_MAX_AGE, DEFAULT_MAX_EVENTS, Retention
 from herder.api.datadir import DEFAULT_LISTEN, KUBECONFIG, default_data_dir, write_kubeconfig
+from herder.api.oidc import DEFAULT_SCOPES
+from herder.api.sessions import IDLE, MAX_AGE
 from herder.cli.errors import fail
 from herder.cli.ports import check_free
+from herder.cli.serve_sso import (
+    OidcCaFileOption,
+    OidcCliClientIdOption,
+    OidcCliClientSecretOption,
+    OidcClientIdOption,
+    OidcClientSecretFileOption,
+    OidcDefaultRoleOption,
+    OidcGroupsClaimOption,
+    OidcIssuerOption,
+    OidcProviderNameOption,
+    OidcScopesOption,
+    OidcUnverifiedEmailOption,
+    SessionIdleOption,
+    SessionMaxAgeOption,
+    oidc_settings,
+)
 from herder.client.kubeconfig import load
 from herder.emu.options import DEFAULT_MACHINE_CIDR
 from herder.resources import Resource
@@ -314,6 +332,19 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    oidc_issuer: OidcIssuerOption = None,
+    oidc_client_id: OidcClientIdOption = None,
+    oidc_client_secret_file: OidcClientSecretFileOption = None,
+    oidc_cli_client_id: OidcCliClientIdOption = None,
+    oidc_cli_client_secret: OidcCliClientSecretOption = None,
+    oidc_scopes: OidcScopesOption = " ".join(DEFAULT_SCOPES),
+    oidc_groups_claim: OidcGroupsClaimOption = "groups",
+    oidc_default_role: OidcDefaultRoleOption = "None",
+    oidc_allow_unverified_email: OidcUnverifiedEmailOption = False,
+    oidc_ca_file: OidcCaFileOption = None,
+    oidc_provider_name: OidcProviderNameOption = None,
+    session_idle_timeout: SessionIdleOption = int(IDLE.total_seconds()),
+    session_max_age: SessionMaxAgeOption = int(MAX_AGE.total_seconds()),
 ) -> None:
     """Run herder's API server (HTTPS) and its Talos API gateway; on first start it writes
     DATA_DIR/admin.kubeconfig."""
@@ -331,6 +362,21 @@ def serve_command(
         audit_retention=Retention(timedelta(days=audit_max_age_days), audit_max_events),
         max_body_bytes=max_body_bytes,
         support_token_file=support_token_file,
+        oidc=oidc_settings(
+            oidc_issuer,
+            oidc_client_id,
+            oidc_client_secret_file,
+            oidc_cli_client_id,
+            oidc_cli_client_secret,
+            oidc_scopes,
+            oidc_groups_claim,
+            oidc_default_role,
+            oidc_allow_unverified_email,
+            oidc_ca_file,
+            oidc_provider_name,
+        ),
+        session_idle=timedelta(seconds=session_idle_timeout),
+        session_max_age=timedelta(seconds=session_max_age),
     )
     _run(
         options,

@@ -1,8 +1,16 @@
-"""Reading a kubeconfig: the server URL, the CA to trust and the bearer token of its current context."""
+"""Reading a kubeconfig: the server URL, the CA to trust and the bearer token of its current context.
+
+The token is the user's ``token`` or ``tokenFile``, or what its ``exec`` credential plugin answers
+(``client.authentication.k8s.io`` ExecCredential): herder's own, ``herder auth exec-credential`` (which
+kubeconfigs for people use), is answered in-process; any other is run as kubectl runs it.
+"""
 
 from __future__ import annotations
 
 import base64
+import json
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +69,56 @@ def load(path: str | Path, context: str | None = None) -> Credentials:
     token = user.get("token")
     if not token and user.get("tokenFile"):
         token = Path(user["tokenFile"]).expanduser().read_text().strip()
+    if not token and isinstance(user.get("exec"), dict):
+        token = exec_token(user["exec"], path)
     return Credentials(server.rstrip("/"), token, ca, bool(cluster.get("insecure-skip-tls-verify")))
+
+
+def cluster_of(path: str | Path) -> tuple[str, bytes | None]:
+    """The server and CA of a kubeconfig's current context, without its credentials."""
+    path = Path(path).expanduser()
+    try:
+        doc = yaml.safe_load(path.read_text())
+        ctx = _named(doc.get("contexts"), doc.get("current-context") or "", "context", path)
+        cluster = _named(doc.get("clusters"), ctx.get("cluster", ""), "cluster", path)
+    except (OSError, yaml.YAMLError, AttributeError) as err:
+        raise KubeconfigError(f"cannot read kubeconfig {path}: {err}") from None
+    data = cluster.get("certificate-authority-data")
+    return str(cluster.get("server", "")).rstrip("/"), base64.b64decode(data) if data else None
+
+
+def exec_token(plugin: dict[str, Any], path: Path) -> str:
+    """The bearer token a kubeconfig's exec credential plugin gives."""
+    command = str(plugin.get("command") or "")
+    args = [str(a) for a in plugin.get("args") or []]
+    if Path(command).name == "herder" and args[:2] == ["auth", "exec-credential"] and "--server" in args:
+        # Imported when a kubeconfig asks for it: the sign-in client is heavy for a command's start.
+        from herder.client.sign_in import SignInError, token_for
+
+        server = args[args.index("--server") + 1] if args.index("--server") + 1 < len(args) else ""
+        try:
+            return token_for(server).token
+        except SignInError as exc:
+            raise KubeconfigError(str(exc)) from None
+    env = {**os.environ, **{str(e["name"]): str(e["value"]) for e in plugin.get("env") or [] if "name" in e}}
+    env["KUBERNETES_EXEC_INFO"] = json.dumps(
+        {"apiVersion": plugin.get("apiVersion"), "kind": "ExecCredential", "spec": {"interactive": False}}
+    )
+    try:
+        done = subprocess.run([command, *args], capture_output=True, text=True, env=env, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise KubeconfigError(f"{path}: the credential plugin {command!r} failed: {exc}") from None
+    if done.returncode != 0:
+        raise KubeconfigError(
+            f"{path}: the credential plugin {command!r} failed: {done.stderr.strip()[-500:]}"
+        )
+    try:
+        token = json.loads(done.stdout)["status"]["token"]
+    except (ValueError, KeyError, TypeError):
+        raise KubeconfigError(
+            f"{path}: the credential plugin {command!r} gave no ExecCredential token"
+        ) from None
+    return str(token)
 
 
 def proxied(path: str | Path, cluster: str, namespace: str, *, prefix: str = "/k8s/clusters") -> str:

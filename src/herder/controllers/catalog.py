@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from herder.controllers.access.disabled_users import DisabledUserController
 from herder.controllers.backups.admission import RestoreAdmission
 from herder.controllers.backups.key_cleanup import BackupKeyCleanupController
 from herder.controllers.backups.policy import BackupPolicy, managed_policy
@@ -154,4 +155,6 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         OfferingController(),
         ManagedControlPlaneController(),
         ManagedReplacementController(options.managed_replace_after),
+        # Access: a disabled person's credentials go.
+        DisabledUserController(),
     ]

@@ -10,7 +10,7 @@ import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -22,6 +22,7 @@ S = TypeVar("S", bound=BaseModel)
 _PATH_SPLIT = re.compile(r"(?<!\\)\.")
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-.")
+_NOT_IN_SEGMENT = frozenset("/%: \t")
 
 
 def label_path(key: str) -> str:
@@ -78,6 +79,9 @@ class KindInfo:
     field_selectors: tuple[str, ...] = ()
     """Fields besides ``metadata.name`` and ``metadata.namespace`` that field selectors may use (a pod's
     ``spec.nodeName``), as each kind's field label conversion allows in Kubernetes."""
+    names: Literal["subdomain", "path-segment"] = "subdomain"
+    """What its objects' names may be: lowercase RFC 1123 subdomains (most kinds), or any path segment
+    without ``/``, ``%``, ``:`` or spaces (people, named by their email as Kubernetes' User names are)."""
     prepare: Callable[[Resource], Resource] | None = None
     """The kind's own normalization of a valid object on every write (a Secret's ``stringData`` folded
     into ``data``), as a Kubernetes registry strategy does; it must be idempotent."""
@@ -110,7 +114,7 @@ class KindInfo:
         name = obj.metadata.name or obj.metadata.generate_name or ""
         if obj.api_version != self.api_version:
             causes.append(FieldError("apiVersion", f"must be {self.api_version!r} for kind {self.kind}"))
-        causes.extend(_check_name(obj))
+        causes.extend(_check_name(obj, self.names))
         if self.namespaced and not obj.metadata.namespace:
             causes.append(FieldError("metadata.namespace", "is required", "FieldValueRequired"))
         if not self.namespaced and obj.metadata.namespace:
@@ -191,7 +195,7 @@ def _adapter(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation)
 
 
-def _check_name(obj: Resource) -> list[FieldError]:
+def _check_name(obj: Resource, names: str = "subdomain") -> list[FieldError]:
     name = obj.metadata.name
     if not name:
         if obj.metadata.generate_name:
@@ -199,6 +203,15 @@ def _check_name(obj: Resource) -> list[FieldError]:
         return [FieldError("metadata.name", "is required", "FieldValueRequired")]
     if len(name) > 253:
         return [FieldError("metadata.name", "must be no more than 253 characters")]
+    if names == "path-segment":
+        if name in (".", "..") or any(c in _NOT_IN_SEGMENT or not c.isprintable() for c in name):
+            return [
+                FieldError(
+                    "metadata.name",
+                    f"{name!r}: a name may not be '.' or '..', nor hold '/', '%', ':' or white space",
+                )
+            ]
+        return []
     if not set(name) <= _NAME_CHARS or not name[0].isalnum() or not name[-1].isalnum():
         return [
             FieldError(

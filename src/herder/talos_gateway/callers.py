@@ -68,14 +68,16 @@ async def account(store: Store, name: str, *, support: bool) -> Account | None:
     """The account called ``name`` as audit events name it (``serviceaccount:ci``), as it is now."""
     if name == SUPPORT_IDENTITY:
         return Account(Identity(SUPPORT_IDENTITY, "Support"), "") if support else None
-    prefix, _, bare = name.partition(":")
-    kinds = {kind.lower(): entry for kind, entry in tokens.SUBJECT_KINDS.items()}
-    if prefix not in kinds or not bare:
+    found = tokens.subject_of(name)
+    if found is None:
         return None
-    kind, model = kinds[prefix]
+    kind, bare = found
+    _, model = tokens.SUBJECT_KINDS[kind.kind]
     try:
         subject = await store.get(kind, bare)
     except NotFound:
+        return None
+    if tokens.disabled(subject):
         return None
     spec = kind.spec_of(subject, model)
     return Account(

@@ -1,7 +1,9 @@
 """Signing in with a herder token (a ServiceAccount's or a User's, as kubectl uses it) and signing out.
 
 The token is checked by the API's own policy, so a revoked, expired or unknown token is refused as the
-API refuses it, and failed attempts count towards the same limit per source address.
+API refuses it, and failed attempts count towards the same limit per source address. With single
+sign-on configured the sign-in page also offers "Sign in with <provider>" (``herder.web.sso``); signing
+out of such a session signs out at the provider too, when it has an ``end_session_endpoint``.
 """
 
 from __future__ import annotations
@@ -12,21 +14,26 @@ from starlette.routing import BaseRoute, Route
 
 from herder.krm.policy import Unauthenticated
 from herder.krm.status import ApiError
-from herder.web.app import SECURITY_HEADERS, Web
 from herder.web.caller import authenticate
 from herder.web.csrf import LOGIN_COOKIE, FormRefused, check, new_token, read_form
-from herder.web.sessions import SESSION_COOKIE, drop_cookie, set_cookie
+from herder.web.sessions import SESSION_COOKIE, drop_cookie, session_id, set_cookie
+from herder.web.site import SECURITY_HEADERS, Web
+
+
+def login_page(web: Web, request: Request, status: int = 200, error: str = "") -> Response:
+    """The sign-in page: the token form, and the provider's button when there is one."""
+    token = new_token()
+    provider = web.people.provider.settings.name if web.people is not None else ""
+    response = web.render(
+        request, "login.html", {"csrf": token, "error": error, "provider": provider}, status=status
+    )
+    set_cookie(response, request, LOGIN_COOKIE, token)
+    return response
 
 
 def routes(web: Web) -> list[BaseRoute]:
-    def login_form(request: Request, status: int = 200, error: str = "") -> Response:
-        token = new_token()
-        response = web.render(request, "login.html", {"csrf": token, "error": error}, status=status)
-        set_cookie(response, request, LOGIN_COOKIE, token)
-        return response
-
     async def show(request: Request) -> Response:
-        return login_form(request)
+        return login_page(web, request)
 
     async def login(request: Request) -> Response:
         try:
@@ -36,29 +43,45 @@ def routes(web: Web) -> list[BaseRoute]:
             return web.failure(request, exc.code, str(exc))
         token = (form.get("token") or [""])[0].strip()
         if not token:
-            return login_form(request, 400, "token: a herder token is required")
+            return login_page(web, request, 400, "token: a herder token is required")
         try:
             await authenticate(web.policy, token, request)
         except Unauthenticated:
-            return login_form(request, 401, "token: this token is not valid (unknown, revoked or expired)")
+            return login_page(
+                web, request, 401, "token: this token is not valid (unknown, revoked or expired)"
+            )
         except ApiError as exc:  # too many failed attempts from this address
-            return login_form(request, exc.code, exc.message)
-        web.sessions.close(request)  # a session the browser had before ends: a new id for the new sign-in
-        session_id, _ = web.sessions.open(token)
+            return login_page(web, request, exc.code, exc.message)
+        # A session the browser had before ends: a new id for the new sign-in.
+        await web.sessions.close(session_id(request))
+        new_id, _ = await web.sessions.open(token)
         base = request.scope.get("root_path", "")
         response = RedirectResponse(f"{base}/clusters", 303, headers=SECURITY_HEADERS)
-        set_cookie(response, request, SESSION_COOKIE, session_id)
+        set_cookie(response, request, SESSION_COOKIE, new_id)
         drop_cookie(response, request, LOGIN_COOKIE)
         return response
 
     async def logout(request: Request) -> Response:
-        session = web.sessions.of(request)
+        session = await web.sessions.get(session_id(request))
         try:
             check(await read_form(request), session.csrf if session else None)
         except FormRefused as exc:
             return web.failure(request, exc.code, str(exc))
-        web.sessions.close(request)
-        response = web.to_login(request)
+        closed = await web.sessions.close(session_id(request))
+        response: Response = web.to_login(request)
+        if closed is not None and closed.id_token and web.people is not None:
+            base = request.scope.get("root_path", "")
+            there = web.people.provider.end_session_url(
+                closed.id_token, f"https://{_host(request)}{base}/login"
+            )
+            if there is not None:
+                # A page that moves on by itself: a form's redirect to another site would break the
+                # pages' form-action policy.
+                response = web.render(
+                    request,
+                    "signed_out.html",
+                    {"next": there, "provider": web.people.provider.settings.name},
+                )
         drop_cookie(response, request, SESSION_COOKIE)
         return response
 
@@ -67,3 +90,8 @@ def routes(web: Web) -> list[BaseRoute]:
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
     ]
+
+
+def _host(request: Request) -> str:
+    """The host (and port) the browser reached the UI at."""
+    return request.headers.get("host") or request.url.netloc

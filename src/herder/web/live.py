@@ -1,6 +1,9 @@
 """Live updates: ``GET /ui/events?watch=clusters,machines&rv=N`` streams server-sent events, one
 ``change`` per change the signed-in user may see, from the API's watches of those kinds after
 revision N (the revision the page was rendered at, so nothing between rendering and listening is lost).
+While it streams, the session is checked again every ``CHECK_EVERY`` seconds: a session that ended (signed
+out elsewhere, its User disabled or deleted, its token revoked) gets ``signedout``, and the page reloads
+to the sign-in page.
 
 Each watch goes through the API as the user, so hidden objects never show up in the stream. A watch the
 API ends (its timeout) is resumed from the last revision seen; one from a revision the store no longer
@@ -22,8 +25,8 @@ from starlette.routing import BaseRoute, Route
 
 from herder.client.errors import ApiError, Gone, TransportError
 from herder.resources.errors import UnknownKind
-from herder.web.app import SECURITY_HEADERS, Web
 from herder.web.caller import Caller
+from herder.web.site import SECURITY_HEADERS, Web
 
 # A comment line this often keeps proxies and the browser from closing an idle stream.
 KEEPALIVE = 15.0
@@ -32,6 +35,8 @@ WATCH_SECONDS = 300
 # After a broken watch, wait this long before watching again.
 RETRY = 1.0
 MAX_KINDS = 8
+# How often an open stream's session is checked again (a User disabled ends their pages within 5 s).
+CHECK_EVERY = 2.0
 
 
 async def follow(caller: Caller, plural: str, rv: str, out: asyncio.Queue[dict[str, str]]) -> None:
@@ -60,10 +65,23 @@ async def follow(caller: Caller, plural: str, rv: str, out: asyncio.Queue[dict[s
             await asyncio.sleep(RETRY)
 
 
-async def stream(caller: Caller, kinds: list[str], rv: str) -> AsyncIterator[str]:
+async def signed_in(web: Web, request: Request, out: asyncio.Queue[dict[str, str]]) -> None:
+    """Put ``SIGNEDOUT`` on ``out`` once the request's session no longer authenticates."""
+    while True:
+        await asyncio.sleep(CHECK_EVERY)
+        if await web.signed_in(request) is None:
+            await out.put({"kind": "", "type": "SIGNEDOUT", "name": "", "rv": ""})
+            return
+
+
+async def stream(
+    caller: Caller, kinds: list[str], rv: str, web: Web | None = None, request: Request | None = None
+) -> AsyncIterator[str]:
     changes: asyncio.Queue[dict[str, str]] = asyncio.Queue()
     async with caller.client:
         tasks = [asyncio.create_task(follow(caller, kind, rv, changes)) for kind in kinds]
+        if web is not None and request is not None:
+            tasks.append(asyncio.create_task(signed_in(web, request, changes)))
         try:
             yield f"retry: {int(RETRY * 2000)}\n\n"
             while True:
@@ -72,15 +90,11 @@ async def stream(caller: Caller, kinds: list[str], rv: str) -> AsyncIterator[str
                 except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
-                name = (
-                    "relist"
-                    if change["type"] == "RELIST"
-                    else "ended"
-                    if change["type"] == "ENDED"
-                    else "change"
+                name = {"RELIST": "relist", "ENDED": "ended", "SIGNEDOUT": "signedout"}.get(
+                    change["type"], "change"
                 )
                 yield f"event: {name}\ndata: {json.dumps(change)}\n\n"
-                if name == "ended":
+                if name in ("ended", "signedout"):
                     return
         finally:
             for task in tasks:
@@ -107,6 +121,8 @@ def routes(web: Web) -> list[BaseRoute]:
                 "rv: the revision the page was rendered at is required", 400, headers=SECURITY_HEADERS
             )
         headers = {**SECURITY_HEADERS, "X-Accel-Buffering": "no"}
-        return StreamingResponse(stream(caller, kinds, rv), media_type="text/event-stream", headers=headers)
+        return StreamingResponse(
+            stream(caller, kinds, rv, web, request), media_type="text/event-stream", headers=headers
+        )
 
     return [Route("/events", events, methods=["GET"])]

@@ -1,87 +1,28 @@
-"""Browser sessions: a random session id in an HttpOnly, Secure, SameSite=Strict cookie, and the herder
-token it stands for kept in this process's memory only.
+"""The browser's half of a session: a random session id in an HttpOnly, Secure, SameSite=Strict cookie.
 
-The UI calls the API as the user, so it must hold the user's token for as long as the session lasts;
-it never leaves the server (no cookie, no page, no log line carries it). Sessions are keyed by the
-SHA-256 of their id, so that the table holds nothing a browser could present. They end on logout, after
-``IDLE`` without a request, or when the token stops authenticating (revoked, expired, its account
-deleted): every request authenticates it again through the API's policy. A restart of the server ends
-every session (log in again), as does a request reaching another replica.
+The session itself (the herder token the UI acts with, its CSRF token, its messages) is kept in the state
+store by ``herder.api.sessions``, so any replica serves it and a restart keeps people signed in; the
+token never leaves the server (no cookie, no page, no log line carries it). A sign-in through the
+identity provider in progress has its own cookie, SameSite=Lax because the provider sends the browser
+back from another site, scoped to the callback's path and gone after ten minutes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-import time
-from dataclasses import dataclass, field
-
 from starlette.requests import Request
 from starlette.responses import Response
 
+from herder.api.sessions import PENDING_TTL, Session
+
 SESSION_COOKIE = "herder_session"
-# Sessions unused this long end.
-IDLE = 8 * 3600.0
-# The most sessions kept at once: the oldest beyond it end (a flood of logins cannot exhaust memory).
-MAX_SESSIONS = 10_000
+SIGN_IN_COOKIE = "herder_sign_in"
+SIGN_IN_PATH = "/auth/oidc"
+
+__all__ = ["SESSION_COOKIE", "SIGN_IN_COOKIE", "Session", "drop_cookie", "session_id", "set_cookie"]
 
 
-@dataclass
-class Session:
-    token: str = field(repr=False)
-    # The CSRF token every form of this session carries (see ``herder.web.csrf``).
-    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    used: float = field(default_factory=time.monotonic)
-    # What the next page shows once: the outcome of the form just sent.
-    messages: list[str] = field(default_factory=list)
-
-    def flash(self, message: str) -> None:
-        self.messages.append(message)
-
-    def flashes(self) -> list[str]:
-        shown, self.messages = self.messages, []
-        return shown
-
-
-def _key(session_id: str) -> str:
-    return hashlib.sha256(session_id.encode()).hexdigest()
-
-
-class Sessions:
-    def __init__(self, idle: float = IDLE, limit: int = MAX_SESSIONS) -> None:
-        self._idle = idle
-        self._limit = limit
-        self._sessions: dict[str, Session] = {}
-
-    def open(self, token: str) -> tuple[str, Session]:
-        """A new session for ``token``: its id (for the cookie) and the session."""
-        while len(self._sessions) >= self._limit:
-            self._sessions.pop(next(iter(self._sessions)))
-        session_id = secrets.token_urlsafe(32)
-        session = Session(token)
-        self._sessions[_key(session_id)] = session
-        return session_id, session
-
-    def of(self, request: Request) -> Session | None:
-        """The live session the request's cookie names, if any."""
-        session_id = request.cookies.get(SESSION_COOKIE)
-        if not session_id:
-            return None
-        key = _key(session_id)
-        session = self._sessions.get(key)
-        now = time.monotonic()
-        if session is None or now - session.used > self._idle:
-            self._sessions.pop(key, None)
-            return None
-        session.used = now
-        # Most recently used last: the limit ends the least recently used first.
-        self._sessions[key] = self._sessions.pop(key)
-        return session
-
-    def close(self, request: Request) -> None:
-        session_id = request.cookies.get(SESSION_COOKIE)
-        if session_id:
-            self._sessions.pop(_key(session_id), None)
+def session_id(request: Request) -> str | None:
+    return request.cookies.get(SESSION_COOKIE) or None
 
 
 def set_cookie(response: Response, request: Request, name: str, value: str) -> None:
@@ -93,6 +34,29 @@ def set_cookie(response: Response, request: Request, name: str, value: str) -> N
         httponly=True,
         secure=True,
         samesite="strict",
+    )
+
+
+def set_sign_in_cookie(response: Response, request: Request, value: str) -> None:
+    """The cookie of a sign-in under way, sent back by the browser to the provider's callback only."""
+    response.set_cookie(
+        SIGN_IN_COOKIE,
+        value,
+        max_age=int(PENDING_TTL.total_seconds()),
+        path=(request.scope.get("root_path") or "") + SIGN_IN_PATH,
+        httponly=True,
+        secure=True,
+        samesite="lax",
+    )
+
+
+def drop_sign_in_cookie(response: Response, request: Request) -> None:
+    response.delete_cookie(
+        SIGN_IN_COOKIE,
+        path=(request.scope.get("root_path") or "") + SIGN_IN_PATH,
+        httponly=True,
+        secure=True,
+        samesite="lax",
     )
 
 

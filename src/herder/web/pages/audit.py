@@ -16,9 +16,9 @@ from herder.resources.audit_labels import (
     AUDIT_VERB_LABEL,
     audit_label_value,
 )
-from herder.web.app import Web
 from herder.web.caller import Caller
 from herder.web.pages import revision
+from herder.web.site import Web
 from herder.web.views import BadInput
 
 SHOWN = 200

@@ -22,11 +22,11 @@ from herder.client.errors import NotFound
 from herder.resources import Resource
 from herder.talos.versions import check_kubernetes_upgrade, check_talos_upgrade
 from herder.templates.export import Unexportable, export_template
-from herder.web.app import SECURITY_HEADERS, Web
 from herder.web.caller import Caller
 from herder.web.csrf import Form
 from herder.web.pages import revision
 from herder.web.pages.clusters import CLUSTER_LABEL, NAMESPACE
+from herder.web.site import SECURITY_HEADERS, Web
 from herder.web.views import BadInput, integer, one
 
 SET_LABEL = "herder.dev/machine-set"

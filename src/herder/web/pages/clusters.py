@@ -8,10 +8,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from herder.resources import Resource
-from herder.web.app import Web
 from herder.web.caller import Caller
 from herder.web.csrf import Form
 from herder.web.pages import revision
+from herder.web.site import Web
 from herder.web.views import integer, one
 
 NAMESPACE = "default"

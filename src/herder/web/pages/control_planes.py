@@ -12,9 +12,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from herder.api.roles import sees_hidden
-from herder.web.app import Web
 from herder.web.caller import Caller
 from herder.web.pages import revision
+from herder.web.site import Web
 
 
 def routes(web: Web) -> list[BaseRoute]:

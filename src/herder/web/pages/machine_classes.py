@@ -9,11 +9,11 @@ from starlette.routing import BaseRoute, Route
 
 from herder.client.errors import NotFound
 from herder.web import schema_form
-from herder.web.app import Web
 from herder.web.caller import Caller
 from herder.web.csrf import Form
 from herder.web.pages import revision
 from herder.web.pages.clusters import NAMESPACE, new_object
+from herder.web.site import Web
 from herder.web.views import BadInput, one
 
 

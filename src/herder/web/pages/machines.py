@@ -10,11 +10,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from herder.web.app import Web
 from herder.web.caller import Caller
 from herder.web.csrf import Form
 from herder.web.pages import revision
 from herder.web.pages.clusters import CLUSTER_LABEL, NAMESPACE
+from herder.web.site import Web
 from herder.web.views import BadInput, one
 
 PROVIDER_LABEL = "herder.dev/infra-provider-id"

@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from herder.web.app import Web
 from herder.web.caller import Caller
 from herder.web.pages import revision
 from herder.web.pages.clusters import NAMESPACE
+from herder.web.site import Web
 
 
 def schema_text(schema: object) -> str:

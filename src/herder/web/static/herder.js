@@ -60,6 +60,11 @@
     }
     source.addEventListener("change", changed);
     source.addEventListener("relist", changed);
+    // The session ended (signed out, the account disabled): the page reloads to the sign-in page.
+    source.addEventListener("signedout", function () {
+      source.close();
+      window.location.reload();
+    });
     source.addEventListener("ended", function () {
       source.close();
       say("Live updates ended: reload the page.");

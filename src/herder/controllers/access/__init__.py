@@ -1,0 +1,1 @@
+"""Controllers of access: what ends when a person is let go."""
