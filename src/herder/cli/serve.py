@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from herder.controllers.backups.policy import BackupPolicy
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.credentials import TalosGateway
+    from herder.state.machine_logs import MachineLogs
 
 
 def controller_manager(options: ControllerOptions) -> BackgroundFactory:
@@ -52,6 +53,20 @@ def controller_manager(options: ControllerOptions) -> BackgroundFactory:
     return make
 
 
+def replica_work(options: ControllerOptions, logs: MachineLogs) -> BackgroundFactory:
+    """What every replica runs beside the API whoever leads: the machine log collector."""
+
+    def make(store: Store) -> Background:
+        from herder.controllers.catalog import replica_controllers
+        from herder.runtime.replica import EveryReplica
+
+        return EveryReplica(store, replica_controllers(store, options, logs))
+
+    return make
+
+
+MACHINE_LOGS = "machine-logs"
+"""The folder of the data directory where the machine logs this replica follows are kept."""
 DEMO_DIR = Path(".herder-demo")
 DEMO_ENDPOINTS = "127.0.0.1:7000-7099"
 DEMO_PROVIDER = "emulator"
@@ -128,19 +143,22 @@ def _run(
     ready: Ready | None = None,
     background: Sequence[BackgroundFactory] = (),
     talos_listen: str | None = None,
+    machine_log_bytes: int | None = None,
 ) -> None:
     # The server's imports (uvicorn, krm, the controllers) load only for the commands that serve.
     from herder.api.serve import serve
     from herder.controllers.catalog import register_admission
     from herder.kube_proxy.proxy import KubeProxy
+    from herder.state.machine_logs import DEFAULT_BUDGET, MachineLogs
     from herder.talos_gateway.gateway import TalosGateway
     from herder.web.app import build as web_ui
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # A line per request drowns what matters: the web UI makes one per API call it serves a page with.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    work = [controller_manager(controller_options), *background]
     try:
+        logs = MachineLogs(options.data_dir / MACHINE_LOGS, machine_log_bytes or DEFAULT_BUDGET)
+        work = [controller_manager(controller_options), replica_work(controller_options, logs), *background]
         gateway = TalosGateway(
             options.data_dir,
             talos_listen or _next_port(options.listen),
@@ -156,6 +174,7 @@ def _run(
                 services=[gateway.service],
                 ui=web_ui,
                 mounts=[KubeProxy],
+                machine_logs=logs,
             )
         )
     except (OSError, ValueError, StateError) as exc:
@@ -244,6 +263,16 @@ def serve_command(
             "managed cluster, which its users cannot change or turn off.",
         ),
     ] = "1h:24",
+    machine_log_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--machine-log-bytes",
+            min=256 * 1024,
+            help="Bytes of logs (its services' and its kernel's) kept per machine; the oldest go first "
+            "(default: 5 MiB). In DATA_DIR/machine-logs, of every machine herder follows.",
+            show_default=False,
+        ),
+    ] = None,
     provider: Annotated[
         list[str] | None,
         typer.Option(
@@ -280,6 +309,7 @@ def serve_command(
         ),
         background=providers(options.data_dir, provider or []),
         talos_listen=talos_listen,
+        machine_log_bytes=machine_log_bytes,
     )
 
 

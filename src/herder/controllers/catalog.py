@@ -38,6 +38,7 @@ from herder.controllers.managed.admission import ManagedAdmission
 from herder.controllers.managed.control_planes import ManagedControlPlaneController
 from herder.controllers.managed.offerings import OfferingController
 from herder.controllers.managed.replacement import ManagedReplacementController
+from herder.controllers.observability.machine_logs import MachineLogController
 from herder.controllers.provisioning.admission import ProvisioningAdmission
 from herder.controllers.provisioning.infra_provider import InfraProviderController
 from herder.controllers.provisioning.machine_request_set import MachineRequestSetController
@@ -48,6 +49,7 @@ from herder.controllers.provisioning.release import ForceRelease
 from herder.runtime.controller import Controller
 from herder.runtime.event_collector import EventCollector
 from herder.runtime.garbage_collector import GarbageCollector
+from herder.state.machine_logs import MachineLogs
 from herder.state.store import Store
 from herder.talos.machine.pool import ClientPool, MachineDialer, dial
 
@@ -140,3 +142,9 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         ManagedControlPlaneController(),
         ManagedReplacementController(options.managed_replace_after),
     ]
+
+
+def replica_controllers(store: Store, options: ControllerOptions, logs: MachineLogs) -> list[Controller]:
+    """The controllers every replica runs, leader or not (``herder.runtime.replica``): they write nothing
+    to the store, only to the replica's own data directory — the machine logs it follows."""
+    return [MachineLogController(logs, ClusterKeys(store), clients=ClientPool(dialer=options.dialer, keep=0))]

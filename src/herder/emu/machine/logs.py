@@ -92,16 +92,21 @@ class MachineLogs:
     def write(self, service: str, message: str, *, at: float | None = None) -> None:
         """A line of the service's log, in the form that service writes its lines."""
         moment = time.time() if at is None else at
-        buffer = self._services.get(service)
-        if buffer is None:
-            buffer = self._services[service] = LogBuffer()
         line = LogLine(moment, _styled(service, message, moment))
-        buffer.write(line)
+        self.buffer(service).write(line)
         if service == "machined" and self._kernel is not None:
             self._kernel.write(_to_kernel(line))
 
     def service(self, name: str) -> LogBuffer | None:
         return self._services.get(name)
+
+    def buffer(self, name: str) -> LogBuffer:
+        """The service's log, made empty if it has said nothing yet (a follower then waits for its first
+        line)."""
+        buffer = self._services.get(name)
+        if buffer is None:
+            buffer = self._services[name] = LogBuffer()
+        return buffer
 
     def services(self) -> list[str]:
         return sorted(self._services)
