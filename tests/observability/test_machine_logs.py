@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import selectors
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
+from herder.talos.secrets import load_secrets
 from tests.api.conftest import make_account
 from tests.api.server import HERDER
 from tests.clusters.site import Site, cluster, machine_set
-from tests.provisioning.provider_site import emu, machine_class, provisioning_site, requests_of
+from tests.provisioning.provider_site import emu, machine_class, provisioning_site
 
 POLICY = {
     "apiVersion": "herder.dev/v1alpha1",
@@ -111,3 +111,119 @@ def test_a_machines_service_logs_and_kernel_log_are_kept(site: Site) -> None:
     assert logs_of(site, cp, "kubelet", "--since", "1h") == kubelet
     bad = herder(site, "machine", "logs", cp, "--since", "soon", check=False)
     assert bad.returncode == 1 and "--since" in bad.stderr
+
+
+def read_until(process: subprocess.Popen[str], wanted: str, timeout: float = 30) -> list[str]:
+    """The lines ``process`` prints until one contains ``wanted`` (failing after ``timeout``)."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip("\n"))
+            if wanted in line:
+                return lines
+    raise AssertionError(f"{wanted!r} not printed within {timeout}s; printed: {lines}")
+
+
+def trustd_token(site: Site, support: Path) -> str:
+    shown = site.server.run("kubectl", "get", "clustersecrets", "alpha", "-o", "json", kubeconfig=support)
+    bundle = load_secrets(json.loads(shown.stdout)["spec"]["bundle"], check_keys=False)
+    return bundle.trustd_token
+
+
+def test_follow_streams_new_lines_and_a_secret_printed_is_kept_redacted(
+    site: Site, kubeconfigs: dict[str, Path]
+) -> None:
+    (cp,) = machines_of(site, "alpha-control-planes")
+    token = trustd_token(site, kubeconfigs["Support"])
+    args = [
+        HERDER,
+        "machine",
+        "logs",
+        cp,
+        "kubelet",
+        "-f",
+        "--tail",
+        "1",
+        "--kubeconfig",
+        str(site.server.kubeconfig),
+    ]
+    follow = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        read_until(follow, "kubelet.go")  # the last line kept: the command follows now
+        emu(site, "log", cp, "kubelet", "hello from the test")
+        assert any("hello from the test" in line for line in read_until(follow, "hello from the test"))
+        emu(site, "log", cp, "kubelet", f"joining with --token {token} now")
+        printed = read_until(follow, "joining with")
+    finally:
+        follow.terminate()
+        follow.wait(10)
+    assert token not in "\n".join(printed) and "--token <redacted> now" in printed[-1]
+    assert token not in logs_of(site, cp, "kubelet")
+    kept = b"".join(p.read_bytes() for p in (site.server.data_dir / "machine-logs").rglob("*.log"))
+    assert b"joining with --token <redacted> now" in kept and token.encode() not in kept
+
+
+def test_a_reader_of_one_cluster_reads_its_machines_logs_and_no_others(
+    site: Site, kubeconfigs: dict[str, Path]
+) -> None:
+    reader = kubeconfigs["beta-reader"]
+    (beta_cp,) = machines_of(site, "beta-control-planes")
+    (alpha_cp,) = machines_of(site, "alpha-control-planes")
+    assert "Successfully registered node" in logs_of(site, beta_cp, "kubelet", kubeconfig=reader)
+    refused = herder(site, "machine", "logs", alpha_cp, kubeconfig=reader, check=False)
+    unknown = herder(
+        site, "machine", "logs", "00000000-0000-0000-0000-000000000000", kubeconfig=reader, check=False
+    )
+    assert refused.returncode == unknown.returncode == 1
+    assert refused.stderr.replace(alpha_cp, "UUID") == unknown.stderr.replace(
+        "00000000-0000-0000-0000-000000000000", "UUID"
+    )
+    assert "not found" in refused.stderr
+
+
+def test_a_machines_logs_outlive_its_reset_and_its_destruction(
+    site: Site, kubeconfigs: dict[str, Path]
+) -> None:
+    before = machines_of(site, "alpha-workers")
+    site.run(
+        "kubectl",
+        "patch",
+        "machineset",
+        "alpha-workers",
+        "--type=merge",
+        "-p",
+        '{"spec":{"machineClass":{"size":1}}}',
+    )
+    site.until(lambda: len(machines_of(site, "alpha-workers")) == 1, timeout=120, what="a worker released")
+    (gone,) = set(before) - set(machines_of(site, "alpha-workers"))
+    site.until(
+        lambda: gone not in {m["metadata"]["name"] for m in site.get("machines")["items"]},
+        timeout=120,
+        what="the released worker destroyed",
+    )
+    every = logs_of(site, gone)
+    assert "kubelet: " in every and "reset sequence" in every
+    assert "Linux version" in herder(site, "machine", "dmesg", gone).stdout
+    # Its cluster's readers only, as while it lived.
+    refused = herder(site, "machine", "logs", gone, kubeconfig=kubeconfigs["beta-reader"], check=False)
+    assert refused.returncode == 1 and "not found" in refused.stderr
+
+
+def test_a_machines_logs_outlive_its_vanishing_in_the_cloud(site: Site) -> None:
+    (worker,) = machines_of(site, "alpha-workers")
+    said = logs_of(site, worker, "kubelet")
+    emu(site, "fault", worker, "vanish")
+    site.until(
+        lambda: worker not in {m["metadata"]["name"] for m in site.get("machines")["items"]},
+        timeout=120,
+        what="the vanished worker's Machine gone",
+    )
+    assert logs_of(site, worker, "kubelet") == said

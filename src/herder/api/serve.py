@@ -43,8 +43,8 @@ from herder.resources import Resource
 from herder.resources.access import SERVICE_ACCOUNT
 from herder.resources.catalog import herder_registry
 from herder.state.encryption import read_key_file
-from herder.state.machine_logs import MachineLogs
 from herder.state.errors import AlreadyExists
+from herder.state.machine_logs import MachineLogs
 from herder.state.store import SYSTEM, Store
 from herder.state.url import KEY_FILE, open_store
 
