@@ -105,7 +105,7 @@ class MachineLogController(Controller):
         self._logs = logs
         self._keys = keys
         # Its streams are its own: the pool only dials them.
-        self._clients = clients or ClientPool()
+        self._clients = clients if clients is not None else ClientPool()
         self._followers: dict[ObjectKey, _Follower] = {}
         self._redactors: dict[tuple[str, str], tuple[str, Redactor]] = {}
         self._pruning: asyncio.Task[None] | None = None
@@ -205,6 +205,12 @@ class MachineLogController(Controller):
                 failures += 1
                 delay = _BACKOFF[min(failures, len(_BACKOFF)) - 1]
                 log.debug("machine %s: logs: %s; again in %.0fs", follower.key.name, exc, delay)
+            except Exception:
+                failures += 1
+                delay = _BACKOFF[-1]
+                log.exception(
+                    "machine %s: following its logs failed; again in %.0fs", follower.key.name, delay
+                )
             await asyncio.sleep(delay)
 
     async def _session(self, follower: _Follower) -> None:
