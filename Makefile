@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup etcd chromium protos
+.PHONY: run test lint setup etcd chromium promtool protos
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,13 @@ chromium:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
 	  || echo "warning: could not install chromium; browser tests will be skipped" >&2; }
 
+# The alerting rules' checks (deploy/prometheus) need Debian's promtool, of the prometheus package; install it
+# when it is missing (its server is not started).
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null \
+	  || echo "warning: could not install prometheus (promtool); the alerting rules' checks will be skipped" >&2; }
+
 run: setup
 	$(VENV)/bin/herder demo
 
@@ -33,7 +40,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
 
-test: setup etcd chromium lint
+test: setup etcd chromium promtool lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile
 
 # Regenerate the committed Talos machine API stubs from src/herder/talos/api/**/*.proto.

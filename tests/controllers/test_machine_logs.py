@@ -5,47 +5,32 @@ a machine no longer connected is no longer followed, and its logs stay."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from herder.controllers.catalog import register_admission
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.observability.machine_logs import MachineLogController, after_known
-from herder.resources.catalog import herder_registry
 from herder.runtime.controller import ObjectKey
-from herder.state.encryption import Cipher
 from herder.state.machine_logs import KERNEL, LogScope, MachineLogs
-from herder.state.memory import MemoryBackend
-from herder.state.store import Store
 from herder.talos.machine.pool import ClientPool
 from herder.talos.machine.types import ServiceStatus
 from herder.talos.secrets import load_secrets
-from tests.controllers.site import NAMESPACE, Site, obj, secrets_bundle
+from tests.controllers.site import Site, obj, secrets_bundle
 
 UUID = "m1"
 ENDPOINT = "127.0.0.9:50000"
 
 
-@pytest.fixture
-async def site() -> AsyncIterator[Site]:
-    """The controllers' site on a store that keeps sensitive kinds (sealed): the cluster's secrets."""
-    store = Store(MemoryBackend(), herder_registry(), cipher=Cipher(os.urandom(32)))
-    register_admission(store)
-    await store.start()
-    await store.create(obj("Namespace", NAMESPACE, namespaced=False, api_version="v1"))
-    made = Site(store)
-    try:
-        yield made
-    finally:
-        await made.close()
-
-
 def everything(_scope: LogScope) -> bool:
     return True
+
+
+@pytest.fixture
+def site(sealed_site: Site) -> Site:
+    return sealed_site  # the cluster's secrets are sealed
 
 
 class FakeMachine:

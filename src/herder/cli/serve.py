@@ -25,7 +25,8 @@ from herder.state.store import SYSTEM, Store
 
 if TYPE_CHECKING:
     from herder.api.actions import ActionHandler, ObjectAction
-    from herder.api.serve import Background, BackgroundFactory, Ready, ServeOptions
+    from herder.api.app import Scrape
+    from herder.api.serve import Background, BackgroundFactory, Ready, ScrapeFactory, ServeOptions
     from herder.controllers.backups.policy import BackupPolicy
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.credentials import TalosGateway
@@ -49,6 +50,27 @@ def controller_manager(options: ControllerOptions) -> BackgroundFactory:
         if isinstance(store.backend, EtcdBackend):
             leader = EtcdLeaderElection(store.backend, "controllers", f"{socket.gethostname()}-{os.getpid()}")
         return Manager(store, controllers(store, options), leader=leader)
+
+    return make
+
+
+def cluster_metrics(options: ServeOptions, controller_options: ControllerOptions) -> ScrapeFactory:
+    """The metrics of clusters computed from the store at each scrape of /metrics, with the expiry of
+    herder's own certificates (its API's and its Talos API gateway's)."""
+
+    def make(store: Store) -> Scrape:
+        from herder.api.tls import CA_CERT, SERVING_CERT
+        from herder.controllers.observability.cluster_metrics import install
+        from herder.talos_gateway.authority import PREFIX as GATEWAY
+
+        data = options.data_dir
+        certificates = [
+            ("herder-api", options.tls_cert or data / SERVING_CERT),
+            ("herder-ca", data / CA_CERT),
+            ("herder-talos-gateway", data / f"{GATEWAY}{SERVING_CERT}"),
+            ("herder-talos-gateway-ca", data / f"{GATEWAY}{CA_CERT}"),
+        ]
+        return install(store, controller_options.backup_policy, certificates).refresh
 
     return make
 
@@ -175,6 +197,7 @@ def _run(
                 ui=web_ui,
                 mounts=[KubeProxy],
                 machine_logs=logs,
+                scrape=[cluster_metrics(options, controller_options)],
             )
         )
     except (OSError, ValueError, StateError) as exc:

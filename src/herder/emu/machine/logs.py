@@ -23,6 +23,8 @@ LINES = 1000
 """Lines kept per service (Talos keeps a bounded buffer per service too)."""
 
 KERNEL = "kernel"
+CHUNK_LINES = 256
+"""Lines of a log sent in one message at most."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,27 @@ class LogBuffer:
                 yield line
             while (live := await queue.get()) is not None:
                 yield live
+        finally:
+            self._followers.discard(queue)
+
+    async def follow_chunks(self, *, tail: int, lines: int = CHUNK_LINES) -> AsyncIterator[list[LogLine]]:
+        """``follow``'s lines in chunks, as Talos streams a log file: the backlog ``lines`` at a time, then
+        whatever was written since the last chunk."""
+        queue: asyncio.Queue[LogLine | None] = asyncio.Queue()
+        self._followers.add(queue)
+        try:
+            backlog = self.tail(tail)
+            for start in range(0, len(backlog), lines):
+                yield backlog[start : start + lines]
+            while (live := await queue.get()) is not None:
+                chunk = [live]
+                while not queue.empty() and len(chunk) < lines:
+                    more = queue.get_nowait()
+                    if more is None:
+                        yield chunk
+                        return
+                    chunk.append(more)
+                yield chunk
         finally:
             self._followers.discard(queue)
 
