@@ -10,15 +10,19 @@ The tests of this module run in order on one site, each starting from where the 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import selectors
 import subprocess
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from herder.talos.redaction import bundle_secrets, key_forms
 from herder.talos.secrets import load_secrets
 from tests.api.conftest import make_account
 from tests.api.server import HERDER
@@ -187,6 +191,122 @@ def test_a_reader_of_one_cluster_reads_its_machines_logs_and_no_others(
         "00000000-0000-0000-0000-000000000000", "UUID"
     )
     assert "not found" in refused.stderr
+
+
+def secrets_of(site: Site, kubeconfigs: dict[str, Path], cluster_name: str, machines: list[str]) -> set[str]:
+    """Every secret herder holds for the cluster: its bundle's tokens and keys (in each form they are
+    written), the secrets of its machines' generated configs, and every bearer token of the site."""
+    support = kubeconfigs["Support"]
+    shown = site.server.run(
+        "kubectl", "get", "clustersecrets", cluster_name, "-o", "json", kubeconfig=support
+    )
+    found = set(bundle_secrets(load_secrets(json.loads(shown.stdout)["spec"]["bundle"], check_keys=False)))
+    configs = site.server.run(
+        "kubectl", "get", "clustermachineconfigs", *machines, "-o", "json", kubeconfig=support
+    )
+    items = json.loads(configs.stdout)["items"]
+    assert len(items) == len(machines)
+
+    def walk(node: object, key: str = "") -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, key)
+        elif isinstance(node, str) and key.lower() in SECRET_KEYS and len(node) >= 8:
+            found.add(node)
+            if node.startswith("LS0t"):
+                found.update(key_forms(base64.b64decode(node)))
+
+    for item in items:
+        for document in yaml.safe_load_all(item["spec"]["config"]):
+            walk(document)
+    for kubeconfig in [*kubeconfigs.values(), site.workdir / "emu.kubeconfig"]:
+        found.add(str(yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]))
+    return found
+
+
+SECRET_KEYS = {
+    "key",
+    "token",
+    "secret",
+    "secretboxencryptionsecret",
+    "aescbcencryptionsecret",
+    "bootstraptoken",
+}
+
+
+def support_bundle(site: Site, name: str, kubeconfig: Path) -> dict[str, str]:
+    path = site.workdir / f"{name}-{kubeconfig.stem}.zip"
+    made = herder(site, "cluster", "support", name, "-o", str(path), kubeconfig=kubeconfig)
+    assert f"written to {path}" in made.stderr
+    assert path.stat().st_mode & 0o077 == 0
+    with zipfile.ZipFile(path) as archive:
+        return {n: archive.read(n).decode() for n in archive.namelist()}
+
+
+def test_a_support_bundle_holds_what_it_says_and_no_secret(site: Site, kubeconfigs: dict[str, Path]) -> None:
+    files = support_bundle(site, "alpha", site.server.kubeconfig)
+    machines = [*machines_of(site, "alpha-control-planes"), *machines_of(site, "alpha-workers")]
+    (cp,) = machines_of(site, "alpha-control-planes")
+    readme = files["README.txt"]
+    assert readme.startswith("Support bundle of cluster default/alpha")
+    assert all(f"  {name}" in readme for name in files)  # it lists every file
+    assert "Not gathered" not in readme, readme
+    assert yaml.safe_load(files["cluster.yaml"])["metadata"]["name"] == "alpha"
+    for uuid in machines:
+        assert yaml.safe_load(files[f"objects/Machine/{uuid}.yaml"])["metadata"]["name"] == uuid
+        assert "kubelet: " in files[f"machines/{uuid}/logs.txt"]
+        assert "Linux version" in files[f"machines/{uuid}/dmesg.txt"]
+    assert (
+        "objects/MachineSet/alpha-workers.yaml" in files and "objects/ControlPlaneStatus/alpha.yaml" in files
+    )
+    assert (
+        yaml.safe_load(files["objects/ClusterSecrets/alpha.yaml"])["spec"] == "(left out: a sensitive kind)"
+    )
+    assert "Cluster/alpha\tReady\tTrue" in files["conditions.txt"]
+    assert any(e["object"].startswith("MachineSet/") for e in yaml.safe_load(files["events.yaml"]))
+    assert any(e["kind"] == "Cluster" and e["name"] == "alpha" for e in yaml.safe_load(files["audit.yaml"]))
+    assert "rollouts" in yaml.safe_load(files["rollouts.yaml"])
+    (member,) = yaml.safe_load(files["etcd/members.yaml"])
+    assert member["hostname"]
+    assert set(yaml.safe_load(files["etcd/status.yaml"])) == {cp}
+    assert json.loads(files["kubernetes/version.json"])["gitVersion"] == "v1.33.0"
+    assert len(yaml.safe_load(files["kubernetes/nodes.yaml"])) == 3
+    versions = yaml.safe_load(files["versions.yaml"])
+    assert versions["cluster"] == {
+        "talos": "v1.13.9",
+        "kubernetes": "1.33.0",
+        "talosContract": versions["cluster"]["talosContract"],
+    }
+    assert all(versions["machines"][uuid]["talos"] == "v1.13.9" for uuid in machines)
+    assert "--token <redacted> now" in files[f"machines/{cp}/logs.txt"]  # the secret printed earlier
+
+    secrets = secrets_of(site, kubeconfigs, "alpha", machines)
+    leaks = [(name, s[:12]) for name, text in files.items() for s in secrets if s in text]
+    assert leaks == []
+    assert not any("PRIVATE KEY" in text for text in files.values())
+
+    # A Reader of beta gets beta's, without the audit trail, and nothing of alpha.
+    reader = kubeconfigs["beta-reader"]
+    theirs = support_bundle(site, "beta", reader)
+    assert (
+        "audit.yaml" not in theirs
+        and "audit.yaml: the audit trail is for Admins and Support" in theirs["README.txt"]
+    )
+    assert not any(uuid in name for name in theirs for uuid in machines)
+    refused = herder(
+        site,
+        "cluster",
+        "support",
+        "alpha",
+        "-o",
+        str(site.workdir / "no.zip"),
+        kubeconfig=reader,
+        check=False,
+    )
+    assert refused.returncode == 1 and "not found" in refused.stderr
 
 
 def test_a_machines_logs_outlive_its_reset_and_its_destruction(

@@ -1,13 +1,15 @@
 """``herder cluster``: the credentials of a cluster (its kubeconfig, made by the server from the cluster's
 secrets, which users never read themselves, and a talosconfig for herder's Talos API gateway); an etcd
-backup of it now."""
+backup of it now; a support bundle of it."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Annotated
 
@@ -127,3 +129,38 @@ def backup(
         raise fail(f"backup of cluster {name} asked for, not taken within {timeout}s (it still will be)")
 
     out.print(run(work), markup=False)
+
+
+@app.command()
+def support(
+    name: Annotated[str, typer.Argument(help="The cluster's name.")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The zip to write (mode 0600; default: NAME-support.zip).",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """A support bundle of the cluster (Reader and up): its objects, conditions, Events, rollouts and audit
+    entries, each machine's last logs and kernel log, etcd's status and members, the versions of herder,
+    Talos and Kubernetes, and a README.txt of what is inside; no secret herder holds for the cluster."""
+    path = output or Path(f"{name}-support.zip")
+    err.print(f"gathering the support bundle of cluster {name}…", markup=False)
+
+    async def work() -> bytes:
+        async with connect(kubeconfig) as client:
+            return await client.run_action(CLUSTER, name, "support", {}, namespace, timeout=120)
+
+    data = run(work)
+    with one_line_errors():
+        write_private(path, data)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        files = len(archive.namelist())
+    err.print(
+        f"support bundle of cluster {name} written to {path} ({files} files, {len(data)} bytes)", markup=False
+    )

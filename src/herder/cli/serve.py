@@ -126,13 +126,20 @@ TalosListenOption = Annotated[
 ]
 
 
-def object_actions(store: Store, talos: TalosGateway | None = None) -> list[ObjectAction]:
+def object_actions(
+    store: Store, talos: TalosGateway | None = None, logs: MachineLogs | None = None
+) -> list[ObjectAction]:
     """The object actions herder's API serves, made by the controllers' layer: a cluster's credentials
-    (its talosconfig from the Talos API gateway), a backup of it now, and the force release of a machine
-    request."""
+    (its talosconfig from the Talos API gateway), a backup of it now, its support bundle (with the machine
+    logs in ``logs``), and the force release of a machine request."""
     from herder.api.actions import ActionFailed, ObjectAction
     from herder.controllers.backups.requests import BackupRefused
-    from herder.controllers.catalog import backup_requests, cluster_credentials, machine_request_release
+    from herder.controllers.catalog import (
+        backup_requests,
+        cluster_credentials,
+        machine_request_release,
+        support_bundles,
+    )
     from herder.controllers.clusters.credentials import CredentialsUnavailable
     from herder.controllers.provisioning.release import ReleaseRefused
 
@@ -155,6 +162,7 @@ def object_actions(store: Store, talos: TalosGateway | None = None) -> list[Obje
         action("kubeconfig", credentials.kubeconfig),
         action("talosconfig", credentials.talosconfig),
         action("backup", backup_requests(store).request, "application/json"),
+        action("support", support_bundles(store, logs).bundle, "application/zip"),
         action("release", machine_request_release(store), kind="MachineRequest"),
     ]
 
@@ -192,7 +200,7 @@ def _run(
                 background=work,
                 ready=ready,
                 prepare=[lambda store: register_admission(store, controller_options)],
-                actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
+                actions=lambda store: object_actions(store, gateway.talosconfigs(store), logs),
                 services=[gateway.service],
                 ui=web_ui,
                 mounts=[KubeProxy],

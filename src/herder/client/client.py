@@ -348,8 +348,11 @@ class Client:
         action: str,
         options: Mapping[str, Any] | None = None,
         namespace: str | None = None,
+        *,
+        timeout: float | None = None,
     ) -> bytes:
-        """Run an object action (a cluster's ``kubeconfig``…) and return what it answers, as bytes."""
+        """Run an object action (a cluster's ``kubeconfig``…) and return what it answers, as bytes;
+        ``timeout``: seconds to wait for it, if not the client's."""
         info = self.kind(kind)
         path = self.path(info, self._namespace(info, namespace), name, action)
         try:
@@ -357,6 +360,7 @@ class Client:
                 path,
                 content=json.dumps(dict(options or {})).encode(),
                 headers={"Content-Type": "application/json"},
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as err:
             raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None

@@ -39,6 +39,7 @@ from herder.controllers.managed.control_planes import ManagedControlPlaneControl
 from herder.controllers.managed.offerings import OfferingController
 from herder.controllers.managed.replacement import ManagedReplacementController
 from herder.controllers.observability.machine_logs import MachineLogController
+from herder.controllers.observability.support_bundle import SupportBundles
 from herder.controllers.provisioning.admission import ProvisioningAdmission
 from herder.controllers.provisioning.infra_provider import InfraProviderController
 from herder.controllers.provisioning.machine_request_set import MachineRequestSetController
@@ -93,6 +94,11 @@ def cluster_credentials(store: Store, talos: TalosGateway | None = None) -> Clus
 def backup_requests(store: Store) -> BackupRequests:
     """What takes the requests of ``herder cluster backup`` (a Cluster's object action)."""
     return BackupRequests(store)
+
+
+def support_bundles(store: Store, logs: MachineLogs | None) -> SupportBundles:
+    """What makes a cluster's support bundle (the Cluster's ``support`` action)."""
+    return SupportBundles(store, ClusterKeys(store), logs)
 
 
 def machine_request_release(store: Store) -> ForceRelease:
