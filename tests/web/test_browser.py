@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -161,9 +162,17 @@ def test_a_reader_sees_no_action_buttons_and_a_direct_post_is_refused(
     expect(page.get_by_role("link", name="Create cluster")).to_have_count(0)
     page.goto(f"{base}/ui/clusters/web")
     expect(page.locator(".heading .badge")).to_have_text("Ready")
-    # What is left is what a Reader may do: read its talosconfig (Talos's reader role) and the template.
+    # What is left is what a Reader may do: read its talosconfig (Talos's reader role), its support bundle
+    # and the template.
     buttons = sorted(page.locator("main button").all_inner_texts())
-    assert buttons == ["Download talosconfig", "Export template"], buttons
+    assert buttons == ["Download support bundle", "Download talosconfig", "Export template"], buttons
+    with page.expect_download() as downloading:
+        page.get_by_role("button", name="Download support bundle").click()
+    download = downloading.value
+    assert download.suggested_filename == "web-support.zip"
+    with zipfile.ZipFile(download.path()) as bundle:
+        readme = bundle.read("README.txt").decode()
+    assert readme.startswith("Support bundle of cluster default/web") and "role Reader" in readme
     expect(page.get_by_role("link", name="Delete cluster…")).to_have_count(0)
     page.goto(f"{base}/ui/machines")
     expect(page.locator("main button")).to_have_count(0)
