@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -55,11 +54,6 @@ def _flag(request: Request, name: str) -> bool:
     if raw not in ("true", "false", "1", "0", ""):
         raise ApiError(400, f"{name}: expected true or false, not {raw!r}")
     return raw in ("true", "1")
-
-
-def _stamp(at: float) -> str:
-    moment = datetime.fromtimestamp(at, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond:06d}Z"
 
 
 def routes(store: Store, policy: HerderPolicy, logs: MachineLogs) -> list[Route]:
@@ -130,8 +124,7 @@ async def _serve(
     prefixed = sources is None
 
     def line(entry: LogEntry) -> str:
-        text = f"{entry.source}: {entry.text}" if prefixed else entry.text
-        return f"{_stamp(entry.at)} {text}\n" if timestamps else f"{text}\n"
+        return entry.line(prefixed=prefixed, timestamps=timestamps)
 
     if not follow:
         entries = await asyncio.to_thread(

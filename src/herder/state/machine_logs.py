@@ -35,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,15 @@ class LogEntry:
     source: str
     text: str
     scope: LogScope
+
+    def line(self, *, prefixed: bool, timestamps: bool) -> str:
+        """The entry as one line of text: led by the RFC 3339 time herder received it (``timestamps``)
+        and by ``SERVICE: `` (``prefixed``: a line among several services')."""
+        text = f"{self.source}: {self.text}" if prefixed else self.text
+        if not timestamps:
+            return text + "\n"
+        moment = datetime.fromtimestamp(self.at, UTC)
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond:06d}Z {text}\n"
 
 
 Allowed = Callable[[LogScope], bool]

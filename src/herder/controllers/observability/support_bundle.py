@@ -50,7 +50,7 @@ from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
 from herder.resources.kubernetes import EVENT
 from herder.resources.machines import CLUSTER_LABEL, MACHINE
 from herder.resources.provisioning import MACHINE_REQUEST, MACHINE_REQUEST_SET, MACHINE_REQUEST_SET_LABEL
-from herder.state.machine_logs import KERNEL, LogEntry, LogScope, MachineLogs
+from herder.state.machine_logs import KERNEL, LogScope, MachineLogs
 from herder.state.store import Store
 from herder.talos.machine import MachineAPIError
 from herder.talos.machine.pool import ClientPool
@@ -71,11 +71,6 @@ def _sees_hidden(role: str) -> bool:
 
 def _yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
-
-
-def _stamp(at: float) -> str:
-    moment = datetime.fromtimestamp(at, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond:06d}Z"
 
 
 @dataclass
@@ -222,7 +217,8 @@ class SupportBundles:
                     namespace, machine.name, allowed=allowed, sources=sources, tail=LOG_LINES
                 )
                 bundle.add(
-                    f"machines/{machine.name}/{name}", "".join(_log_line(e, sources is None) for e in entries)
+                    f"machines/{machine.name}/{name}",
+                    "".join(e.line(prefixed=sources is None, timestamps=True) for e in entries),
                 )
 
     async def _etcd(self, bundle: _Bundle, view: ClusterSecretsView, objects: list[Resource]) -> None:
@@ -313,11 +309,6 @@ def _plain(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return [_plain(v) for v in data]
     return data
-
-
-def _log_line(entry: LogEntry, prefixed: bool) -> str:
-    text = f"{entry.source}: {entry.text}" if prefixed else entry.text
-    return f"{_stamp(entry.at)} {text}\n"
 
 
 def _conditions(objects: list[Resource]) -> str:
