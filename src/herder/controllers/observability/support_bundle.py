@@ -122,12 +122,14 @@ class SupportBundles:
         managed = CLUSTER.spec_of(cluster, ClusterSpec).managed is not None
         if view is None:
             bundle.missing.append("etcd, kubernetes: the cluster has no secrets yet")
-        elif managed and not _sees_hidden(role):
-            bundle.missing.append("etcd: the control plane is managed by the platform (Support only)")
         else:
-            await self._etcd(bundle, view, objects)
-        if view is not None:
-            await self._kubernetes(bundle, view, cluster)
+            # Asked of the cluster now, at once: a machine that does not answer costs one timeout.
+            asked = [self._kubernetes(bundle, view, cluster)]
+            if managed and not _sees_hidden(role):
+                bundle.missing.append("etcd: the control plane is managed by the platform (Support only)")
+            else:
+                asked.append(self._etcd(bundle, view, objects))
+            await asyncio.gather(*asked)
         bundle.add("versions.yaml", _yaml(_versions(cluster, objects)))
         bundle.add("README.txt", _readme(cluster, user, role, bundle))
         return await asyncio.to_thread(bundle.zip)
