@@ -7,17 +7,15 @@ the controllers' own declarations; ``--markdown`` prints ``docs/controllers.md``
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from herder.controllers.catalog import ControllerOptions, controllers, replica_controllers
+from herder.controllers.catalog import ControllerOptions, listed_controllers
 from herder.resources.catalog import herder_registry
 from herder.runtime.describe import inputs, markdown, output_lines
-from herder.state.machine_logs import MachineLogs
 from herder.state.memory import MemoryBackend
 from herder.state.store import Store
 
@@ -31,9 +29,7 @@ def list_controllers(
     as_markdown: Annotated[bool, typer.Option("--markdown", help="Print docs/controllers.md.")] = False,
 ) -> None:
     """Every controller with its primary kind, inputs and outputs (who writes which status field)."""
-    store, options = Store(MemoryBackend(), herder_registry()), ControllerOptions()
-    # Nothing is written to the logs' folder: the controllers are only listed.
-    running = [*controllers(store, options), *replica_controllers(store, options, MachineLogs(Path("/")))]
+    running = listed_controllers(Store(MemoryBackend(), herder_registry()), ControllerOptions())
     if as_markdown:
         typer.echo(markdown(running), nl=False)
         return

@@ -154,3 +154,9 @@ def replica_controllers(store: Store, options: ControllerOptions, logs: MachineL
     """The controllers every replica runs, leader or not (``herder.runtime.replica``): they write nothing
     to the store, only to the replica's own data directory — the machine logs it follows."""
     return [MachineLogController(logs, ClusterKeys(store), clients=ClientPool(dialer=options.dialer, keep=0))]
+
+
+def listed_controllers(store: Store, options: ControllerOptions) -> list[Controller]:
+    """Every controller herder runs, the leader's and each replica's, to be listed (``herder debug
+    controllers``, docs/controllers.md): the replicas' are given no logs folder they would write to."""
+    return [*controllers(store, options), *replica_controllers(store, options, MachineLogs(Path("/")))]
