@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup etcd chromium oidc-provider protos
+.PHONY: run test lint setup etcd chromium oidc-provider promtool protos
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,13 @@ oidc-provider: setup
 	  || echo "warning: could not install npm; single sign-on tests will be skipped" >&2; }
 	@$(VENV)/bin/python -m tests.sso.provider
 
+# The alerting rules' checks (deploy/prometheus) need Debian's promtool, of the prometheus package; install it
+# when it is missing (its server is not started).
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null \
+	  || echo "warning: could not install prometheus (promtool); the alerting rules' checks will be skipped" >&2; }
+
 run: setup
 	$(VENV)/bin/herder demo
 
@@ -45,7 +52,7 @@ lint: setup
 # The 20 slowest tests are listed at the end: the suite has a 10-minute budget on 2 cores.
 # herder's own modules are compiled once before the suite: every server, emulator and CLI the tests start
 # imports them, and where PYTHONDONTWRITEBYTECODE is set each would compile them again.
-test: setup etcd chromium oidc-provider lint
+test: setup etcd chromium oidc-provider promtool lint
 	$(VENV)/bin/python -m compileall -q src >/dev/null
 	$(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=20
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -161,9 +162,18 @@ def test_a_reader_sees_no_action_buttons_and_a_direct_post_is_refused(
     expect(page.get_by_role("link", name="Create cluster")).to_have_count(0)
     page.goto(f"{base}/ui/clusters/web")
     expect(page.locator(".heading .badge")).to_have_text("Ready")
-    # What is left is what a Reader may do: read its talosconfig (Talos's reader role) and the template.
+    # What is left is what a Reader may do: read its talosconfig (Talos's reader role), its support bundle
+    # and the template.
     buttons = sorted(page.locator("main button").all_inner_texts())
-    assert buttons == ["Download talosconfig", "Export template"], buttons
+    assert buttons == ["Download support bundle", "Download talosconfig", "Export template"], buttons
+    # The bundle asks the cluster's machines and Kubernetes API: on a busy machine it takes a while.
+    with page.expect_download(timeout=90_000) as downloading:
+        page.get_by_role("button", name="Download support bundle").click()
+    download = downloading.value
+    assert download.suggested_filename == "web-support.zip"
+    with zipfile.ZipFile(download.path()) as bundle:
+        readme = bundle.read("README.txt").decode()
+    assert readme.startswith("Support bundle of cluster default/web") and "role Reader" in readme
     expect(page.get_by_role("link", name="Delete cluster…")).to_have_count(0)
     page.goto(f"{base}/ui/machines")
     expect(page.locator("main button")).to_have_count(0)
@@ -180,6 +190,32 @@ def test_a_reader_sees_no_action_buttons_and_a_direct_post_is_refused(
         page.goto(f"{base}{path}")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
     screenshot(page, "cluster-phone")
+
+
+def test_a_machines_page_shows_its_logs_and_follows_them_live(
+    site: Site, tokens: dict[str, str], page: Page
+) -> None:
+    base = site.server.url
+    sign_in(page, base, tokens["Reader"])
+    page.goto(f"{base}/ui/clusters/web")
+    link = page.locator("article.set tbody th a").first
+    uuid = link.inner_text()
+    link.click()
+    page.wait_for_url(re.compile(rf".*/ui/machines/{uuid}$"))
+    log = page.locator("#machine-log")
+    expect(log).to_contain_text("kubelet: ")  # what herder kept of every service
+    page.evaluate("window.__notReloaded = true")
+    emu(site, "log", uuid, "kubelet", "a line printed while the page is open")
+    expect(log).to_contain_text("a line printed while the page is open", timeout=15_000)
+    assert page.evaluate("window.__notReloaded") is True
+    screenshot(page, "machine")
+    page.locator("#source").select_option("dmesg")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("#machine-log")).to_contain_text("Linux version")
+    expect(page.locator("#machine-log")).not_to_contain_text("kubelet: ")
+    # A page a stream cannot be asked for with a made-up log name.
+    answer = page.request.get(f"{base}/ui/machines/{uuid}/log?source=../etc")
+    assert answer.status == 400 and "source" in answer.text()
 
 
 def test_a_read_only_machine_says_why_nothing_can_be_done(

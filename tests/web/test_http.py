@@ -151,6 +151,44 @@ async def test_hidden_objects_never_reach_a_page_below_support(
         assert (await ui.page("/controlplanes")).status_code == 200
 
 
+async def test_a_hidden_machines_page_and_log_are_not_found_as_if_it_never_was(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    machines = "/apis/herder.dev/v1alpha1/namespaces/default/machines"
+    async with server.http(tokens["Support"]) as support:
+        body = {
+            "apiVersion": "herder.dev/v1alpha1",
+            "kind": "Machine",
+            "metadata": {"name": "herder-hidden-m", "labels": {"herder.dev/hidden": "true"}},
+            "spec": {"endpoint": "127.0.0.1:9"},
+        }
+        assert (await support.post(machines, json=body)).status_code == 201
+    async with Ui(server) as ui:
+        await ui.login(tokens["Admin"])
+        hidden, never = await ui.page("/machines/herder-hidden-m"), await ui.page("/machines/herder-never-m")
+        assert hidden.status_code == never.status_code == 404
+        assert hidden.text.replace("herder-hidden-m", "X") == never.text.replace("herder-never-m", "X")
+
+        async def ended(name: str) -> list[str]:
+            async with ui.http.stream("GET", f"/machines/{name}/log") as stream:
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                events = []
+                async for line in stream.aiter_lines():
+                    if line.startswith(("event: ", "data: ")):
+                        events.append(line.replace(name, "X"))
+                        if line.startswith("data: "):
+                            return events
+            return events
+
+        assert await ended("herder-hidden-m") == await ended("herder-never-m")
+        assert (await ended("herder-never-m"))[0] == "event: ended"
+        assert (await ui.page("/machines/herder-never-m?source=%2E%2E%2Fx")).status_code == 400
+    async with Ui(server) as ui:
+        await ui.login(tokens["Support"])
+        shown = await ui.page("/machines/herder-hidden-m")
+        assert shown.status_code == 200 and 'id="machine-log"' in shown.text
+
+
 @pytest.mark.usefixtures("objects")
 async def test_live_updates_stream_visible_changes_only(server: Server, tokens: dict[str, str]) -> None:
     async with Ui(server) as ui:

@@ -7,13 +7,15 @@ subresource through which ServiceAccounts and Users get bearer tokens.
 
 People sign in through ``herder.api.sign_in`` (``/auth/…``).
 
-``GET /metrics`` serves the Prometheus metrics (store writes, reconciles, queue depths) to Admin and
-Support.
+``GET /metrics`` serves the Prometheus metrics (store writes, reconciles, queue depths, and what each
+``scrape`` source computes from the store as it is scraped: the clusters' health) to Admin and Support.
+
+With ``machine_logs``, the machine logs herder keeps are served too (``herder.api.machine_logs``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -25,6 +27,7 @@ from starlette.routing import Mount, Route
 
 from herder.api import sign_in, tokens
 from herder.api.actions import ObjectAction, action_routes
+from herder.api.machine_logs import routes as log_routes
 from herder.api.policy import HerderPolicy
 from herder.api.roles import TOKEN_SUBRESOURCE
 from herder.api.self_reviews import ACCESS_PATH, AccessView, HerderReviews
@@ -35,9 +38,13 @@ from herder.krm.reviews import PATHS as REVIEW_PATHS
 from herder.krm.status import ApiError, api_error, causes_of, invalid
 from herder.resources.configuration import GROUP, VERSION
 from herder.state.errors import NotFound
+from herder.state.machine_logs import MachineLogs
 from herder.state.store import Store
 
 METRICS_ROLES = frozenset({"Admin", "Support"})
+
+# Brings metrics computed from the store up to date before a scrape answers.
+Scrape = Callable[[], Awaitable[None]]
 
 _SUBJECTS = {info.plural: info for info, _ in tokens.SUBJECT_KINDS.values()}
 
@@ -64,6 +71,8 @@ def build_app(
     actions: Sequence[ObjectAction] = (),
     *,
     max_body_bytes: int = krm.MAX_BODY_BYTES,
+    machine_logs: MachineLogs | None = None,
+    scrape: Sequence[Scrape] = (),
 ) -> Starlette:
     """The whole API of ``store``'s kinds; ``policy`` authenticates, authorizes and audits; ``actions``
     are the object actions the composition root gives in (see ``herder.api.actions``).
@@ -123,6 +132,8 @@ def build_app(
                 raise Denied(f"{who.role} may not read the server's metrics")
         except Exception as exc:
             return api_error(exc).response()
+        for refresh in scrape:
+            await refresh()
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     api = krm.build_app(store.registry, store, policy, max_body_bytes=max_body_bytes)
@@ -139,6 +150,7 @@ def build_app(
                 methods=["POST"],
             ),
             *action_routes(store.registry, store, policy, actions),
+            *(log_routes(store, policy, machine_logs) if machine_logs is not None else ()),
             Mount("", app=api),
         ]
     )

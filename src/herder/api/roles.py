@@ -173,7 +173,8 @@ POLICY: dict[str, Rule] = {
         delete="Operator",
         # kubeconfig: break glass, the cluster's own admin credentials (users reach clusters through
         # herder's Kubernetes proxy with their herder credentials).
-        actions={"kubeconfig": "Admin", "talosconfig": "Reader", "backup": "Operator"},
+        # support: a zip of the cluster as the caller sees it (herder cluster support).
+        actions={"kubeconfig": "Admin", "talosconfig": "Reader", "backup": "Operator", "support": "Reader"},
     ),
     # etcd backups: stores are an Admin's (S3 credentials); herder writes the backups, which outlive
     # their cluster until an Admin deletes them, and keeps each cluster's backup key sealed.

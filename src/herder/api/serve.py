@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herder.api import cluster_access, tokens
 from herder.api.actions import ObjectAction
-from herder.api.app import build_app
+from herder.api.app import Scrape, build_app
 from herder.api.audit import AuditLog
 from herder.api.audit_retention import AuditPruner, Retention
 from herder.api.cluster_access import AccessPolicies
@@ -50,6 +50,7 @@ from herder.resources.access import SERVICE_ACCOUNT
 from herder.resources.catalog import herder_registry
 from herder.state.encryption import read_key_file
 from herder.state.errors import AlreadyExists
+from herder.state.machine_logs import MachineLogs
 from herder.state.store import SYSTEM, Store
 from herder.state.url import KEY_FILE, open_store
 
@@ -100,6 +101,8 @@ class Mounted(Protocol):
 
 # Makes a mounted app from the server's store, policy and audit trail.
 MountFactory = Callable[[Store, HerderPolicy, AuditLog], Mounted]
+# Makes what brings metrics computed from the store up to date before each scrape of /metrics.
+ScrapeFactory = Callable[[Store], Scrape]
 
 
 class _Connections(TakeoverProtocol):
@@ -320,9 +323,11 @@ async def serve(
     services: Sequence[ServiceFactory] = (),
     ui: UiFactory | None = None,
     mounts: Sequence[MountFactory] = (),
+    machine_logs: MachineLogs | None = None,
+    scrape: Sequence[ScrapeFactory] = (),
 ) -> None:
     """Serve until SIGTERM or SIGINT, then stop the server, the services beside it and the background
-    work, and close the store."""
+    work, and close the store (and ``machine_logs``, which the API serves and background work fills)."""
     host, port = parse_listen(options.listen)
     # A key file given is checked before anything is made: a bad one is a one-line error.
     key = read_key_file(options.encryption_key_file) if options.encryption_key_file else None
@@ -367,6 +372,8 @@ async def serve(
             policy,
             actions(store) if actions else (),
             max_body_bytes=options.max_body_bytes or MAX_BODY_BYTES,
+            machine_logs=machine_logs,
+            scrape=[make(store) for make in scrape],
         )
         if ui is not None:
             app = with_ui(app, policy, ui)
@@ -427,6 +434,8 @@ async def serve(
             await asyncio.gather(*tasks, return_exceptions=True)
         await rules.stop()
         audit.close()
+        if machine_logs is not None:
+            machine_logs.close()
         await store.close()
         if provider is not None:
             await provider.close()

@@ -9,7 +9,9 @@ printed apart), each cluster is created with
 a control plane set listing 3 machines and a worker set listing 2. The clock runs from the first
 cluster's creation until every Cluster's ``Ready`` condition is True. Prints that time, the RSS of the
 server and of the emulator, and the store writes and reconciles per machine the clusters cost (counted
-from the server's own metrics, registration excluded).
+from the server's own metrics, registration excluded), and the CPU time both processes used while the
+clusters formed and then, idle, over ``--idle`` seconds of a formed fleet (what following the machines
+costs at rest).
 """
 
 from __future__ import annotations
@@ -114,6 +116,12 @@ class Server:
                     await client.close()
             await asyncio.sleep(0.2)
         raise TimeoutError("herder serve did not come up")
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU time the server has used so far."""
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_mib(self) -> float:
         assert self.process is not None
@@ -324,9 +332,14 @@ def emit_costs(
     emit(f"{name}_reconciles_per_machine", sum(reconciles.values()), "reconciles", by_controller=reconciles)
 
 
-async def run(clusters: int, timeout: float) -> None:
+def _cpu(site: Fleet) -> tuple[float, float]:
+    return site.server.cpu_seconds(), site.emulator.cpu_seconds()
+
+
+async def run(clusters: int, timeout: float, idle: float = 30.0) -> None:
     async with fleet("herder-bench-clusters-", clusters, timeout) as site:
         before = await site.counters()
+        cpu_before = _cpu(site)
         started = time.monotonic()
         created: list[Resource] = []
         sets: list[Resource] = []
@@ -359,6 +372,7 @@ async def run(clusters: int, timeout: float) -> None:
             f"{clusters} clusters Ready", time.monotonic() + timeout, lambda: all_ready(site.client, clusters)
         )
         elapsed = time.monotonic() - started
+        cpu_ready = _cpu(site)
         emit(
             "clusters_until_all_ready",
             elapsed,
@@ -371,6 +385,13 @@ async def run(clusters: int, timeout: float) -> None:
         emit("clusters_server_rss", site.server.rss_mib(), "MiB", clusters=clusters)
         emit("clusters_emulator_rss", site.emulator.rss_mib(), "MiB", machines=len(site.uuids))
         emit_costs("clusters", site, before, await site.counters(), goal_max=40)
+        emit("clusters_server_cpu", cpu_ready[0] - cpu_before[0], "s", clusters=clusters)
+        emit("clusters_emulator_cpu", cpu_ready[1] - cpu_before[1], "s", machines=len(site.uuids))
+        if idle > 0:
+            resting = _cpu(site)
+            await asyncio.sleep(idle)
+            for who, at, end in zip(("server", "emulator"), resting, _cpu(site), strict=True):
+                emit(f"clusters_idle_{who}_cpu", 100 * (end - at) / idle, "%", seconds=idle)
 
 
 def main(argv: list[str]) -> int:
@@ -379,6 +400,9 @@ def main(argv: list[str]) -> int:
         "--clusters", type=int, default=100, help="clusters of 3 control planes and 2 workers"
     )
     parser.add_argument("--timeout", type=float, default=600, help="seconds to give up after")
+    parser.add_argument(
+        "--idle", type=float, default=30, help="seconds the formed fleet is left idle, its CPU measured"
+    )
     args = parser.parse_args(argv)
-    asyncio.run(run(args.clusters, args.timeout))
+    asyncio.run(run(args.clusters, args.timeout, args.idle))
     return 0

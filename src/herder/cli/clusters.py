@@ -1,12 +1,14 @@
 """``herder cluster``: the credentials of a cluster (its kubeconfig, made by the server from the cluster's
 secrets, which users never read themselves, and a talosconfig for herder's Talos API gateway); an etcd
-backup of it now."""
+backup of it now; a support bundle of it."""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Annotated
 
@@ -142,3 +144,36 @@ def backup(
                 return
             time.sleep(0.5)
     raise fail(f"backup of cluster {name} asked for, not taken within {timeout}s (it still will be)")
+
+
+@app.command()
+def support(
+    name: Annotated[str, typer.Argument(help="The cluster's name.")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The zip to write (mode 0600; default: NAME-support.zip).",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """A support bundle of the cluster (Reader and up): its objects, conditions, Events, rollouts and audit
+    entries, each machine's last logs and kernel log, etcd's status and members, the versions of herder,
+    Talos and Kubernetes, and a README.txt of what is inside; no secret herder holds for the cluster."""
+    path = output or Path(f"{name}-support.zip")
+    typer.echo(f"gathering the support bundle of cluster {name}…", err=True)
+    # The bundle asks the cluster's machines, etcd and Kubernetes now: it may take a while.
+    with one_line_failures(), connect_rest(kubeconfig, timeout=120) as rest:
+        cluster = rest.kind("clusters")
+        data = rest.raw("POST", cluster.path(namespace, name, "support"), body={}, accept="application/zip")
+    with one_line_errors():
+        write_private(path, data)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        files = len(archive.namelist())
+    typer.echo(
+        f"support bundle of cluster {name} written to {path} ({files} files, {len(data)} bytes)", err=True
+    )

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from herder.controllers.catalog import ControllerOptions, controllers
+from herder.controllers.catalog import ControllerOptions, listed_controllers
 from herder.resources.catalog import herder_registry
 from herder.runtime.describe import inputs, markdown, output_lines
 from herder.state.memory import MemoryBackend
@@ -29,7 +29,7 @@ def list_controllers(
     as_markdown: Annotated[bool, typer.Option("--markdown", help="Print docs/controllers.md.")] = False,
 ) -> None:
     """Every controller with its primary kind, inputs and outputs (who writes which status field)."""
-    running = controllers(Store(MemoryBackend(), herder_registry()), ControllerOptions())
+    running = listed_controllers(Store(MemoryBackend(), herder_registry()), ControllerOptions())
     if as_markdown:
         typer.echo(markdown(running), nl=False)
         return

@@ -266,6 +266,22 @@ def power(
     typer.echo(json.dumps({"uuid": result["uuid"], "power": result["power"], "stage": result["stage"]}))
 
 
+@app.command("log")
+def log_line(
+    machine: Annotated[str, typer.Argument(help="Machine uuid, address or hostname.", show_default=False)],
+    service: Annotated[
+        str, typer.Argument(help="The service that prints it (kubelet, etcd…).", show_default=False)
+    ],
+    line: Annotated[str, typer.Argument(help="What it prints.", show_default=False)],
+    url: UrlOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Make a service of a machine print a line in its log, as the service writes its lines (a
+    misbehaving program printing a secret, to see herder keep it redacted)."""
+    path = f"/machines/{machine}/logs"
+    _request("POST", _base_url(url, data_dir), path, {"service": service, "line": line})
+
+
 @app.command("cloud-fault")
 def cloud_fault(
     operation: Annotated[

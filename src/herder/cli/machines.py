@@ -1,9 +1,11 @@
-"""``herder machine``: register Talos machines by their endpoints, and let a machine go for good."""
+"""``herder machine``: register Talos machines by their endpoints, let a machine go for good, and read the
+logs herder keeps of each (its services' and its kernel's), also of a machine reset or gone."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -21,7 +23,7 @@ from herder.resources.machines import (
 )
 from herder.resources.status import find_condition
 
-app = typer.Typer(help="Machines: register them, and release them.", no_args_is_help=True)
+app = typer.Typer(help="Machines: register them, release them, read their logs.", no_args_is_help=True)
 
 NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the machines.")]
 
@@ -111,3 +113,109 @@ def release(
 
     run(work)
     out.print(f"machine/{uuid} released without a reset", markup=False)
+
+
+FollowOption = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines as they come.")]
+TailOption = Annotated[
+    int | None, typer.Option("--tail", min=0, help="Only the last N lines (then new ones, with -f).")
+]
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="Only lines herder received in the last DURATION (30s, 5m, 1h30m).",
+        show_default=False,
+    ),
+]
+TimestampsOption = Annotated[
+    bool, typer.Option("--timestamps", help="Lead each line with the time herder received it.")
+]
+
+
+def _since(text: str | None) -> int | None:
+    if text is None:
+        return None
+    from herder.resources.backups import duration_seconds
+
+    try:
+        return max(0, round(duration_seconds(text)))
+    except ValueError as exc:
+        raise fail(f"--since: {exc}") from None
+
+
+def _print_log(
+    uuid: str,
+    namespace: str,
+    kubeconfig: Path | None,
+    *,
+    service: str | None = None,
+    kernel: bool = False,
+    follow: bool,
+    tail: int | None,
+    since: str | None,
+    timestamps: bool,
+) -> None:
+    since_seconds = _since(since)
+
+    async def work() -> None:
+        async with connect(kubeconfig) as client:
+            async for line in client.machine_log(
+                uuid,
+                namespace,
+                service=service,
+                kernel=kernel,
+                follow=follow,
+                tail=tail,
+                since_seconds=since_seconds,
+                timestamps=timestamps,
+            ):
+                typer.echo(line)
+
+    run(work)
+
+
+@app.command()
+def logs(
+    uuid: Annotated[str, typer.Argument(help="The machine's UUID.")],
+    service: Annotated[
+        str | None,
+        typer.Argument(
+            help="The service (kubelet, etcd, machined…); every service's when left out.", show_default=False
+        ),
+    ] = None,
+    follow: FollowOption = False,
+    tail: TailOption = None,
+    since: SinceOption = None,
+    timestamps: TimestampsOption = False,
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Print the service logs herder keeps of a machine (Reader of its cluster): what it followed through
+    the Talos API while connected, kept across reboots and resets and after the machine is gone. Without
+    SERVICE every service's lines, each led by its name."""
+    _print_log(
+        uuid,
+        namespace,
+        kubeconfig,
+        service=service,
+        follow=follow,
+        tail=tail,
+        since=since,
+        timestamps=timestamps,
+    )
+
+
+@app.command()
+def dmesg(
+    uuid: Annotated[str, typer.Argument(help="The machine's UUID.")],
+    follow: FollowOption = False,
+    tail: TailOption = None,
+    since: SinceOption = None,
+    timestamps: TimestampsOption = False,
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Print the kernel log herder keeps of a machine (Reader of its cluster), kept as its logs are."""
+    _print_log(
+        uuid, namespace, kubeconfig, kernel=True, follow=follow, tail=tail, since=since, timestamps=timestamps
+    )

@@ -46,7 +46,7 @@ COMMANDS: dict[str, Lazy] = {
         "herder.cli.audit", "audit_events", "Show recent audit events (readable by Admin and Support)."
     ),
     "cluster": Lazy("herder.cli.clusters", "app", "Clusters: their credentials, templates and operations."),
-    "machine": Lazy("herder.cli.machines", "app", "Machines: register them, and release them."),
+    "machine": Lazy("herder.cli.machines", "app", "Machines: register them, release them, read their logs."),
     "emu": Lazy("herder.cli.emu", "app", "The Talos emulator: many emulated Talos machines in one process."),
     "infraprovider": Lazy("herder.cli.infraproviders", "app", "Infra providers: register them, run them."),
     "machinerequest": Lazy(

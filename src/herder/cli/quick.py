@@ -43,6 +43,7 @@ def discovery_cache() -> Path:
     return Path(home) / "herder" / "discovery"
 
 
-def connect_rest(kubeconfig: Path | None) -> Rest:
-    """A connection to the server of the kubeconfig found by the usual precedence."""
-    return Rest(load(kubeconfig_path(kubeconfig)), discovery_cache=discovery_cache())
+def connect_rest(kubeconfig: Path | None, *, timeout: float = 30.0) -> Rest:
+    """A connection to the server of the kubeconfig found by the usual precedence; ``timeout``: how long
+    an answer may take."""
+    return Rest(load(kubeconfig_path(kubeconfig)), timeout=timeout, discovery_cache=discovery_cache())

@@ -48,10 +48,12 @@ from herder.state.store import SYSTEM, Store
 
 if TYPE_CHECKING:
     from herder.api.actions import ActionHandler, ObjectAction
-    from herder.api.serve import Background, BackgroundFactory, Ready, ServeOptions
+    from herder.api.app import Scrape
+    from herder.api.serve import Background, BackgroundFactory, Ready, ScrapeFactory, ServeOptions
     from herder.controllers.backups.policy import BackupPolicy
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.credentials import TalosGateway
+    from herder.state.machine_logs import MachineLogs
 
 
 def controller_manager(options: ControllerOptions) -> BackgroundFactory:
@@ -77,6 +79,42 @@ def controller_manager(options: ControllerOptions) -> BackgroundFactory:
 
 log = logging.getLogger("herder.serve")
 
+
+def cluster_metrics(options: ServeOptions, controller_options: ControllerOptions) -> ScrapeFactory:
+    """The metrics of clusters computed from the store at each scrape of /metrics, with the expiry of
+    herder's own certificates (its API's and its Talos API gateway's)."""
+
+    def make(store: Store) -> Scrape:
+        from herder.api.tls import CA_CERT, SERVING_CERT
+        from herder.controllers.observability.cluster_metrics import install
+        from herder.talos_gateway.authority import PREFIX as GATEWAY
+
+        data = options.data_dir
+        certificates = [
+            ("herder-api", options.tls_cert or data / SERVING_CERT),
+            ("herder-ca", data / CA_CERT),
+            ("herder-talos-gateway", data / f"{GATEWAY}{SERVING_CERT}"),
+            ("herder-talos-gateway-ca", data / f"{GATEWAY}{CA_CERT}"),
+        ]
+        return install(store, controller_options.backup_policy, certificates).refresh
+
+    return make
+
+
+def replica_work(options: ControllerOptions, logs: MachineLogs) -> BackgroundFactory:
+    """What every replica runs beside the API whoever leads: the machine log collector."""
+
+    def make(store: Store) -> Background:
+        from herder.controllers.catalog import replica_controllers
+        from herder.runtime.replica import EveryReplica
+
+        return EveryReplica(store, replica_controllers(store, options, logs))
+
+    return make
+
+
+MACHINE_LOGS = "machine-logs"
+"""The folder of the data directory where the machine logs this replica follows are kept."""
 DEMO_DIR = Path(".herder-demo")
 DEMO_ENDPOINTS = "127.0.0.1:7000-7099"
 DEMO_PROVIDER = "emulator"
@@ -116,13 +154,20 @@ TalosListenOption = Annotated[
 ]
 
 
-def object_actions(store: Store, talos: TalosGateway | None = None) -> list[ObjectAction]:
+def object_actions(
+    store: Store, talos: TalosGateway | None = None, logs: MachineLogs | None = None
+) -> list[ObjectAction]:
     """The object actions herder's API serves, made by the controllers' layer: a cluster's credentials
-    (its talosconfig from the Talos API gateway), a backup of it now, and the force release of a machine
-    request."""
+    (its talosconfig from the Talos API gateway), a backup of it now, its support bundle (with the machine
+    logs in ``logs``), and the force release of a machine request."""
     from herder.api.actions import ActionFailed, ObjectAction
     from herder.controllers.backups.requests import BackupRefused
-    from herder.controllers.catalog import backup_requests, cluster_credentials, machine_request_release
+    from herder.controllers.catalog import (
+        backup_requests,
+        cluster_credentials,
+        machine_request_release,
+        support_bundles,
+    )
     from herder.controllers.clusters.credentials import CredentialsUnavailable
     from herder.controllers.provisioning.release import ReleaseRefused
 
@@ -145,6 +190,7 @@ def object_actions(store: Store, talos: TalosGateway | None = None) -> list[Obje
         action("kubeconfig", credentials.kubeconfig),
         action("talosconfig", credentials.talosconfig),
         action("backup", backup_requests(store).request, "application/json"),
+        action("support", support_bundles(store, logs).bundle, "application/zip"),
         action("release", machine_request_release(store), kind="MachineRequest"),
     ]
 
@@ -156,6 +202,7 @@ def _run(
     background: Sequence[BackgroundFactory] = (),
     talos_listen: str | None = None,
     around: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+    machine_log_bytes: int | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT; ``around`` is started before the server and stopped after it (the
     demo's emulator), so that a failure to start it ends the start."""
@@ -166,14 +213,16 @@ def _run(
     from herder.api.serve import serve
     from herder.controllers.catalog import register_admission
     from herder.kube_proxy.proxy import KubeProxy
+    from herder.state.machine_logs import DEFAULT_BUDGET, MachineLogs
     from herder.talos_gateway.gateway import TalosGateway
     from herder.web.app import build as web_ui
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # A line per request drowns what matters: the web UI makes one per API call it serves a page with.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    work = [controller_manager(controller_options), *background]
     try:
+        logs = MachineLogs(options.data_dir / MACHINE_LOGS, machine_log_bytes or DEFAULT_BUDGET)
+        work = [controller_manager(controller_options), replica_work(controller_options, logs), *background]
         gateway = TalosGateway(
             options.data_dir, gateway_listen, support=options.support_token_file is not None
         )
@@ -199,10 +248,12 @@ def _run(
                     background=work,
                     ready=started,
                     prepare=[lambda store: register_admission(store, controller_options)],
-                    actions=lambda store: object_actions(store, gateway.talosconfigs(store)),
+                    actions=lambda store: object_actions(store, gateway.talosconfigs(store), logs),
                     services=[gateway.service],
                     ui=web_ui,
                     mounts=[KubeProxy],
+                    machine_logs=logs,
+                    scrape=[cluster_metrics(options, controller_options)],
                 )
 
         asyncio.run(main())
@@ -323,6 +374,16 @@ def serve_command(
             "managed cluster, which its users cannot change or turn off.",
         ),
     ] = "1h:24",
+    machine_log_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--machine-log-bytes",
+            min=256 * 1024,
+            help="Bytes of logs (its services' and its kernel's) kept per machine; the oldest go first "
+            "(default: 5 MiB). In DATA_DIR/machine-logs, of every machine herder follows.",
+            show_default=False,
+        ),
+    ] = None,
     provider: Annotated[
         list[str] | None,
         typer.Option(
@@ -389,6 +450,7 @@ def serve_command(
         ),
         background=providers(options.data_dir, provider or []),
         talos_listen=talos_listen,
+        machine_log_bytes=machine_log_bytes,
     )
 
 

@@ -289,6 +289,58 @@ class Client:
             status.get("expirationTimestamp"),
         )
 
+    async def machine_log(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        service: str | None = None,
+        kernel: bool = False,
+        follow: bool = False,
+        tail: int | None = None,
+        since_seconds: int | None = None,
+        timestamps: bool = False,
+    ) -> AsyncIterator[str]:
+        """The lines of a machine's logs herder keeps (``kernel``: its kernel log; else ``service``'s, or
+        every service's, each line led by ``SERVICE: ``), as they stream; with ``follow`` new ones too
+        until the caller stops."""
+        info = self.kind("Machine")
+        path = self.path(info, self._namespace(info, namespace), name, "dmesg" if kernel else "log")
+        params = {
+            key: value
+            for key, value in (
+                ("service", service),
+                ("follow", "true" if follow else None),
+                ("tailLines", str(tail) if tail is not None else None),
+                ("sinceSeconds", str(since_seconds) if since_seconds is not None else None),
+                ("timestamps", "true" if timestamps else None),
+            )
+            if value is not None
+        }
+        request = self._http.build_request(
+            "GET",
+            path,
+            params=params,
+            headers={"Accept": "text/plain"},
+            timeout=None if follow else httpx.USE_CLIENT_DEFAULT,
+        )
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.HTTPError as err:
+            raise TransportError(f"cannot reach {self.server}: {err or type(err).__name__}") from None
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                _decode(response)
+            async for line in response.aiter_lines():
+                yield line
+        except httpx.HTTPError as err:
+            raise TransportError(
+                f"the log stream of {self.server} broke: {err or type(err).__name__}"
+            ) from None
+        finally:
+            await response.aclose()
+
     async def run_action(
         self,
         kind: str | KindInfo,
@@ -296,8 +348,11 @@ class Client:
         action: str,
         options: Mapping[str, Any] | None = None,
         namespace: str | None = None,
+        *,
+        timeout: float | None = None,
     ) -> bytes:
-        """Run an object action (a cluster's ``kubeconfig``…) and return what it answers, as bytes."""
+        """Run an object action (a cluster's ``kubeconfig``…) and return what it answers, as bytes;
+        ``timeout``: seconds to wait for it, if not the client's."""
         info = self.kind(kind)
         path = self.path(info, self._namespace(info, namespace), name, action)
         try:
@@ -305,6 +360,7 @@ class Client:
                 path,
                 content=json.dumps(dict(options or {})).encode(),
                 headers={"Content-Type": "application/json"},
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as err:
             raise TransportError(f"cannot reach {self.server}: {describe(err)}") from None

@@ -45,6 +45,8 @@ from herder.controllers.managed.admission import ManagedAdmission
 from herder.controllers.managed.control_planes import ManagedControlPlaneController
 from herder.controllers.managed.offerings import OfferingController
 from herder.controllers.managed.replacement import ManagedReplacementController
+from herder.controllers.observability.machine_logs import MachineLogController
+from herder.controllers.observability.support_bundle import SupportBundles
 from herder.controllers.provisioning.admission import ProvisioningAdmission
 from herder.controllers.provisioning.infra_provider import InfraProviderController
 from herder.controllers.provisioning.machine_request_set import MachineRequestSetController
@@ -55,6 +57,7 @@ from herder.controllers.provisioning.release import ForceRelease
 from herder.runtime.controller import Controller
 from herder.runtime.event_collector import EventCollector
 from herder.runtime.garbage_collector import GarbageCollector
+from herder.state.machine_logs import MachineLogs
 from herder.state.store import Store
 from herder.talos.machine.pool import ClientPool, MachineDialer, dial
 
@@ -100,6 +103,11 @@ def cluster_credentials(store: Store, talos: TalosGateway | None = None) -> Clus
 def backup_requests(store: Store) -> BackupRequests:
     """What takes the requests of ``herder cluster backup`` (a Cluster's object action)."""
     return BackupRequests(store)
+
+
+def support_bundles(store: Store, logs: MachineLogs | None) -> SupportBundles:
+    """What makes a cluster's support bundle (the Cluster's ``support`` action)."""
+    return SupportBundles(store, ClusterKeys(store), logs)
 
 
 def machine_request_release(store: Store) -> ForceRelease:
@@ -158,3 +166,15 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         # Access: a disabled person's credentials go.
         DisabledUserController(),
     ]
+
+
+def replica_controllers(store: Store, options: ControllerOptions, logs: MachineLogs) -> list[Controller]:
+    """The controllers every replica runs, leader or not (``herder.runtime.replica``): they write nothing
+    to the store, only to the replica's own data directory — the machine logs it follows."""
+    return [MachineLogController(logs, ClusterKeys(store), clients=ClientPool(dialer=options.dialer, keep=0))]
+
+
+def listed_controllers(store: Store, options: ControllerOptions) -> list[Controller]:
+    """Every controller herder runs, the leader's and each replica's, to be listed (``herder debug
+    controllers``, docs/controllers.md): the replicas' are given no logs folder they would write to."""
+    return [*controllers(store, options), *replica_controllers(store, options, MachineLogs(Path("/")))]

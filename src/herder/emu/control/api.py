@@ -15,6 +15,9 @@
     POST   /machines/{machine}/fault      {"fault": "crash|partition|heal|slow-boot|fail-upgrade|fail-install|
                                            vanish"} (vanish destroys it, as a cloud would behind one's back)
     POST   /machines/{machine}/power      {"state": "on|off"}
+    POST   /machines/{machine}/logs       {"service": "kubelet", "line": "..."}: a program of the machine
+                                          prints a line, as the service writes its lines (a misbehaving
+                                          one printing a secret, for a demo or a test of redaction)
     GET    /faults                        the cloud faults armed: {"create": N, …}
     POST   /faults                        {"operation": "create|destroy|power", "times": N}: the next N such
                                           calls fail (0: until cleared), as a cloud's API fails
@@ -171,6 +174,16 @@ class ControlAPI:
                 await emulator.destroy_machine(machine)
                 return 200, {**summary, "stage": "GONE"}
             await machine.inject(fault)
+            return 200, emulator.summary(machine)
+        if action == "logs" and method == "POST":
+            service, line = body.get("service"), body.get("line")
+            if not isinstance(line, str) or not line or "\n" in line:
+                raise HTTPError(400, "line must be one line of text")
+            if service not in machine.service_names():
+                raise HTTPError(
+                    400, f"service {service!r} is not one of {', '.join(machine.service_names())}"
+                )
+            machine.logs.write(service, line)
             return 200, emulator.summary(machine)
         if action == "power" and method == "POST":
             self._cloud_call("power")

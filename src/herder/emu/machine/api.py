@@ -353,7 +353,7 @@ def log_source(machine: Machine, request: pb.LogsRequest) -> tuple[LogBuffer | N
     ) or request.id == "kubelet":
         if request.id not in machine.service_names():
             raise ApiError(grpc.StatusCode.NOT_FOUND, f'log "{request.id}" was not registered')
-        return machine.logs.service(request.id) or LogBuffer(), []
+        return machine.logs.buffer(request.id), []
     host = host_of(machine)
     view = system.find_pod_container(host, time.time(), request.id)
     if view is None:

@@ -23,6 +23,8 @@ LINES = 1000
 """Lines kept per service (Talos keeps a bounded buffer per service too)."""
 
 KERNEL = "kernel"
+CHUNK_LINES = 256
+"""Lines of a log sent in one message at most."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,27 @@ class LogBuffer:
         finally:
             self._followers.discard(queue)
 
+    async def follow_chunks(self, *, tail: int, lines: int = CHUNK_LINES) -> AsyncIterator[list[LogLine]]:
+        """``follow``'s lines in chunks, as Talos streams a log file: the backlog ``lines`` at a time, then
+        whatever was written since the last chunk."""
+        queue: asyncio.Queue[LogLine | None] = asyncio.Queue()
+        self._followers.add(queue)
+        try:
+            backlog = self.tail(tail)
+            for start in range(0, len(backlog), lines):
+                yield backlog[start : start + lines]
+            while (live := await queue.get()) is not None:
+                chunk = [live]
+                while not queue.empty() and len(chunk) < lines:
+                    more = queue.get_nowait()
+                    if more is None:
+                        yield chunk
+                        return
+                    chunk.append(more)
+                yield chunk
+        finally:
+            self._followers.discard(queue)
+
 
 class MachineLogs:
     """Every log of one machine: its services' and its kernel's."""
@@ -92,16 +115,21 @@ class MachineLogs:
     def write(self, service: str, message: str, *, at: float | None = None) -> None:
         """A line of the service's log, in the form that service writes its lines."""
         moment = time.time() if at is None else at
-        buffer = self._services.get(service)
-        if buffer is None:
-            buffer = self._services[service] = LogBuffer()
         line = LogLine(moment, _styled(service, message, moment))
-        buffer.write(line)
+        self.buffer(service).write(line)
         if service == "machined" and self._kernel is not None:
             self._kernel.write(_to_kernel(line))
 
     def service(self, name: str) -> LogBuffer | None:
         return self._services.get(name)
+
+    def buffer(self, name: str) -> LogBuffer:
+        """The service's log, made empty if it has said nothing yet (a follower then waits for its first
+        line)."""
+        buffer = self._services.get(name)
+        if buffer is None:
+            buffer = self._services[name] = LogBuffer()
+        return buffer
 
     def services(self) -> list[str]:
         return sorted(self._services)

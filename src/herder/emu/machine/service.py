@@ -15,7 +15,7 @@ from google.protobuf import empty_pb2
 from herder.emu.errors import ApiError
 from herder.emu.machine import api
 from herder.emu.machine.lifecycle import Machine
-from herder.emu.machine.logs import dmesg_line
+from herder.emu.machine.logs import CHUNK_LINES, dmesg_line
 from herder.emu.machine.network import Peer
 from herder.emu.machine.routing import Context, Fleet, Router
 from herder.talos.api.common import common_pb2
@@ -344,12 +344,16 @@ class MachineService(pb_grpc.MachineServiceServicer):
                 yield common_pb2.Data(bytes=line)
             return
         tail = request.tail_lines
+        # A log's bytes go in chunks of lines, as Talos streams a log file.
         if not request.follow:
-            for entry in source.tail(tail):
-                yield common_pb2.Data(bytes=api.log_text(entry))
+            kept = source.tail(tail)
+            for start in range(0, len(kept), CHUNK_LINES):
+                yield common_pb2.Data(
+                    bytes=b"".join(api.log_text(e) for e in kept[start : start + CHUNK_LINES])
+                )
             return
-        async for entry in source.follow(tail=tail):
-            yield common_pb2.Data(bytes=api.log_text(entry))
+        async for chunk in source.follow_chunks(tail=tail):
+            yield common_pb2.Data(bytes=b"".join(api.log_text(e) for e in chunk))
 
     async def Dmesg(self, request: pb.DmesgRequest, context: Context) -> AsyncIterator[common_pb2.Data]:
         _peer, machine = await self.router.single(_method("Dmesg"), context)

@@ -1,6 +1,7 @@
 """The Cluster page: its machine sets and their machines (stage, versions), conditions with reasons,
 recent Events, rollouts in progress, and what may be done to it: upgrade Talos or Kubernetes, scale a
-machine set, download its kubeconfig or talosconfig, export its template, take a backup, delete it.
+machine set, download its kubeconfig, talosconfig or support bundle, export its template, take a backup,
+delete it.
 
 The versions offered for an upgrade are candidates (the next patches of the running minor, the next two
 minors) that herder's version policy (``herder.talos.versions``, which the cluster admission applies)
@@ -142,13 +143,13 @@ def routes(web: Web) -> list[BaseRoute]:
         await caller.client.patch("machinesets", machine_set.name, patch, NAMESPACE)
         return web.done(request, f"/clusters/{name}", f"{machine_set.name} scaled to {size}")
 
-    def download(action: str) -> Any:
+    def download(action: str, suffix: str = "", media_type: str = "application/yaml") -> Any:
         async def run(request: Request, caller: Caller, form: Form) -> Response:
             name = request.path_params["name"]
-            body = await caller.client.run_action("clusters", name, action, {}, NAMESPACE)
-            disposition = f'attachment; filename="{name}.{action}"'
+            body = await caller.client.run_action("clusters", name, action, {}, NAMESPACE, timeout=120)
+            disposition = f'attachment; filename="{name}{suffix or "." + action}"'
             headers = {**SECURITY_HEADERS, "Content-Disposition": disposition}
-            return Response(body, 200, media_type="application/yaml", headers=headers)
+            return Response(body, 200, media_type=media_type, headers=headers)
 
         return run
 
@@ -194,6 +195,11 @@ def routes(web: Web) -> list[BaseRoute]:
         Route("/clusters/{name}/scale", web.form(scale), methods=["POST"]),
         Route("/clusters/{name}/kubeconfig", web.form(download("kubeconfig")), methods=["POST"]),
         Route("/clusters/{name}/talosconfig", web.form(download("talosconfig")), methods=["POST"]),
+        Route(
+            "/clusters/{name}/support",
+            web.form(download("support", "-support.zip", "application/zip")),
+            methods=["POST"],
+        ),
         Route("/clusters/{name}/template", web.form(template), methods=["POST"]),
         Route("/clusters/{name}/backup", web.form(backup), methods=["POST"]),
         Route("/clusters/{name}/delete", web.page(confirm_delete), methods=["GET"]),

@@ -81,3 +81,34 @@
   live.addEventListener("focusout", function () { if (pending) schedule(); });
   listen();
 })();
+
+// A machine's page: its log view follows the lines herder keeps as they come (server-sent events), kept
+// scrolled to the newest unless the reader scrolled up, and bounded so a chatty service cannot grow the
+// page without end.
+(function () {
+  "use strict";
+  var log = document.getElementById("machine-log");
+  var state = document.getElementById("log-state");
+  if (!log || !log.dataset.stream || !window.EventSource) return;
+  var MAX_LINES = 5000;
+  var source = new EventSource(log.dataset.stream);
+  log.scrollTop = log.scrollHeight;
+
+  function say(text) {
+    state.hidden = !text;
+    state.textContent = text;
+  }
+
+  source.addEventListener("line", function (event) {
+    var atEnd = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
+    log.appendChild(document.createTextNode(JSON.parse(event.data) + "\n"));
+    while (log.childNodes.length > MAX_LINES) log.removeChild(log.firstChild);
+    if (atEnd) log.scrollTop = log.scrollHeight;
+    say("");
+  });
+  source.addEventListener("ended", function (event) {
+    source.close();
+    say("The log stopped following: " + JSON.parse(event.data) + ". Reload the page to follow it again.");
+  });
+  source.onerror = function () { say("Reconnecting…"); };
+})();
