@@ -69,6 +69,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "EtcdBackupKey": {"spec": {"key": "AAAA"}},
     "InfraProvider": {"spec": {"displayName": "the provider under test", "config": {"region": "x"}}},
     "JoinConfig": {"spec": {"endpoint": "https://127.0.0.1:9", "token": "t"}},
+    "JoinToken": {"spec": {"digest": "0" * 64}},
+    "SideroLink": {"spec": {"nodePublicKey": "k", "nodeAddress": "fd00::2/64"}},
     "MachineRequestSet": {"spec": {"providerID": PROVIDER, "talosVersion": "v1.13.0", "machineCount": 0}},
     "MachineRequest": {"spec": {"providerID": PROVIDER, "talosVersion": "v1.13.0"}},
     "ManagedControlPlaneOffering": {
@@ -91,7 +93,9 @@ MADE_BY_HERDER = {
 # machines for, and an offering, which needs a provider offering managed control planes: they are tried
 # on a name that does not exist, so an access allowed answers 404.
 # The access policy is one object of a fixed name, which the matrix leaves to exist or not.
-NO_TARGET = frozenset({"EtcdBackup", "EtcdBackupKey", "ManagedControlPlaneOffering", "AccessPolicy"})
+NO_TARGET = frozenset(
+    {"EtcdBackup", "EtcdBackupKey", "ManagedControlPlaneOffering", "AccessPolicy", "SideroLink"}
+)
 # Objects whose name is given: an InfraProvider is named by the id of the provider under test.
 TARGET_NAMES = {"InfraProvider": PROVIDER, "AccessPolicy": "access-policy"}
 # Names a create must use to be valid (a machine set node is named by a free machine's UUID).
@@ -304,6 +308,10 @@ PINNED = [
     ("Admin", "InfraProvider", "create", True),
     ("Operator", "InfraProvider", "create", False),
     ("Reader", "JoinConfig", "get", False),
+    ("Operator", "JoinToken", "list", False),
+    ("Admin", "JoinToken", "create", True),
+    ("Admin", "SideroLink", "create", False),
+    ("Reader", "SideroLink", "get", False),
     ("InfraProvider", "MachineRequest", "create", False),
     ("InfraProvider", "MachineRequest", "delete", False),
     ("InfraProvider", "MachineRequest", "patch", True),
