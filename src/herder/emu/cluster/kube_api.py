@@ -26,6 +26,7 @@ import uvicorn
 from cryptography import x509
 from uvicorn.server import ServerState
 
+from herder.emu import netns
 from herder.krm.takeover import TakeoverProtocol
 from herder.talos import pki
 from herder.talos.machine import tls as machine_tls
@@ -153,9 +154,14 @@ class ApiEndpoint:
         # kube-apiserver asks for a client certificate but serves anonymous requests too (/version).
         context.verify_mode = ssl.CERT_OPTIONAL
         context.set_alpn_protocols(["http/1.1"])
-        self._server = await asyncio.get_running_loop().create_server(
-            self._protocol, self.host, self.port, ssl=context, reuse_address=True, backlog=256
-        )
+        loop = asyncio.get_running_loop()
+        inside = await netns.listener(self.host, self.port)
+        if inside is not None:  # a joined control plane: in its own namespace, on its tunnel address
+            self._server = await loop.create_server(self._protocol, sock=inside, ssl=context)
+        else:
+            self._server = await loop.create_server(
+                self._protocol, self.host, self.port, ssl=context, reuse_address=True, backlog=256
+            )
 
     async def close(self) -> None:
         """Stop as a stopped API server: new connections are refused, open ones (watches too) are cut."""

@@ -12,6 +12,7 @@ import asyncio
 import ssl
 from dataclasses import dataclass, field
 
+from herder.emu import netns
 from herder.talos.machine import roles as talos_roles
 from herder.talos.machine.tls import peer_organizations
 from herder.talos.machine.tunnel import HANDSHAKE_TIMEOUT, Relay, TLSRelay, handshake, open_upstream
@@ -118,9 +119,13 @@ class Network:
         self.stop(machine)
         listener = _Listener(self, machine, authenticated)
         loop = asyncio.get_running_loop()
-        listener.server = await loop.create_server(
-            lambda: _Inbound(listener, context), address, port, reuse_address=True, backlog=256
-        )
+        inside = await netns.listener(address, port)
+        if inside is not None:  # a joined machine: in its own namespace, on its tunnel address
+            listener.server = await loop.create_server(lambda: _Inbound(listener, context), sock=inside)
+        else:
+            listener.server = await loop.create_server(
+                lambda: _Inbound(listener, context), address, port, reuse_address=True, backlog=256
+            )
         self._listeners[machine] = listener
 
     def stop(self, machine: str, *, grace: float = GRACE) -> None:
