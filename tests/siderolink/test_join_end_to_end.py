@@ -1,7 +1,7 @@
 """Machines herder cannot reach join it, end to end: three emulated machines, each in a network namespace
 of its own behind NAT (no route to them from herder's namespace), boot with the kernel arguments of an infra
 provider's JoinConfig, join over SideroLink and are reached through the tunnel only; they form a Ready 1+2
-cluster; a tunnel outage shows Connected=False with the last handshake and heals without a reboot; and a
+cluster and send their events and kernel logs to herder through the tunnel; a tunnel outage shows Connected=False with the last handshake and heals without a reboot; and a
 revoked join token refuses a fourth machine.
 
 Steps of one story (a module marked ``steps``: a failed step skips the ones after it).
@@ -189,6 +189,23 @@ def test_the_joined_machines_form_a_ready_cluster(story: Story) -> None:
     )  # fmt: skip
     assert nodes.returncode == 0, nodes.stderr
     assert len(nodes.stdout.split()) == 3
+
+
+def test_events_and_kernel_logs_come_through_the_tunnel(story: Story) -> None:
+    assert story.machines is not None
+    for uuid in story.machines:
+        status = until(
+            lambda uuid=uuid: (
+                (found := story.get("siderolink", uuid)["status"])
+                and found.get("events", 0) > 0
+                and found.get("kernelLogLines", 0) > 0
+                and found
+            ),
+            what=f"events and kernel log lines of {uuid}",
+        )
+        assert status["lastEvent"].startswith("machine.") and status["lastEventAt"]
+        kept = (story.site.server.data_dir / "siderolink" / "kmsg" / f"{uuid}.log").read_text()
+        assert "[talos]" in kept and "Linux version" in kept
 
 
 def _outage(netns: str, on: bool) -> None:

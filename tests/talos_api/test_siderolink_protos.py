@@ -1,7 +1,7 @@
-"""herder's copy of SideroLink's Provision API against siderolabs/siderolink's own
-(``tests/data/siderolink/provision.json``, see its README): every message and field herder declares is
-theirs, with the same name, number, type, cardinality and proto3 presence, and the service's method takes
-and returns the same messages, so a real Talos machine's join call is herder's."""
+"""herder's copies of SideroLink's Provision and EventSink APIs against siderolabs/siderolink's own
+(``tests/data/siderolink/api.json``, see its README): every message and field herder declares is theirs,
+with the same name, number, type, cardinality and proto3 presence, and each service's method takes and
+returns the same messages, so what a real Talos machine sends to join and to report is what herder reads."""
 
 from __future__ import annotations
 
@@ -11,25 +11,29 @@ from typing import Any
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import Descriptor
 
-from herder.talos.api.siderolink import provision_pb2
+from herder.talos.api.siderolink import events_pb2, provision_pb2
 from tests.data import DATA
 
-UPSTREAM: dict[str, Any] = json.loads((DATA / "siderolink" / "provision.json").read_text())
+UPSTREAM: dict[str, Any] = json.loads((DATA / "siderolink" / "api.json").read_text())
+FILES = (provision_pb2.DESCRIPTOR, events_pb2.DESCRIPTOR)
 
 
 def _fields(message: Descriptor) -> list[dict[str, Any]]:
     proto = descriptor_pb2.DescriptorProto()
     message.CopyToProto(proto)
-    return [
-        {
+    fields = []
+    for field in proto.field:
+        described: dict[str, Any] = {
             "name": field.name,
             "number": field.number,
             "type": descriptor_pb2.FieldDescriptorProto.Type.Name(field.type),
             "repeated": field.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
             "optional": field.proto3_optional,
         }
-        for field in proto.field
-    ]
+        if field.type_name:
+            described["message"] = field.type_name.lstrip(".")
+        fields.append(described)
+    return fields
 
 
 def _differences(ours: dict[str, list[dict[str, Any]]], theirs: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -48,14 +52,13 @@ def _differences(ours: dict[str, list[dict[str, Any]]], theirs: dict[str, list[d
     return problems
 
 
-def test_the_provision_messages_are_siderolink_s_field_for_field() -> None:
-    file = provision_pb2.DESCRIPTOR
-    assert file.package == UPSTREAM["package"]
-    ours = {m.full_name: _fields(m) for m in file.message_types_by_name.values()}
+def test_the_messages_are_siderolink_s_field_for_field() -> None:
+    assert {f.package for f in FILES} == set(UPSTREAM["files"].values())
+    ours = {m.full_name: _fields(m) for f in FILES for m in f.message_types_by_name.values()}
     assert not _differences(ours, UPSTREAM["messages"])
 
 
-def test_the_provision_service_is_siderolink_s() -> None:
+def test_the_services_are_siderolink_s() -> None:
     services = {
         s.full_name: {
             m.name: {
@@ -66,7 +69,8 @@ def test_the_provision_service_is_siderolink_s() -> None:
             }
             for m in s.methods
         }
-        for s in provision_pb2.DESCRIPTOR.services_by_name.values()
+        for f in FILES
+        for s in f.services_by_name.values()
     }
     assert services == UPSTREAM["services"]
 

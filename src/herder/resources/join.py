@@ -94,6 +94,14 @@ class SideroLinkStatus(WithConditions):
         default="", alias="peerEndpoint", description="where the machine's WireGuard packets come from"
     )
     joined_at: str = Field(default="", alias="joinedAt", description="when the machine last called Provision")
+    events: int = Field(default=0, description="events the machine sent to herder's events sink")
+    last_event: str = Field(default="", alias="lastEvent", description="the type of the last one")
+    last_event_at: str = Field(default="", alias="lastEventAt")
+    kernel_log_lines: int = Field(
+        default=0,
+        alias="kernelLogLines",
+        description="kernel log lines received (kept in the data directory)",
+    )
     conditions: list[dict[str, Any]] = []
 
 

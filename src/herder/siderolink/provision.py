@@ -49,8 +49,9 @@ class Tunnel:
     server_address: ipaddress.IPv6Interface
 
 
-PeerAdder = Callable[[str, str, str | None], Awaitable[None]]
-"""Adds (public key, node address, the key it replaces or None) to herder's WireGuard interface."""
+PeerAdder = Callable[[str, str, str, str | None], Awaitable[None]]
+"""Adds (machine UUID, public key, node address, the key it replaces or None) to herder's WireGuard
+interface."""
 
 
 class BadRequest(ValueError):
@@ -100,7 +101,7 @@ class ProvisionService(pb_grpc.ProvisionServiceServicer):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "the join token is not valid")
             raise
         address, replaced = await self._link(node, request, admitted)
-        await self._add_peer(request.node_public_key, str(address.ip), replaced)
+        await self._add_peer(node, request.node_public_key, str(address.ip), replaced)
         if admitted.join_token:
             await self._used(admitted.join_token, node)
         await self._record(admitted, node, source, 200, f"joined as {address.ip} (token {admitted.by})")

@@ -30,6 +30,7 @@ from herder.resources.join import SIDERO_LINK, SideroLinkSpec, SideroLinkStatus
 from herder.siderolink.addresses import server_address
 from herder.siderolink.provision import NAMESPACE, ProvisionService, Tunnel
 from herder.siderolink.records import mutate_status
+from herder.siderolink.sinks import Sinks
 from herder.state.store import Store
 from herder.talos.api.siderolink import provision_pb2_grpc as pb_grpc
 from herder.talos.siderolink.wireguard import WireGuard, WireGuardError, generate_keys, public_key_of
@@ -117,11 +118,14 @@ class SideroLinkServer:
                 f"--siderolink-listen {target}: cannot listen there (is the port in use?)"
             ) from None
         self._seen: dict[str, _Seen] = {}
+        self._by_address: dict[str, str] = {}
+        self.sinks = Sinks(data_dir, self._by_address.get)
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
 
-    async def _add_peer(self, public_key: str, address: str, replaced: str | None) -> None:
+    async def _add_peer(self, uuid: str, public_key: str, address: str, replaced: str | None) -> None:
         await self._ready.wait()
+        self._by_address[address] = uuid  # its events may come before the next resync
         if replaced:
             with contextlib.suppress(WireGuardError):
                 await self.wireguard.remove_peer(replaced)
@@ -138,6 +142,12 @@ class SideroLinkServer:
             )
         await self.wireguard.start(self._private, str(self._address), listen_port=self._options.wireguard[1])
         await self._server.start()
+        try:
+            await self.sinks.start(str(self._address.ip))
+        except OSError as exc:
+            log.error(
+                "SideroLink: the events and kernel log sinks cannot listen on %s: %s", self._address.ip, exc
+            )
         self._ready.set()
         log.info(
             "SideroLink: Provision API on %s, WireGuard %s on %s (interface %s, %s)",
@@ -157,6 +167,7 @@ class SideroLinkServer:
                     await asyncio.wait_for(self._stopping.wait(), self._options.poll)
         finally:
             await self._server.stop(1.0)
+            await self.sinks.stop()
             await self.wireguard.close()
 
     def stop(self) -> None:
@@ -173,8 +184,15 @@ class SideroLinkServer:
             await self.wireguard.remove_peer(key)
             self._seen.pop(key, None)
         now = time.monotonic()
+        addresses = {
+            key: ipaddress.IPv6Interface(SIDERO_LINK.spec_of(link, SideroLinkSpec).node_address).ip
+            for key, link in links.items()
+        }
+        # In place and at once: the sinks look senders up in it meanwhile.
+        self._by_address.clear()
+        self._by_address.update({str(addresses[key]): link.name for key, link in links.items()})
         for key, link in links.items():
-            address = ipaddress.IPv6Interface(SIDERO_LINK.spec_of(link, SideroLinkSpec).node_address).ip
+            address = addresses[key]
             peer = peers.get(key)
             if peer is None or peer.allowed_ips != (f"{address}/128",):
                 await self.wireguard.set_peer(key, [f"{address}/128"])
@@ -200,9 +218,22 @@ class SideroLinkServer:
             reason = "HandshakeStale"
             message = f"no WireGuard packet from the machine for {quiet:.0f}s; last handshake at {at}"
 
+        received = self.sinks.received.get(name)
+        # What came since the last write (added to what was counted before, across restarts of herder).
+        events, lines = (received.events, received.kernel_lines) if received is not None else (0, 0)
+
         def record(status: dict[str, Any]) -> None:
             current = SideroLinkStatus.model_validate(status)
             current.last_handshake, current.peer_endpoint = at, endpoint
+            if received is not None and (events or lines):
+                current.events += events
+                current.kernel_log_lines += lines
+                current.last_event = received.last_event
+                current.last_event_at = (
+                    datetime.fromtimestamp(received.last_event_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    if received.last_event_at
+                    else ""
+                )
             known = current.condition("Connected")
             # The quiet time ticks every poll: rewrite only a change of state, not of that count.
             if known is None or known.status != ("True" if up else "False") or known.reason != reason:
@@ -211,3 +242,6 @@ class SideroLinkServer:
             status.update(current.model_dump(by_alias=True, exclude_defaults=True))
 
         await mutate_status(self._store, SIDERO_LINK, name, NAMESPACE, record)
+        if received is not None:
+            received.events -= events
+            received.kernel_lines -= lines

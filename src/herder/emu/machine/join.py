@@ -15,13 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
 
 from herder.emu import netns
+from herder.emu.machine.events import EventLog
+from herder.emu.machine.logs import LogBuffer, LogLine, timestamp
+from herder.talos.api.siderolink import events_pb2 as pb_events
+from herder.talos.api.siderolink import events_pb2_grpc as pb_events_grpc
 from herder.talos.api.siderolink import provision_pb2 as pb
 from herder.talos.api.siderolink import provision_pb2_grpc as pb_grpc
 from herder.talos.machine.client import split_endpoint
@@ -31,6 +37,19 @@ from herder.talos.siderolink.wireguard import WireGuard, WireGuardError, generat
 log = logging.getLogger("herder.emu.join")
 
 PROVISION_TIMEOUT = 15.0
+SEND_TIMEOUT = 10.0
+
+
+def _kmsg(line: LogLine, sequence: int) -> bytes:
+    """A kernel message as Talos sends it to ``talos.logging.kernel``: a JSON object, one a line."""
+    message = {
+        "facility": line.facility,
+        "priority": line.priority,
+        "seq": sequence,
+        "msg": line.text,
+        "talos-time": timestamp(line.at),
+    }
+    return json.dumps(message).encode() + b"\n"
 
 
 class JoinFailed(Exception):
@@ -42,6 +61,7 @@ class _Joined:
     netns: str
     address: str = ""
     wireguard: WireGuard | None = None
+    senders: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 @dataclass
@@ -173,9 +193,63 @@ class Joiner:
         finally:
             await door.close()
 
+    def report(self, uuid: str, events: EventLog, kernel: Callable[[], LogBuffer]) -> None:
+        """Send the machine's events and kernel log where its kernel arguments say, through the tunnel, as
+        Talos does from the moment it joined (what it logged since it booted first)."""
+        joined = self._machines.get(uuid)
+        if joined is None:
+            return
+        if self.args.events_sink:
+            joined.senders.append(asyncio.create_task(self._send_events(joined.netns, events)))
+        if self.args.kernel_log:
+            joined.senders.append(asyncio.create_task(self._send_kernel_log(joined.netns, kernel)))
+
+    async def _send_events(self, name: str, events: EventLog) -> None:
+        host, port = split_endpoint(self.args.events_sink)
+        door = netns.Dialer(name, host, port)
+        await door.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{door.port}") as channel:
+                stub = pb_events_grpc.EventSinkServiceStub(channel)  # type: ignore[no-untyped-call]
+                async for event in events.follow(tail_events=-1):
+                    request = pb_events.EventRequest(data=event.data, id=event.id, actor_id=event.actor_id)
+                    while True:
+                        try:
+                            await stub.Publish(request, timeout=SEND_TIMEOUT)
+                            break
+                        except grpc.aio.AioRpcError as exc:
+                            log.info("events sink %s: %s", self.args.events_sink, exc.details())
+                            await asyncio.sleep(1)
+        finally:
+            await door.close()
+
+    async def _send_kernel_log(self, name: str, kernel: Callable[[], LogBuffer]) -> None:
+        host, port = split_endpoint(self.args.kernel_log)
+        sequence = 0
+        while True:
+            try:
+                sock = await netns.connect(name, host, port)
+                _, writer = await asyncio.open_connection(sock=sock)
+                try:
+                    async for line in kernel().follow(tail=-1 if sequence == 0 else 0):
+                        sequence += 1
+                        writer.write(_kmsg(line, sequence))
+                        await writer.drain()
+                finally:
+                    writer.close()
+                return
+            except OSError as exc:
+                log.info("kernel log sink %s: %s", self.args.kernel_log, exc)
+                await asyncio.sleep(1)
+
     async def down(self, uuid: str) -> None:
         """The machine's side of the tunnel goes (it is off, or reboots)."""
         joined = self._machines.get(uuid)
+        if joined is not None:
+            senders, joined.senders = joined.senders, []
+            for task in senders:
+                task.cancel()
+            await asyncio.gather(*senders, return_exceptions=True)
         if joined is not None and joined.wireguard is not None:
             wireguard, joined.wireguard = joined.wireguard, None
             await wireguard.close()

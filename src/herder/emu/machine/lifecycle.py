@@ -404,6 +404,7 @@ class Machine:
         while True:
             try:
                 address = await joiner.up(self.uuid, self.record.talos_version)
+                joiner.report(self.uuid, self.events, self.logs.kernel)
                 break
             except JoinFailed as exc:
                 self.last_error = f"siderolink: {exc}"

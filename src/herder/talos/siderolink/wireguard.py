@@ -155,7 +155,10 @@ class WireGuard:
             settings.append(f"listen_port={listen_port}")
         try:
             await self._set(settings)
-            await self._run("ip", "address", "add", str(interface), "dev", self.name)
+            # No duplicate address detection: the tunnel has no neighbours, and a tentative address could
+            # not be listened on for the second DAD takes.
+            nodad = ["nodad"] if interface.version == 6 else []
+            await self._run("ip", "address", "add", str(interface), "dev", self.name, *nodad)
             await self._run("ip", "link", "set", self.name, "mtu", str(MTU), "up")
         except (WireGuardError, OSError):
             await self.close()
