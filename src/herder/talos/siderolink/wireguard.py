@@ -15,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ctypes
+import ctypes.util
 import ipaddress
 import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ MTU = 1280
 KEEPALIVE = 25
 """Talos's persistent keepalive towards the server, in seconds."""
 START_TIMEOUT = 10.0
+PR_SET_PDEATHSIG = 1
 
 
 class WireGuardError(RuntimeError):
@@ -73,6 +77,13 @@ def _hex(key: str) -> str:
 
 def _b64(hex_key: str) -> str:
     return base64.b64encode(bytes.fromhex(hex_key)).decode()
+
+
+def _end_with_parent() -> None:
+    """In the child before it runs wireguard-go: be sent SIGTERM when the process that started it dies,
+    however it died (kill -9 included), so that no interface outlives its owner."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def missing() -> str | None:
@@ -138,6 +149,7 @@ class WireGuard:
             stderr=asyncio.subprocess.PIPE,
             env=env,
             start_new_session=True,
+            preexec_fn=_end_with_parent,
         )
         deadline = time.monotonic() + START_TIMEOUT
         while not self.socket_path.exists():
