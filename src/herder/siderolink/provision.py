@@ -128,7 +128,7 @@ class ProvisionService(pb_grpc.ProvisionServiceServicer):
                 address = ipaddress.IPv6Interface(spec.node_address)
                 replaced = spec.node_public_key if spec.node_public_key != request.node_public_key else None
 
-                def point(obj: Resource, spec: SideroLinkSpec = spec) -> None:
+                def point(obj: Resource) -> None:
                     obj.spec = {
                         **(obj.spec or {}),
                         "nodePublicKey": request.node_public_key,
@@ -137,6 +137,8 @@ class ProvisionService(pb_grpc.ProvisionServiceServicer):
                     }
 
                 updated = await mutate(self._store, SIDERO_LINK, node, NAMESPACE, point)
+                if updated is None:
+                    continue  # deleted meanwhile: made afresh
                 break
             taken = {
                 ipaddress.IPv6Interface(SIDERO_LINK.spec_of(link, SideroLinkSpec).node_address).ip
@@ -163,12 +165,11 @@ class ProvisionService(pb_grpc.ProvisionServiceServicer):
                 break
             except AlreadyExists:
                 continue  # the same machine twice at once: the second updates what the first made
-        if updated is not None:
 
-            def joined(status: dict[str, object]) -> None:
-                status["joinedAt"] = now
+        def joined(status: dict[str, object]) -> None:
+            status["joinedAt"] = now
 
-            await mutate_status(self._store, SIDERO_LINK, node, NAMESPACE, joined)
+        await mutate_status(self._store, SIDERO_LINK, node, NAMESPACE, joined)
         return address, replaced
 
     async def _used(self, name: str, node: str) -> None:
