@@ -25,7 +25,7 @@ import yaml
 
 from herder.emu.control.process import EmulatorProcess
 from herder.emu.machine.join import Joiner
-from tests.api.server import random_cidr
+from tests.api.server import random_cidr, stop
 from tests.clusters.site import cluster, machine_set
 from tests.siderolink.join_site import JoinServer, join_server, needs_netns, sh
 
@@ -40,6 +40,8 @@ class Story:
     workdir: Path
     emulator: EmulatorProcess | None = None
     machines: list[str] | None = None
+    restarted: subprocess.Popen[bytes] | None = None
+    """herder as started again by a step (its first process is the site's to stop)."""
 
     def kubectl(
         self, *args: str, check: bool = True, timeout: float = 120
@@ -107,6 +109,8 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
             for process in (made.emulator, getattr(made, "fourth", None)):
                 if process is not None:
                     process.stop()
+            if made.restarted is not None:
+                stop(made.restarted)
             # An emulator killed before it cleaned up leaves its machines' namespaces: remove them.
             for uuid in made.machines or []:
                 sh("ip", "netns", "del", Joiner.netns_of(uuid), check=False)
@@ -258,6 +262,39 @@ def test_a_tunnel_outage_shows_and_heals_without_a_reboot(story: Story) -> None:
     after = asyncio.run(story.emulator.control("GET", f"/machines/{worker}"))
     assert after["stage"] == "RUNNING" and before["stage"] == "RUNNING"
     assert "siderolink" not in (after.get("last_error") or "")
+    story.kubectl("wait", "--for=condition=Ready", "cluster/edge", "--timeout=120s", timeout=150)
+
+
+def test_herder_killed_and_started_again_keeps_its_joined_machines(story: Story) -> None:
+    """Its key is kept and its peers are made again from the SideroLinks: the machines need not rejoin."""
+    assert story.machines is not None
+    joined_at = {uuid: story.get("siderolink", uuid)["status"]["joinedAt"] for uuid in story.machines}
+    connected_at = {uuid: story.get("machine", uuid)["status"]["connectedAt"] for uuid in story.machines}
+    first = story.site.server.process
+    first.kill()
+    first.wait()
+    until(
+        lambda: sh("ip", "link", "show", story.site.interface, check=False).returncode != 0,
+        what="herder's interface gone with its process",
+    )
+    with story.site.server.log.open("ab") as log:
+        story.restarted = subprocess.Popen(first.args, stdout=log, stderr=subprocess.STDOUT)
+
+    def connected() -> bool:
+        result = story.kubectl("get", "machines", "-o", "json", check=False, timeout=30)
+        if result.returncode != 0:
+            return False
+        machines = {m["metadata"]["name"]: m for m in json.loads(result.stdout)["items"]}
+        # Connected anew (what the killed herder last wrote says nothing of the new one).
+        return all(
+            condition(machines[uuid], "Connected").get("status") == "True"
+            and machines[uuid]["status"]["connectedAt"] != connected_at[uuid]
+            for uuid in joined_at
+        )
+
+    until(connected, timeout=120, what="the joined machines connected to the new herder")
+    for uuid, at in joined_at.items():
+        assert story.get("siderolink", uuid)["status"]["joinedAt"] == at  # no rejoin
     story.kubectl("wait", "--for=condition=Ready", "cluster/edge", "--timeout=120s", timeout=150)
 
 
