@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup etcd chromium oidc-provider promtool protos
+.PHONY: run test lint setup etcd chromium oidc-provider promtool wireguard protos
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,14 @@ promtool:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null \
 	  || echo "warning: could not install prometheus (promtool); the alerting rules' checks will be skipped" >&2; }
 
+# The SideroLink tests run Debian's wireguard-go (userspace WireGuard) in network namespaces; install it when it
+# is missing (without the kernel image wireguard-tools recommends).
+wireguard:
+	@command -v wireguard-go >/dev/null 2>&1 || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    wireguard-go wireguard-tools iproute2 nftables) >/dev/null \
+	  || echo "warning: could not install wireguard-go; SideroLink tests will be skipped" >&2; }
+
 run: setup
 	$(VENV)/bin/herder demo
 
@@ -52,7 +60,7 @@ lint: setup
 # The 20 slowest tests are listed at the end: the suite has a 10-minute budget on 2 cores.
 # herder's own modules are compiled once before the suite: every server, emulator and CLI the tests start
 # imports them, and where PYTHONDONTWRITEBYTECODE is set each would compile them again.
-test: setup etcd chromium oidc-provider promtool lint
+test: setup etcd chromium oidc-provider promtool wireguard lint
 	$(VENV)/bin/python -m compileall -q src >/dev/null
 	$(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=20
 

@@ -99,6 +99,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "EtcdBackupKey": {"spec": {"key": "AAAA"}},
     "InfraProvider": {"spec": {"displayName": "the provider under test", "config": {"region": "x"}}},
     "JoinConfig": {"spec": {"endpoint": "https://127.0.0.1:9", "token": "t"}},
+    "JoinToken": {"spec": {"digest": "0" * 64}},
+    "SideroLink": {"spec": {"nodePublicKey": "k", "nodeAddress": "fd00::2/64"}},
     "MachineRequestSet": {"spec": {"providerID": PROVIDER, "talosVersion": "v1.13.0", "machineCount": 0}},
     "MachineRequest": {"spec": {"providerID": PROVIDER, "talosVersion": "v1.13.0"}},
     "ManagedControlPlaneOffering": {
@@ -123,7 +125,7 @@ MADE_BY_HERDER = {
 # The access policy is one object of a fixed name, which the matrix leaves to exist or not.
 # WebSessions, like TokenDigests, exist for herder alone: a stand-in body serves for the writes.
 NO_TARGET = frozenset(
-    {"EtcdBackup", "EtcdBackupKey", "ManagedControlPlaneOffering", "AccessPolicy", "WebSession"}
+    {"EtcdBackup", "EtcdBackupKey", "ManagedControlPlaneOffering", "AccessPolicy", "WebSession", "SideroLink"}
 )
 # Objects whose name is given: an InfraProvider is named by the id of the provider under test.
 TARGET_NAMES = {"InfraProvider": PROVIDER, "AccessPolicy": "access-policy"}
@@ -337,6 +339,10 @@ PINNED = [
     ("Admin", "InfraProvider", "create", True),
     ("Operator", "InfraProvider", "create", False),
     ("Reader", "JoinConfig", "get", False),
+    ("Operator", "JoinToken", "list", False),
+    ("Admin", "JoinToken", "create", True),
+    ("Admin", "SideroLink", "create", False),
+    ("Reader", "SideroLink", "get", False),
     ("InfraProvider", "MachineRequest", "create", False),
     ("InfraProvider", "MachineRequest", "delete", False),
     ("InfraProvider", "MachineRequest", "patch", True),

@@ -131,3 +131,43 @@ async def test_nothing_is_made_before_the_cluster_has_secrets_and_an_endpoint(si
         ClusterMachineConfigController(other.keys), ObjectKey("ClusterMachine", "default", "b1")
     )
     assert await site.get("ClusterMachineConfig", "b1") is None
+
+
+async def test_a_machine_joined_with_its_providers_token_keeps_its_siderolink_settings(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster(endpoint=ENDPOINT)
+    await fleet.machine("m1")
+    await fleet.member("m1")
+    args = [
+        "siderolink.api=grpc://192.0.2.7:8099?jointoken=provider-secret",
+        "talos.events.sink=[fdae:41e4:649b:9303::1]:8090",
+        "talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092",
+    ]
+    await site.create(
+        obj(
+            "JoinConfig",
+            "edge",
+            namespaced=False,
+            spec={"endpoint": "https://h:1", "token": "provider-secret", "kernelArgs": args},
+        )
+    )
+    link = {"nodePublicKey": "k" * 43 + "=", "nodeAddress": "fdae:41e4:649b:9303::2a/64"}
+    await site.create(obj("SideroLink", "m1", spec={**link, "joinToken": "provider/edge"}))
+    spec = await generated(site, ClusterMachineConfigController(fleet.keys))
+    assert spec is not None
+    documents = {d.get("kind"): d for d in yaml.safe_load_all(str(spec["config"])) if d}
+    assert documents["SideroLinkConfig"]["apiUrl"] == "grpc://192.0.2.7:8099?jointoken=provider-secret"
+    assert documents["EventSinkConfig"]["endpoint"] == "[fdae:41e4:649b:9303::1]:8090"
+    assert documents["KmsgLogConfig"]["url"] == "tcp://[fdae:41e4:649b:9303::1]:8092"
+
+
+async def test_a_machine_joined_with_a_join_token_gets_no_siderolink_settings(site: Site) -> None:
+    """herder keeps only a JoinToken's digest: it has no token to write into the config."""
+    fleet = Fleet(site)
+    await fleet.cluster(endpoint=ENDPOINT)
+    await fleet.machine("m1")
+    await fleet.member("m1")
+    link = {"nodePublicKey": "k" * 43 + "=", "nodeAddress": "fdae:41e4:649b:9303::2a/64"}
+    await site.create(obj("SideroLink", "m1", spec={**link, "joinToken": "rack-1"}))
+    spec = await generated(site, ClusterMachineConfigController(fleet.keys))
+    assert spec is not None and "SideroLinkConfig" not in str(spec["config"])

@@ -117,3 +117,19 @@ async def test_a_deleted_provider_lets_go_of_its_requests(site: Site) -> None:
     assert ("Normal", "RequestsReleased", "1 machine request(s) let go of infra provider emu") in (
         await site.told()
     )
+
+
+async def test_with_siderolink_the_join_config_carries_the_kernel_args_talos_reads(site: Site) -> None:
+    controller = InfraProviderController(
+        "https://herder.example:8443", "grpc://192.0.2.7:8099", "fdae:41e4:649b:9303::1"
+    )
+    await site.create(provider())
+    await site.reconcile(controller, KEY)
+    join = await site.get("JoinConfig", "emu", None)
+    assert join is not None
+    spec = join.spec or {}
+    assert spec["kernelArgs"] == [
+        f"siderolink.api=grpc://192.0.2.7:8099?jointoken={spec['token']}",
+        "talos.events.sink=[fdae:41e4:649b:9303::1]:8090",
+        "talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092",
+    ]

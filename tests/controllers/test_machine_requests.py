@@ -40,6 +40,25 @@ async def test_a_machine_registered_first_is_adopted(site: Site) -> None:
     assert (machine.spec or {})["endpoint"] == "127.0.0.5:50001"
 
 
+async def test_a_joined_machine_is_adopted_and_kept_on_its_tunnel(site: Site) -> None:
+    await site.create(provider())
+    tunnel = "[fdae:41e4:649b:9303::2a]:50000"
+    await site.create(obj("Machine", UUID, spec={"endpoint": tunnel}))
+    await site.create(
+        obj(
+            "SideroLink",
+            UUID,
+            spec={"nodePublicKey": "k" * 43 + "=", "nodeAddress": "fdae:41e4:649b:9303::2a/64"},
+        )
+    )
+    (made,) = await site.create(request("r1"))
+    await reported(site, made, UUID, "10.0.0.5")  # where the provider sees it: herder cannot reach that
+    await site.reconcile(MachineRequestController(), ObjectKey.of(made))
+    machine = await site.get("Machine", UUID)
+    assert machine is not None and machine.metadata.labels["herder.dev/machine-request"] == "r1"
+    assert machine.spec == {"endpoint": tunnel}
+
+
 async def test_a_deleted_request_waits_for_its_machine_to_leave_its_set(site: Site) -> None:
     controller = MachineRequestController()
     await site.create(provider())

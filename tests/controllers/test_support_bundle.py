@@ -14,7 +14,8 @@ import yaml
 from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.observability.support_bundle import SupportBundles
 from herder.resources import Resource
-from herder.resources.access import AUDIT_NAME_LABEL, HIDDEN_LABEL
+from herder.resources.access import HIDDEN_LABEL
+from herder.resources.audit_labels import AUDIT_NAME_LABEL
 from herder.state.machine_logs import KERNEL, LogScope, MachineLogs
 from herder.talos.machine.errors import Unavailable
 from herder.talos.machine.pool import ClientPool

@@ -194,6 +194,9 @@ POLICY: dict[str, Rule] = {
     ),
     "ManagedControlPlaneOffering": HERDER_KIND,
     "JoinConfig": Rule(read="Admin", create=None, update=None, delete=None, infra=InfraScope(READ_VERBS)),
+    # Join tokens let machines into the platform; links name the machines that joined (managed ones too).
+    "JoinToken": ADMIN_KIND,
+    "SideroLink": _uniform("Admin", None),
     "MachineRequestSet": _uniform("Reader", "Operator", infra=InfraScope(READ_VERBS)),
     # A request's status is its provider's alone, Admins included; the provider may change nothing
     # else of it but its own finalizer. A stuck request is let go by an Admin's audited force release.

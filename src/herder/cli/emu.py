@@ -52,7 +52,7 @@ def _split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
         raise fail(f"invalid {option} {listen!r}: expected HOST:PORT")
-    return host, int(port)
+    return host.strip("[]"), int(port)
 
 
 def _timings(preset: str, overrides: list[str]) -> Timings:
@@ -113,6 +113,17 @@ def run(
             show_default=False,
         ),
     ] = None,
+    join: Annotated[
+        str | None,
+        typer.Option(
+            "--join",
+            help="Kernel arguments (a JoinConfig's kernelArgs, siderolink.api=grpc://HOST:PORT?jointoken=… "
+            "at least): every machine joins herder over SideroLink at each boot, in a network namespace of "
+            "its own behind this one's, serving its Talos API on its tunnel address only. Needs root and "
+            "wireguard-go; changes the namespace the emulator runs in (run it in one of its own).",
+            show_default=False,
+        ),
+    ] = None,
     bmc_user: Annotated[str, typer.Option("--bmc-user", help="The BMCs' user name.")] = "admin",
     bmc_password: Annotated[
         str, typer.Option("--bmc-password", help="The BMCs' password.", show_default=False)
@@ -130,6 +141,14 @@ def run(
         if not bmc_user or not bmc_password:
             raise fail("--bmc-user and --bmc-password must not be empty")
         bmcs = BmcOptions(host=bmc_host, port=bmc_port, username=bmc_user, password=bmc_password)
+    if join is not None:
+        from herder.talos.siderolink.kernel_args import JoinArgsError, parse
+
+        try:
+            if parse(join).secure:
+                raise JoinArgsError("--join: the emulator joins over grpc:// only")
+        except JoinArgsError as exc:
+            raise fail(f"--join: {exc}") from None
     options = EmulatorOptions(
         data_dir=data_dir,
         machines=machines,
@@ -138,6 +157,7 @@ def run(
         talos_version=talos_version,
         timings=_timings(timings, timing or []),
         bmc=bmcs,
+        join=join or "",
     )
     if register is not None and not register.is_file():
         raise fail(f"--register {register}: no such kubeconfig")

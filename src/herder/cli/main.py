@@ -42,6 +42,9 @@ COMMANDS: dict[str, Lazy] = {
     "serviceaccount": Lazy(
         "herder.cli.accounts", "app", "Service accounts: identities with a role, for scripts and providers."
     ),
+    "jointoken": Lazy(
+        "herder.cli.join_tokens", "app", "Join tokens: what lets machines join herder over SideroLink."
+    ),
     "audit": Lazy(
         "herder.cli.audit", "audit_events", "Show recent audit events (readable by Admin and Support)."
     ),

@@ -9,8 +9,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from ipaddress import IPv6Interface
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -49,10 +50,18 @@ from herder.state.store import SYSTEM, Store
 if TYPE_CHECKING:
     from herder.api.actions import ActionHandler, ObjectAction
     from herder.api.app import Scrape
-    from herder.api.serve import Background, BackgroundFactory, Ready, ScrapeFactory, ServeOptions
+    from herder.api.serve import (
+        Background,
+        BackgroundFactory,
+        Ready,
+        ScrapeFactory,
+        ServeOptions,
+        ServiceFactory,
+    )
     from herder.controllers.backups.policy import BackupPolicy
     from herder.controllers.catalog import ControllerOptions
     from herder.controllers.clusters.credentials import TalosGateway
+    from herder.siderolink.server import SideroLinkOptions
     from herder.state.machine_logs import MachineLogs
 
 
@@ -203,6 +212,7 @@ def _run(
     talos_listen: str | None = None,
     around: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     machine_log_bytes: int | None = None,
+    services: Sequence[ServiceFactory] = (),
 ) -> None:
     """Serve until SIGTERM or SIGINT; ``around`` is started before the server and stopped after it (the
     demo's emulator), so that a failure to start it ends the start."""
@@ -249,7 +259,7 @@ def _run(
                     ready=started,
                     prepare=[lambda store: register_admission(store, controller_options)],
                     actions=lambda store: object_actions(store, gateway.talosconfigs(store), logs),
-                    services=[gateway.service],
+                    services=[gateway.service, *services],
                     ui=web_ui,
                     mounts=[KubeProxy],
                     machine_logs=logs,
@@ -384,6 +394,39 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    siderolink_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--siderolink-listen",
+            help="HOST:PORT to serve SideroLink's Provision API on, which machines booted with the kernel "
+            "arguments of a JoinConfig call to join (needs --siderolink-wireguard).",
+            show_default=False,
+        ),
+    ] = None,
+    siderolink_wireguard: Annotated[
+        str | None,
+        typer.Option(
+            "--siderolink-wireguard",
+            help="HOST:PORT of herder's WireGuard endpoint as joining machines reach it (UDP; herder "
+            "listens on that port on every address). Needs CAP_NET_ADMIN and wireguard-go.",
+            show_default=False,
+        ),
+    ] = None,
+    siderolink_prefix: Annotated[
+        str,
+        typer.Option("--siderolink-prefix", help="The tunnel's IPv6 prefix; herder takes its first address."),
+    ] = "fdae:41e4:649b:9303::/64",
+    siderolink_interface: Annotated[
+        str, typer.Option("--siderolink-interface", help="The name of herder's WireGuard interface.")
+    ] = "siderolink",
+    siderolink_peer_timeout: Annotated[
+        float,
+        typer.Option(
+            "--siderolink-peer-timeout",
+            min=1,
+            help="Seconds without a packet from a joined machine before its tunnel is reported down.",
+        ),
+    ] = 90.0,
     provider: Annotated[
         list[str] | None,
         typer.Option(
@@ -439,19 +482,77 @@ def serve_command(
         session_idle=timedelta(seconds=session_idle_timeout),
         session_max_age=timedelta(seconds=session_max_age),
     )
+    join = _siderolink(
+        siderolink_listen,
+        siderolink_wireguard,
+        siderolink_prefix,
+        siderolink_interface,
+        siderolink_peer_timeout,
+    )
+    controller_options = replace(
+        _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
+        managed_control_planes=managed_control_planes,
+        managed_replace_after=managed_replace_after,
+        manifest_resync=manifest_resync,
+        backup_policy=_managed_backups(managed_backups),
+    )
+    if join is not None:
+        controller_options = replace(
+            controller_options, siderolink_api=join.api_url, siderolink_server=str(join.server.ip)
+        )
     _run(
         options,
-        replace(
-            _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
-            managed_control_planes=managed_control_planes,
-            managed_replace_after=managed_replace_after,
-            manifest_resync=manifest_resync,
-            backup_policy=_managed_backups(managed_backups),
-        ),
+        controller_options,
         background=providers(options.data_dir, provider or []),
         talos_listen=talos_listen,
         machine_log_bytes=machine_log_bytes,
+        services=[join.service(options.data_dir)] if join is not None else [],
     )
+
+
+def _siderolink(
+    listen: str | None, wireguard: str | None, prefix: str, interface: str, peer_timeout: float
+) -> SideroLinkFlags | None:
+    """What ``--siderolink-*`` ask for, checked (None: no SideroLink)."""
+    if listen is None and wireguard is None:
+        return None
+    if listen is None or wireguard is None:
+        raise fail("--siderolink-listen and --siderolink-wireguard go together: give both, or neither")
+    from herder.api.serve import parse_listen
+    from herder.siderolink.addresses import parse_prefix, server_address
+    from herder.siderolink.server import SideroLinkOptions
+
+    try:
+        options = SideroLinkOptions(
+            listen=parse_listen(listen, "--siderolink-listen"),
+            wireguard=parse_listen(wireguard, "--siderolink-wireguard"),
+            prefix=parse_prefix(prefix),
+            interface=interface,
+            peer_timeout=peer_timeout,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if not 0 < len(interface) <= 15:
+        raise fail(f"--siderolink-interface {interface!r}: 1 to 15 characters")
+    check_free(listen, "SideroLink's Provision API", "--siderolink-listen")
+    return SideroLinkFlags(options, server_address(options.prefix))
+
+
+@dataclass(frozen=True)
+class SideroLinkFlags:
+    options: SideroLinkOptions
+    server: IPv6Interface
+
+    @property
+    def api_url(self) -> str:
+        """``siderolink.api`` without its token: plaintext gRPC, as Talos dials ``grpc://``."""
+        host, port = self.options.listen
+        return f"grpc://[{host}]:{port}" if ":" in host else f"grpc://{host}:{port}"
+
+    def service(self, data_dir: Path) -> ServiceFactory:
+        from herder.siderolink.server import SideroLinkServer
+
+        return lambda store, audit: SideroLinkServer(store, audit, data_dir, self.options)
 
 
 def providers(data_dir: Path, flags: list[str]) -> list[BackgroundFactory]:

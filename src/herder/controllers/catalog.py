@@ -29,6 +29,7 @@ from herder.controllers.clusters.cluster_teardown import ClusterTeardownControll
 from herder.controllers.clusters.config_apply import ConfigApplyController
 from herder.controllers.clusters.control_plane_status import ControlPlaneStatusController
 from herder.controllers.clusters.credentials import ClusterCredentials, TalosGateway
+from herder.controllers.clusters.joined_machines import JoinedMachineController
 from herder.controllers.clusters.key_pool import KeyPool
 from herder.controllers.clusters.load_balancer import EndpointRange, LoadBalancerController
 from herder.controllers.clusters.machine_link import MachineLinkController
@@ -75,6 +76,10 @@ class ControllerOptions:
     """Managed clusters back up on the platform's schedule (``herder serve --managed-backups``)."""
     api_url: str = ""
     """herder's API as machines and providers reach it (in each provider's JoinConfig)."""
+    siderolink_api: str = ""
+    """SideroLink's Provision API as machines reach it (``grpc://HOST:PORT``), when herder serves it."""
+    siderolink_server: str = ""
+    """herder's address in the SideroLink tunnel (where machines send events and kernel logs)."""
     managed_control_planes: bool = False
     """Whether clusters may have managed control planes (``herder serve --managed-control-planes``)."""
     managed_replace_after: float = 300.0
@@ -128,6 +133,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         EventCollector(),
         # Each endpoint is asked once, quickly: a machine that does not answer is asked again later.
         MachineRegistrationController(clients(0, 10, connect_timeout=5, retries=0)),
+        JoinedMachineController(),
         MachineLinkController(keys, clients=clients(0, 10)),
         ClusterSecretsController(KeyPool(options.spare_keys), make_keys_now=options.spare_keys_now),
         ClusterTeardownController(),
@@ -154,7 +160,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         HealthCheckController(keys),
         UpgradePreChecksController(keys),
         # Provisioning: providers, request sets, requests, auto-provisioned machine sets, provider patches.
-        InfraProviderController(options.api_url),
+        InfraProviderController(options.api_url, options.siderolink_api, options.siderolink_server),
         MachineRequestSetController(),
         MachineRequestController(),
         MachineSetProvisioningController(),

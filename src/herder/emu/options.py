@@ -50,3 +50,6 @@ class EmulatorOptions:
     timings: Timings = field(default_factory=Timings)
     bmc: BmcOptions | None = None
     """With BMCs, the machines made at start are bare metal: powered off, with no OS, each with a BMC."""
+    join: str = ""
+    """Kernel arguments with ``siderolink.api=…?jointoken=…``: every machine joins herder over SideroLink
+    (``herder emu run --join``), each in a network namespace of its own."""

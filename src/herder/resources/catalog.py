@@ -10,6 +10,7 @@ from herder.resources.clusters import CLUSTER_KINDS
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.control_planes import CONTROL_PLANE_STATUS
 from herder.resources.core import NAMESPACE
+from herder.resources.join import JOIN_KINDS
 from herder.resources.kubernetes import EVENT
 from herder.resources.machines import MACHINE_KINDS
 from herder.resources.managed import MANAGED_CONTROL_PLANE_OFFERING
@@ -32,6 +33,7 @@ def herder_registry() -> KindRegistry:
             *MANIFEST_KINDS,
             *BACKUP_KINDS,
             *PROVISIONING_KINDS,
+            *JOIN_KINDS,
             MANAGED_CONTROL_PLANE_OFFERING,
             *ACCESS_KINDS,
             ACCESS_POLICY,

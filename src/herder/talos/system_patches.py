@@ -84,3 +84,19 @@ def managed_control_plane(contract: VersionContract, *, register_nodes: bool) ->
     if not register_nodes:
         docs.append({"apiVersion": "v1alpha1", "kind": "KubeletConfig", "extraArgs": _NO_REGISTRATION})
     return dump_documents(docs)
+
+
+def siderolink(api_url: str, events_sink: str = "", kernel_log: str = "") -> str:
+    """A joined machine's SideroLink settings as config documents, so that the installed system joins again
+    at every boot (and after an upgrade) without the kernel arguments it first booted with: where to join
+    (``SideroLinkConfig.apiUrl``, the join token in it), where its events and kernel log go."""
+    documents: list[dict[str, object]] = [
+        {"apiVersion": "v1alpha1", "kind": "SideroLinkConfig", "apiUrl": api_url}
+    ]
+    if events_sink:
+        documents.append({"apiVersion": "v1alpha1", "kind": "EventSinkConfig", "endpoint": events_sink})
+    if kernel_log:
+        documents.append(
+            {"apiVersion": "v1alpha1", "kind": "KmsgLogConfig", "name": "herder-kmsg", "url": kernel_log}
+        )
+    return dump_documents(documents)

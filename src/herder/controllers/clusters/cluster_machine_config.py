@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from herder.controllers.cluster_keys import ClusterKeys, ClusterSecretsView
 from herder.controllers.installer import member_installer
@@ -34,6 +35,7 @@ from herder.resources.clusters import (
     MachineSetNodeSpec,
 )
 from herder.resources.configuration import CONFIG_PATCH, ConfigPatchSpec
+from herder.resources.join import SIDERO_LINK, SideroLinkSpec
 from herder.resources.machines import (
     CLUSTER_LABEL,
     CLUSTER_MACHINE_LABEL,
@@ -42,7 +44,7 @@ from herder.resources.machines import (
     MACHINE_SET_LABEL,
     MachineStatus,
 )
-from herder.resources.provisioning import MACHINE_REQUEST_LABEL
+from herder.resources.provisioning import JOIN_CONFIG, MACHINE_REQUEST_LABEL, JoinConfigSpec
 from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
@@ -61,7 +63,9 @@ from herder.talos.contracts import VersionContract
 from herder.talos.generate import ConfigInput, GenerateError, MachineType, generate_documents
 from herder.talos.patch_layers import LayeredPatch, PatchLayer, apply_layers
 from herder.talos.patches import PatchError
-from herder.talos.system_patches import disk_encryption, inline_manifest
+from herder.talos.siderolink.kernel_args import JoinArgsError
+from herder.talos.siderolink.kernel_args import parse as parse_join_args
+from herder.talos.system_patches import disk_encryption, inline_manifest, siderolink
 from herder.talos.validate import ConfigInvalid, validate_config
 
 DEFAULT_DISK = "/dev/sda"
@@ -243,6 +247,9 @@ class ClusterMachineConfigController(Controller):
             layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-disk-encryption", disk_encryption(contract)))
         if wanted.role == "controlplane":
             layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-readers", _readers_binding(contract)))
+        joined = await _siderolink_patch(ctx, member)
+        if joined:
+            layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-siderolink", joined))
         # Machines of one role usually share every patch: their config is made and validated once.
         final_key = (base_key, tuple(sorted((p.layer, p.name, p.text) for p in layers)))
         known = self._finals.get(final_key)
@@ -278,6 +285,25 @@ class ClusterMachineConfigController(Controller):
                 text = CONFIG_PATCH.spec_of(patch, ConfigPatchSpec).data
                 out[patch.name] = LayeredPatch(layer, patch.name, text)
         return list(out.values())
+
+
+async def _siderolink_patch(ctx: Context, member: Resource) -> str:
+    """The SideroLink settings of a machine that joined with its provider's token ('' for any other: herder
+    keeps only the digest of a JoinToken, so it cannot write one into a config)."""
+    link = await ctx.get(ObjectKey(SIDERO_LINK.kind, member.namespace, member.name))
+    if link is None:
+        return ""
+    by = SIDERO_LINK.spec_of(link, SideroLinkSpec).join_token
+    if not by.startswith("provider/"):
+        return ""
+    join = await ctx.get(ObjectKey(JOIN_CONFIG.kind, None, by.removeprefix("provider/")))
+    if join is None:
+        return ""
+    try:
+        args = parse_join_args(JOIN_CONFIG.spec_of(join, JoinConfigSpec).kernel_args)
+    except JoinArgsError:
+        return ""
+    return siderolink(f"{args.api}?{urlencode({'jointoken': args.token})}", args.events_sink, args.kernel_log)
 
 
 def _platform_patch(patch: Resource) -> bool:

@@ -27,6 +27,7 @@ from herder.controllers.clusters.machine_facts import read_facts
 from herder.controllers.members import cluster_of
 from herder.resources import Resource
 from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineStatus
+from herder.resources.join import SIDERO_LINK, SideroLinkStatus
 from herder.resources.machines import MACHINE, MachineSpec, MachineStatus
 from herder.resources.status import status_of
 from herder.runtime.clock import REAL_CLOCK, Clock
@@ -94,6 +95,8 @@ class _Link:
     stage_since: float = 0.0
     resyncing: bool = False
     """Read afresh because a passing stage stood too long: the next stage read tells whether it had moved."""
+    tunnel_down: str = ""
+    """Why the machine's SideroLink tunnel carries nothing, while it does not (a joined machine)."""
 
 
 class MachineLinkController(Controller):
@@ -139,6 +142,7 @@ class MachineLinkController(Controller):
         self.watches = (
             Watch(MACHINE.kind, self._spec_changed),
             Watch(CLUSTER_MACHINE.kind, self._config_applied),
+            Watch(SIDERO_LINK.kind, self._tunnel_changed),
         )
 
     @staticmethod
@@ -152,6 +156,18 @@ class MachineLinkController(Controller):
         ):
             return ()
         return (ObjectKey.of(event.object),)
+
+    @staticmethod
+    def _tunnel_changed(event: WatchEvent) -> Iterable[ObjectKey]:
+        # A joined machine's tunnel went down or came back: a stream through it neither fails nor ends by
+        # itself (nothing comes, nothing is refused), so the link is told.
+        before = event.previous
+        was = status_of(before, SideroLinkStatus).condition_true("Connected") if before is not None else None
+        if event.type != "DELETED" and was == status_of(event.object, SideroLinkStatus).condition_true(
+            "Connected"
+        ):
+            return ()
+        return same_name(MACHINE.kind)(event)
 
     @staticmethod
     def _config_applied(event: WatchEvent) -> Iterable[ObjectKey]:
@@ -181,6 +197,10 @@ class MachineLinkController(Controller):
         elif (link.secure, link.prefer_secure) != (secure, configured):
             link.secure, link.prefer_secure = secure, configured
             link.changed.set()
+        tunnel_down = await self._tunnel_down(ctx, key)
+        if tunnel_down != link.tunnel_down:
+            link.tunnel_down = tunnel_down
+            link.changed.set()
         if link.task is None or link.task.done():
             link.task = asyncio.create_task(self._follow(link), name=f"link-{key.name}")
         return None
@@ -201,6 +221,17 @@ class MachineLinkController(Controller):
             return None, False
         return view.talos, bool(status_of(member, ClusterMachineStatus).config_hash)
 
+    @staticmethod
+    async def _tunnel_down(ctx: Context, key: ObjectKey) -> str:
+        """Why the machine's SideroLink tunnel is down ('' when it is up, or the machine did not join)."""
+        joined = await ctx.get(ObjectKey(SIDERO_LINK.kind, key.namespace, key.name))
+        if joined is None:
+            return ""
+        connected = status_of(joined, SideroLinkStatus).condition("Connected")
+        if connected is None or connected.status != "False":
+            return ""
+        return f"SideroLink tunnel down: {connected.message}"
+
     async def shutdown(self) -> None:
         links, self._links = list(self._links.values()), {}
         await asyncio.gather(*(self._stop(link) for link in links))
@@ -217,6 +248,12 @@ class MachineLinkController(Controller):
         lost_at: float | None = None
         while True:
             link.changed.clear()
+            if link.tunnel_down:
+                # Nothing can come through: say so at once, and wait for the tunnel (or a change) to come back.
+                was_up = link.reported.get("connected") is not False
+                await self._report(link, connected=False, lastError=link.tunnel_down, lost=was_up)
+                await link.changed.wait()
+                continue
             error = ""
             for credentials in self._order(link):
                 try:

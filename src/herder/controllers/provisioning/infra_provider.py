@@ -34,6 +34,7 @@ from herder.runtime.controller import Context, Controller, ObjectKey, Result, Wa
 from herder.runtime.index import ViewIndex
 from herder.runtime.outputs import Owns, Writes
 from herder.state.store import WatchEvent
+from herder.talos.siderolink.kernel_args import join_args
 
 CLEANUP_FINALIZER = "herder.dev/infra-provider-cleanup"
 MISSED_BEATS = 3
@@ -56,8 +57,11 @@ class InfraProviderController(Controller):
     )
     concurrency = 2
 
-    def __init__(self, api_url: str = "") -> None:
+    def __init__(self, api_url: str = "", siderolink_api: str = "", siderolink_server: str = "") -> None:
+        """``siderolink_api``, ``siderolink_server``: where machines join herder and its tunnel address
+        (with them, each JoinConfig's kernelArgs make its provider's machines join)."""
         self._api_url = api_url
+        self._siderolink = (siderolink_api, siderolink_server) if siderolink_api else None
         # The requests of each provider whose machine another request holds, wherever they are, by name
         # (but hidden ones, which users who read the provider may not know of).
         self._claims = ViewIndex(MACHINE_REQUEST.kind, _refused_claim, _shown_name, namespaced=False)
@@ -135,7 +139,13 @@ class InfraProviderController(Controller):
     async def _join_config(self, ctx: Context, provider: Resource) -> None:
         current = await ctx.get(ObjectKey(JOIN_CONFIG.kind, None, provider.name))
         token = JOIN_CONFIG.spec_of(current, JoinConfigSpec).token if current is not None else ""
-        spec = {"endpoint": self._api_url, "token": token or secrets.token_urlsafe(32), "kernelArgs": []}
+        token = token or secrets.token_urlsafe(32)
+        kernel_args = (
+            join_args(self._siderolink[0], token, self._siderolink[1]).kernel_args()
+            if self._siderolink
+            else []
+        )
+        spec = {"endpoint": self._api_url, "token": token, "kernelArgs": kernel_args}
         if current is not None and current.spec == spec:
             return
         await ctx.apply_output(

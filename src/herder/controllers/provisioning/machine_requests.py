@@ -27,6 +27,7 @@ from herder.controllers.provisioning.requests import machine_of_request, node_of
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, READ_ONLY_ANNOTATION
 from herder.resources.clusters import MACHINE_SET_NODE
+from herder.resources.join import SIDERO_LINK
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, normalize_endpoint
 from herder.resources.provisioning import (
     CONFLICT,
@@ -230,6 +231,8 @@ class MachineRequestController(Controller):
                 return ""  # its Provisioned event says where herder reaches it
         # Whom the machine may be taken from: nobody, or a request that is gone.
         free = (None, request.name, machine.metadata.labels.get(MACHINE_REQUEST_LABEL))
+        if await ctx.get(ObjectKey(SIDERO_LINK.kind, machine.namespace, machine.name)) is not None:
+            endpoint = ""  # it joined: herder reaches it through the tunnel, not where its provider says
 
         def adopt(m: Resource) -> None:
             if m.metadata.labels.get(MACHINE_REQUEST_LABEL) not in free:

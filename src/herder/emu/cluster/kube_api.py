@@ -26,6 +26,7 @@ import uvicorn
 from cryptography import x509
 from uvicorn.server import ServerState
 
+from herder.emu import netns
 from herder.krm.takeover import TakeoverProtocol
 from herder.talos import pki
 from herder.talos.machine import tls as machine_tls
@@ -165,9 +166,14 @@ class ApiEndpoint:
         listening = _context(certificate, client_ca)
         # kube-apiserver reloads its certificates without a restart: each handshake takes the newest.
         listening.sni_callback = self._current
-        self._server = await asyncio.get_running_loop().create_server(
-            self._protocol, self.host, self.port, ssl=listening, reuse_address=True, backlog=256
-        )
+        loop = asyncio.get_running_loop()
+        inside = await netns.listener(self.host, self.port)
+        if inside is not None:  # a joined control plane: in its own namespace, on its tunnel address
+            self._server = await loop.create_server(self._protocol, sock=inside, ssl=listening)
+        else:
+            self._server = await loop.create_server(
+                self._protocol, self.host, self.port, ssl=listening, reuse_address=True, backlog=256
+            )
 
     def reload(self, certificate: CertificateAndKey, issuing: bytes, client_ca: bytes) -> None:
         """Serve new connections with another certificate and client CAs; open connections go on."""

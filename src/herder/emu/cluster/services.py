@@ -19,7 +19,7 @@ from herder.emu.cluster.kube_api import PORT
 from herder.emu.cluster.kube_facts import KubeFacts
 from herder.emu.cluster.kubelet import Kubelet
 from herder.emu.cluster.kubernetes import ClusterKubernetes
-from herder.emu.cluster.state import Cluster
+from herder.emu.cluster.state import Cluster, url_host
 
 
 class ClusterMachines(Protocol):
@@ -105,7 +105,11 @@ class ClusterServices:
         serving = kube.endpoints if kube is not None else {}
         # kube-apiserver runs on the control planes that are etcd members, while they run.
         apiservers = [
-            {"url": f"https://{m.address}:{PORT}", "machine": m.machine, "serving": m.machine in serving}
+            {
+                "url": f"https://{url_host(m.address)}:{PORT}",
+                "machine": m.machine,
+                "serving": m.machine in serving,
+            }
             for m in sorted(cluster.members.values(), key=lambda m: m.address)
         ]
         return {

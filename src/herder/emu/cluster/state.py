@@ -80,6 +80,11 @@ class Keyspace(MemoryBackend):
         return {kv.key: kv.value.decode() for kv in entries}
 
 
+def url_host(address: str) -> str:
+    """An address as a URL names it: an IPv6 one in brackets (a joined machine's tunnel address)."""
+    return f"[{address}]" if ":" in address else address
+
+
 @dataclass
 class EtcdMember:
     id: int
@@ -90,11 +95,11 @@ class EtcdMember:
 
     @property
     def peer_urls(self) -> list[str]:
-        return [f"https://{self.address}:2380"]
+        return [f"https://{url_host(self.address)}:2380"]
 
     @property
     def client_urls(self) -> list[str]:
-        return [f"https://{self.address}:2379"]
+        return [f"https://{url_host(self.address)}:2379"]
 
 
 @dataclass

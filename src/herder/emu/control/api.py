@@ -78,7 +78,8 @@ class ControlAPI:
                 f"with {option}",
             ) from None
         bound = self._server.sockets[0].getsockname()
-        return f"http://{bound[0]}:{bound[1]}"
+        host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        return f"http://{host}:{bound[1]}"
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -25,6 +25,7 @@ from herder.emu.cluster.services import ClusterServices
 from herder.emu.cluster.state import Cluster
 from herder.emu.control.bmcs import EmulatedBmcs
 from herder.emu.control.store import Store
+from herder.emu.machine.join import Joiner
 from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.network import Network
 from herder.emu.machine.record import Hardware, MachineRecord
@@ -34,6 +35,7 @@ from herder.emu.options import EmulatorOptions
 from herder.talos.api.cosi import state_pb2_grpc
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
 from herder.talos.machine.types import MachineStage
+from herder.talos.siderolink.kernel_args import parse as parse_join_args
 
 
 class Emulator:
@@ -52,6 +54,12 @@ class Emulator:
         self._network = ipaddress.ip_network(options.machine_cidr)
         self._used: set[int] = set()
         self._cursor = int(self._network.network_address) + 1
+        self.joiner: Joiner | None = None
+        """How the machines join herder over SideroLink (``--join``)."""
+        if options.join:
+            self.joiner = Joiner(
+                parse_join_args(options.join), keepalive=max(1, round(options.timings.siderolink_keepalive))
+            )
         self.bmcs: EmulatedBmcs | None = None
         """The machines' BMCs and their Redfish service (``--bmc``)."""
         if options.bmc is not None:
@@ -78,7 +86,8 @@ class Emulator:
             if self.bmcs is not None:
                 self.bmcs.add(machine)
         for machine in self.machines.values():
-            _check_free(machine)
+            if self.joiner is None:  # a joined machine listens in a namespace of its own
+                _check_free(machine)
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
         pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
         state_pb2_grpc.add_StateServicer_to_server(ResourceService(self), server)  # type: ignore[no-untyped-call]
@@ -99,6 +108,8 @@ class Emulator:
             await machine.stop()
         await self.services.stop()
         await self.network.close()
+        if self.joiner is not None:
+            await self.joiner.close()
         if self._server is not None:
             await self._server.stop(grace=0.2)
             self._server = None

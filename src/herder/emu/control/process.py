@@ -28,11 +28,16 @@ class EmulatorProcess:
     machine_cidr: str
     machine_port: int = 50000
     extra_args: list[str] = field(default_factory=list)
+    listen: str = "127.0.0.1:0"
+    """Where its control API listens."""
+    prefix: list[str] = field(default_factory=list)
+    """What runs it (``ip netns exec NAME``: in a network namespace)."""
     process: subprocess.Popen[bytes] | None = None
     control_url: str = ""
 
     def start(self) -> None:
         args = [
+            *self.prefix,
             sys.executable,
             "-c",
             _ENTRY,
@@ -43,7 +48,7 @@ class EmulatorProcess:
             "--machines",
             str(self.machines),
             "--listen",
-            "127.0.0.1:0",
+            self.listen,
             "--machine-cidr",
             self.machine_cidr,
             "--machine-port",

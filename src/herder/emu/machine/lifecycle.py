@@ -33,6 +33,7 @@ from herder.emu.machine.config import (
 )
 from herder.emu.machine.events import EventLog
 from herder.emu.machine.firmware import Firmware
+from herder.emu.machine.join import Joiner, JoinFailed
 from herder.emu.machine.kube_config import kube_facts
 from herder.emu.machine.logs import LogLine, MachineLogs, boot_messages
 from herder.emu.machine.network import GRACE, Network
@@ -91,6 +92,11 @@ class MachineHost(Protocol):
 
     @property
     def network(self) -> Network: ...
+
+    @property
+    def joiner(self) -> Joiner | None:
+        """How machines join herder over SideroLink (``--join``), if they do."""
+        ...
 
     @property
     def store(self) -> MachineStore: ...
@@ -399,6 +405,7 @@ class Machine:
             return
         self._set_stage(MachineStage.BOOTING)
         await self._sleep("boot")
+        await self._join()
         record = self.record
         if record.staged_config is not None:
             record.config, record.staged_config = record.staged_config, None
@@ -409,6 +416,36 @@ class Machine:
             self._set_stage(MachineStage.MAINTENANCE)
             return
         await self._configured_boot()
+
+    async def _join(self) -> None:
+        """With ``--join``, as Talos with ``siderolink.api`` does at every boot: join herder, again and again
+        until it lets the machine in; from then on the machine's address is its tunnel address."""
+        joiner = self.host.joiner
+        if joiner is None:
+            return
+        while True:
+            try:
+                address = await joiner.up(self.uuid, self.record.talos_version)
+                joiner.report(self.uuid, self.events, self.logs.kernel)
+                break
+            except JoinFailed as exc:
+                self.last_error = f"siderolink: {exc}"
+                self.logs.write("siderolink", f"join failed: {exc}")
+                await asyncio.sleep(self.host.timings.join_retry)
+        self.last_error = ""
+        self.logs.write("siderolink", f"joined: tunnel address {address}")
+        if address != self.record.address:
+            self.record.address = address
+            self._persist()
+            if self._resources is not None:
+                self._resources.close()
+                self._resources = None
+            self._api_context = None
+
+    async def _leave(self) -> None:
+        """The machine is off: its side of the tunnel is gone."""
+        if self.host.joiner is not None:
+            await self.host.joiner.down(self.uuid)
 
     def _firmware_boot(self) -> bool:
         """The firmware's pick at power-on: a Talos image on a medium runs that version and schematic;
@@ -528,6 +565,7 @@ class Machine:
         await self._cancel_sequence()
         self._cancel_try()
         self._api_down(grace=0)
+        await self._leave()
         self.record.powered_on = False
         self._persist()
         self._set_stage(MachineStage.UNKNOWN)
@@ -786,6 +824,7 @@ class Machine:
     async def _power_down(self) -> None:
         self._cancel_try()
         self._api_down(grace=0)
+        await self._leave()
         self.record.powered_on = False
         self._persist()
         self._set_stage(MachineStage.UNKNOWN)

@@ -12,6 +12,7 @@ import asyncio
 import ssl
 from dataclasses import dataclass, field
 
+from herder.emu import netns
 from herder.talos.machine import roles as talos_roles
 from herder.talos.machine.tls import peer_organizations
 from herder.talos.machine.tunnel import HANDSHAKE_TIMEOUT, Relay, TLSRelay, handshake, open_upstream
@@ -120,9 +121,15 @@ class Network:
         self.stop(machine)
         listener = _Listener(self, machine, authenticated, context)
         loop = asyncio.get_running_loop()
-        listener.server = await loop.create_server(
-            lambda: _Inbound(listener, listener.context), address, port, reuse_address=True, backlog=256
-        )
+        inside = await netns.listener(address, port)
+        if inside is not None:  # a joined machine: in its own namespace, on its tunnel address
+            listener.server = await loop.create_server(
+                lambda: _Inbound(listener, listener.context), sock=inside
+            )
+        else:
+            listener.server = await loop.create_server(
+                lambda: _Inbound(listener, listener.context), address, port, reuse_address=True, backlog=256
+            )
         self._listeners[machine] = listener
 
     def recredential(self, machine: str, context: ssl.SSLContext) -> None:

@@ -36,7 +36,8 @@ class MachineRecord:
 
     @property
     def endpoint(self) -> str:
-        return f"{self.address}:{self.port}"
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{host}:{self.port}"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from herder.emu.cluster.kube_facts import KubeFacts
+from herder.emu.cluster.state import url_host
 from herder.emu.machine.record import Hardware
 from herder.talos.api.machine import machine_pb2 as pb
 
@@ -135,7 +136,7 @@ def _programs(host: Host) -> list[tuple[str, _Program]]:
             "etcd",
             "/usr/local/bin/etcd",
             f"/usr/local/bin/etcd --name={node} --data-dir=/var/lib/etcd --listen-client-urls=https://0.0.0.0:2379 "
-            f"--listen-peer-urls=https://0.0.0.0:2380 --advertise-client-urls=https://{host.address}:2379",
+            f"--listen-peer-urls=https://0.0.0.0:2380 --advertise-client-urls=https://{url_host(host.address)}:2379",
             18,
             180,
             0.22,

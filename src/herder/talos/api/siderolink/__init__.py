@@ -1,0 +1,1 @@
+"""SideroLink's join API (``sidero.link.ProvisionService``) as Talos machines call it."""

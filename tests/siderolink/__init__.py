@@ -1,0 +1,1 @@
+"""Tests of SideroLink: joining herder through the Provision API and WireGuard."""

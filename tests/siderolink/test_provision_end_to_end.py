@@ -1,0 +1,204 @@
+"""The Provision API end to end: an Admin makes join tokens with ``herder jointoken``; a machine calling
+``sidero.link.ProvisionService/Provision`` with one (from the machines' side of the uplink, as a Talos
+machine would) gets herder's WireGuard peer and its tunnel address, becomes a SideroLink and the Machine
+of its UUID at that address, and keeps its address when it rejoins with a new key; a revoked, unknown or
+missing token is refused with PERMISSION_DENIED, a malformed request with INVALID_ARGUMENT, each audited.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+import sys
+import time
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from herder.talos.siderolink.wireguard import generate_keys, public_key_of
+from tests.siderolink.join_site import JoinServer, join_server, needs_netns
+
+pytestmark = needs_netns
+
+# A Provision call made from inside a namespace (the machines' side of the uplink): Python with grpc, run by
+# ``ip netns exec``, printing the answer as JSON or the gRPC error code.
+CALL = """
+import json, sys
+import grpc
+from herder.talos.api.siderolink import provision_pb2 as pb, provision_pb2_grpc as pb_grpc
+target, fields = sys.argv[1], json.loads(sys.argv[2])
+with grpc.insecure_channel(target) as channel:
+    try:
+        answer = pb_grpc.ProvisionServiceStub(channel).Provision(pb.ProvisionRequest(**fields), timeout=20)
+    except grpc.RpcError as e:
+        print(json.dumps({"code": e.code().name, "details": e.details()}))
+    else:
+        print(json.dumps({"code": "OK", "endpoints": list(answer.server_endpoint), "key": answer.server_public_key,
+                          "address": answer.node_address_prefix, "server": answer.server_address}))
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinServer]:
+    with join_server(tmp_path_factory.mktemp("provision")) as made:
+        yield made
+
+
+def provision(site: JoinServer, **fields: object) -> dict[str, object]:
+    target = site.api.removeprefix("grpc://")
+    result = subprocess.run(
+        ["ip", "netns", "exec", site.uplink.netns, sys.executable, "-c", CALL, target, json.dumps(fields)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    answer: dict[str, object] = json.loads(result.stdout)
+    return answer
+
+
+def token(site: JoinServer, name: str, *flags: str) -> str:
+    made = site.herder("jointoken", "create", name, *flags)
+    assert "shown this once only" in made.stderr
+    return made.stdout.strip()
+
+
+def until(check: object, timeout: float = 30) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()  # type: ignore[operator]
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {check}")
+
+
+def kubectl_json(site: JoinServer, *args: str) -> dict[str, object]:
+    result = subprocess.run(
+        ["/usr/bin/kubectl", "--kubeconfig", str(site.server.kubeconfig), *args, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    found: dict[str, object] = json.loads(result.stdout)
+    return found
+
+
+def test_a_machine_with_a_valid_token_joins_and_becomes_its_machine(site: JoinServer) -> None:
+    joined = token(site, "rack-1", "--description", "the first rack")
+    node, keys = str(uuidlib.uuid4()), generate_keys()
+    answer = provision(
+        site, node_uuid=node, node_public_key=keys.public, join_token=joined, talos_version="v1.13.9"
+    )
+    assert answer["code"] == "OK", answer
+    prefix = ipaddress.ip_network(site.prefix)
+    address = ipaddress.ip_interface(str(answer["address"]))
+    assert address.network == prefix and answer["server"] == str(prefix.network_address + 1)
+    assert answer["endpoints"] == [f"[{site.uplink.herder_address}]:{site.wireguard_port}"]
+    assert answer["key"] == public_key_of((site.server.data_dir / "siderolink.key").read_text().strip())
+    # herder's interface has the machine as a peer, and its own address.
+    shown = subprocess.run(["ip", "-6", "address", "show", site.interface], capture_output=True, text=True)
+    assert f"{prefix.network_address + 1}/64" in shown.stdout
+    link = kubectl_json(site, "get", "siderolink", node)
+    assert link["spec"] == {  # type: ignore[comparison-overlap]
+        "nodePublicKey": keys.public,
+        "nodeAddress": str(address),
+        "joinToken": "rack-1",
+        "talosVersion": "v1.13.9",
+    }
+    machine = until(lambda: _machine(site, node))
+    assert machine["spec"] == {"endpoint": f"[{address.ip}]:50000"}  # type: ignore[index]
+    listed = site.herder("jointoken", "list").stdout
+    (line,) = [row for row in listed.splitlines() if row.startswith("rack-1")]
+    assert line.split()[1:4] == ["valid", "never", "1"] and "the first rack" in line
+    assert joined not in listed
+    # A reboot: a new key, the same address; the old key is no peer any more.
+    again = generate_keys()
+    answer = provision(site, node_uuid=node, node_public_key=again.public, join_token=joined)
+    assert answer["address"] == str(address)
+    until(lambda: again.public in _peers(site) and keys.public not in _peers(site))
+
+
+def _machine(site: JoinServer, node: str) -> dict[str, object] | None:
+    result = subprocess.run(
+        [
+            "/usr/bin/kubectl",
+            "--kubeconfig",
+            str(site.server.kubeconfig),
+            "get",
+            "machine",
+            node,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def _peers(site: JoinServer) -> str:
+    from base64 import b64encode
+
+    raw = Path(f"/var/run/wireguard/{site.interface}.sock")
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(raw))
+        s.sendall(b"get=1\n\n")
+        data = b""
+        while not data.endswith(b"\n\n"):
+            data += s.recv(65536)
+    keys = [line[11:] for line in data.decode().splitlines() if line.startswith("public_key=")]
+    return " ".join(b64encode(bytes.fromhex(k)).decode() for k in keys)
+
+
+def test_revoked_unknown_and_missing_tokens_are_refused_and_audited(site: JoinServer) -> None:
+    revoked = token(site, "old-rack")
+    site.herder("jointoken", "revoke", "old-rack")
+    node = str(uuidlib.uuid4())
+    key = generate_keys().public
+    for given in (revoked, "hjt_nobody_" + "0" * 64, ""):
+        answer = provision(site, node_uuid=node, node_public_key=key, join_token=given)
+        assert (answer["code"], answer["details"]) == ("PERMISSION_DENIED", "the join token is not valid")
+    assert _machine(site, node) is None
+    listed = site.herder("jointoken", "list").stdout
+    assert [row.split()[1] for row in listed.splitlines() if row.startswith("old-rack")] == ["revoked"]
+    events = kubectl_json(site, "get", "auditevents")["items"]
+    refusals = [
+        e["spec"]["message"]  # type: ignore[index]
+        for e in events  # type: ignore[attr-defined]
+        if e["spec"]["user"] == f"machine:{node}"  # type: ignore[index]
+    ]
+    assert any("join token old-rack is revoked" in m for m in refusals), refusals
+    assert any("join token nobody does not exist" in m for m in refusals), refusals
+
+
+def test_a_malformed_request_says_which_field(site: JoinServer) -> None:
+    valid = token(site, "for-bad-requests")
+    key = generate_keys().public
+    for fields, field in (
+        ({"node_uuid": "not-a-uuid", "node_public_key": key}, "node_uuid"),
+        ({"node_uuid": str(uuidlib.UUID(int=0)), "node_public_key": key}, "all zeros"),
+        ({"node_uuid": str(uuidlib.uuid4()), "node_public_key": "short"}, "node_public_key"),
+        (
+            {"node_uuid": str(uuidlib.uuid4()), "node_public_key": key, "wireguard_over_grpc": True},
+            "UDP only",
+        ),
+    ):
+        answer = provision(site, **fields, join_token=valid)
+        assert answer["code"] == "INVALID_ARGUMENT" and field in str(answer["details"]), answer
+
+
+def test_an_expiring_token_and_a_bad_duration(site: JoinServer) -> None:
+    token(site, "for-a-day", "--expires-in", "1d")
+    listed = site.herder("jointoken", "list").stdout
+    (line,) = [row for row in listed.splitlines() if row.startswith("for-a-day")]
+    assert line.split()[1] == "valid" and line.split()[2].endswith("Z")
+    bad = site.herder("jointoken", "create", "never-made", "--expires-in", "soon", check=False)
+    assert bad.returncode != 0 and "--expires-in 'soon'" in bad.stderr
