@@ -48,7 +48,7 @@ from herder.resources.clusters import CLUSTER, ClusterSpec, ClusterStatus
 from herder.resources.control_planes import CONTROL_PLANE_STATUS, ControlPlaneStatusStatus
 from herder.resources.machines import CLUSTER_LABEL, MACHINE
 from herder.resources.provisioning import INFRA_PROVIDER
-from herder.resources.status import condition_true
+from herder.resources.status import condition_true, status_of
 from herder.state.errors import NotFound
 from herder.state.store import Store
 from herder.talos.secrets import load_secrets
@@ -128,7 +128,7 @@ class ClusterMetrics(Collector):
         for cluster in sorted(clusters, key=lambda c: (c.namespace or "", c.name)):
             where = [cluster.namespace or "", cluster.name]
             spec = CLUSTER.spec_of(cluster, ClusterSpec)
-            status = ClusterStatus.model_validate(cluster.status or {})
+            status = status_of(cluster, ClusterStatus)
             managed = "true" if spec.managed is not None else "false"
             put(
                 "herder_cluster_info",
@@ -138,7 +138,7 @@ class ClusterMetrics(Collector):
             put("herder_cluster_ready", where, 1 if condition_true(cluster.status, "Ready") else 0)
             plane = planes.get((cluster.namespace, cluster.name))
             if plane is not None and status.bootstrap is not None:
-                etcd = ControlPlaneStatusStatus.model_validate(plane.status or {}).etcd
+                etcd = status_of(plane, ControlPlaneStatusStatus).etcd
                 members = len(etcd.members)
                 healthy = sum(1 for m in etcd.members if m.healthy)
                 quorum = members // 2 + 1

@@ -41,10 +41,17 @@ from herder.controllers.kubernetes_clients import KubernetesClients
 from herder.resources import Resource
 from herder.resources.access import AUDIT_EVENT, HIDDEN_LABEL, READ_ONLY_ANNOTATION
 from herder.resources.audit_labels import AUDIT_NAME_LABEL, audit_label_value
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterSpec
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    ClusterMachineStatus,
+    ClusterSpec,
+    ClusterStatus,
+)
 from herder.resources.kubernetes import EVENT
-from herder.resources.machines import CLUSTER_LABEL, MACHINE
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineStatus
 from herder.resources.provisioning import MACHINE_REQUEST, MACHINE_REQUEST_SET, MACHINE_REQUEST_SET_LABEL
+from herder.resources.status import AnyConditions, dump_status, status_of
 from herder.state.machine_logs import KERNEL, LogScope, MachineLogs
 from herder.state.store import Store
 from herder.talos.machine import MachineAPIError
@@ -253,8 +260,8 @@ class SupportBundles:
         bundle.add("etcd/status.yaml", _yaml(_plain(statuses)))
 
     async def _kubernetes(self, bundle: _Bundle, view: ClusterSecretsView, cluster: Resource) -> None:
-        endpoint = str(
-            (cluster.status or {}).get("endpoint") or CLUSTER.spec_of(cluster, ClusterSpec).endpoint or ""
+        endpoint = (
+            status_of(cluster, ClusterStatus).endpoint or CLUSTER.spec_of(cluster, ClusterSpec).endpoint or ""
         )
         if not endpoint:
             bundle.missing.append("kubernetes/*: the cluster has no Kubernetes API endpoint yet")
@@ -311,7 +318,7 @@ def _plain(data: Any) -> Any:
 def _conditions(objects: list[Resource]) -> str:
     lines = ["KIND/NAME\tTYPE\tSTATUS\tREASON\tSINCE\tMESSAGE"]
     for obj in objects:
-        for c in (obj.status or {}).get("conditions") or ():
+        for c in status_of(obj, AnyConditions).conditions:
             lines.append(
                 "\t".join(
                     str(x)
@@ -330,11 +337,13 @@ def _conditions(objects: list[Resource]) -> str:
 
 def _rollouts(cluster: Resource, objects: list[Resource]) -> dict[str, Any]:
     upgrades = {
-        o.name: (o.status or {}).get("upgrade")
+        o.name: dump_status(upgrade)
         for o in objects
-        if o.kind == CLUSTER_MACHINE.kind and (o.status or {}).get("upgrade")
+        if o.kind == CLUSTER_MACHINE.kind
+        and (upgrade := status_of(o, ClusterMachineStatus).upgrade) is not None
     }
-    return {"rollouts": (cluster.status or {}).get("rollouts") or [], "machineUpgrades": upgrades}
+    rollouts = [dump_status(r) for r in status_of(cluster, ClusterStatus).rollouts]
+    return {"rollouts": rollouts, "machineUpgrades": upgrades}
 
 
 def _versions(cluster: Resource, objects: list[Resource]) -> dict[str, Any]:
@@ -342,7 +351,7 @@ def _versions(cluster: Resource, objects: list[Resource]) -> dict[str, Any]:
     machines: dict[str, dict[str, Any]] = {}
     for obj in objects:
         if obj.kind == MACHINE.kind:
-            machines.setdefault(obj.name, {})["talos"] = (obj.status or {}).get("talosVersion", "")
+            machines.setdefault(obj.name, {})["talos"] = status_of(obj, MachineStatus).talos_version
         elif obj.kind == CLUSTER_MACHINE.kind:
             entry = machines.setdefault(obj.name, {})
             entry["desiredTalos"] = (obj.spec or {}).get("talosVersion", "")
@@ -352,7 +361,7 @@ def _versions(cluster: Resource, objects: list[Resource]) -> dict[str, Any]:
         "cluster": {
             "talos": spec.talos_version,
             "kubernetes": spec.kubernetes_version,
-            "talosContract": (cluster.status or {}).get("talosContract", ""),
+            "talosContract": status_of(cluster, ClusterStatus).talos_contract,
         },
         "machines": machines,
     }
