@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from herder.krm.policy import Access
 from herder.resources import KindInfo
 from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX, Role
-from herder.resources.clusters import MANAGED_BY_ANNOTATION
+from herder.resources.clusters import LOCKED_ANNOTATION, MANAGED_BY_ANNOTATION
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 from herder.resources.provisioning import MACHINE_REQUEST_LABEL, MACHINE_REQUEST_SET_LABEL
 
@@ -46,8 +46,12 @@ USER_SETTABLE_LABELS = frozenset(
 )
 # herder.dev/ annotations users may set: the mark of objects a cluster template made.
 USER_SETTABLE_ANNOTATIONS = frozenset({MANAGED_BY_ANNOTATION})
-# herder.dev/ annotations a role may set: an Admin lets an unreachable machine go without a reset.
-ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {FORCE_RELEASE_ANNOTATION: "Admin"}
+# herder.dev/ annotations a role may set: an Admin lets an unreachable machine go without a reset; an
+# Operator of a cluster locks it (every write is audited).
+ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {
+    FORCE_RELEASE_ANNOTATION: "Admin",
+    LOCKED_ANNOTATION: "Operator",
+}
 
 
 @dataclass(frozen=True)

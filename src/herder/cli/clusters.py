@@ -132,3 +132,39 @@ def backup(
                 return
             time.sleep(0.5)
     raise fail(f"backup of cluster {name} asked for, not taken within {timeout}s (it still will be)")
+
+
+def _set_lock(name: str, namespace: str, kubeconfig: Path | None, locked: bool) -> None:
+    from herder.client.rest import MERGE_PATCH
+    from herder.resources.clusters import LOCKED_ANNOTATION
+
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        clusters = rest.kind("clusters")
+        body = {"metadata": {"annotations": {LOCKED_ANNOTATION: "true" if locked else None}}}
+        rest.request("PATCH", clusters.path(namespace, name), body=body, content_type=MERGE_PATCH)
+    if locked:
+        typer.echo(f"cluster {name} locked: herder changes nothing on its machines until it is unlocked")
+    else:
+        typer.echo(f"cluster {name} unlocked: herder manages its machines again")
+
+
+@app.command()
+def lock(
+    name: Annotated[str, typer.Argument(help="The cluster's name.")],
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Lock the cluster (Operator on it; audited): herder changes nothing on its machines (no config apply,
+    upgrade, allocation change, teardown or reset) and a delete waits, while its status is still observed.
+    The cluster shows the condition Locked."""
+    _set_lock(name, namespace, kubeconfig, True)
+
+
+@app.command()
+def unlock(
+    name: Annotated[str, typer.Argument(help="The cluster's name.")],
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Unlock the cluster (Operator on it; audited): what waited for it goes on."""
+    _set_lock(name, namespace, kubeconfig, False)

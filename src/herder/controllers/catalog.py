@@ -18,6 +18,7 @@ from herder.controllers.backups.stores import BackupStores
 from herder.controllers.clusters.admission import ClusterAdmission
 from herder.controllers.clusters.bootstrap import BootstrapController
 from herder.controllers.clusters.cluster_keys import ClusterKeys
+from herder.controllers.clusters.cluster_lock import ClusterLockController
 from herder.controllers.clusters.cluster_machine_config import ClusterMachineConfigController
 from herder.controllers.clusters.cluster_machine_readiness import ClusterMachineReadinessController
 from herder.controllers.clusters.cluster_machine_teardown import ClusterMachineTeardownController
@@ -116,6 +117,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         MachineLinkController(keys, clients=clients(0, 10)),
         ClusterSecretsController(KeyPool(options.spare_keys), make_keys_now=options.spare_keys_now),
         ClusterTeardownController(),
+        ClusterLockController(),
         balancer,
         MachineSetAllocationController(),
         MachineSetStatusController(),

@@ -8,6 +8,7 @@ set's ``upgradeStrategy`` allows. A machine whose Talos upgrade failed stops the
 moves until the cluster's version changes (setting the old one back cancels the rollout, and the
 machines already moved are brought back). Each rollout, and the config rollout of changed patches, is
 shown on the Cluster's ``status.rollouts``: what it does, how many machines are done, why it stopped.
+Nothing moves on a locked cluster (``herder.dev/locked``): its unfinished rollouts say they wait for it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from herder.controllers.clusters.members import (
     cluster_changes,
     cluster_machines,
     is_control_plane,
+    locked_message,
     machine_sets,
 )
 from herder.resources import Resource
@@ -34,6 +36,7 @@ from herder.resources.clusters import (
     MachineSetSpec,
     Rollout,
     Strategy,
+    is_locked,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL
 from herder.resources.status import status_of
@@ -125,13 +128,19 @@ class VersionRolloutController(Controller):
             for s in await machine_sets(ctx, cluster)
         }
         healthy = status.condition_true("EtcdHealthy")
-        talos = await self._roll(ctx, healthy, "Talos", spec.talos_version, members, strategies)
+        locked = locked_message(cluster.name) if is_locked(cluster) else ""
+        talos = await self._roll(ctx, healthy, "Talos", spec.talos_version, members, strategies, locked)
         rollouts = [talos]
         if talos.state == "Done":
             rollouts.append(
-                await self._roll(ctx, healthy, "Kubernetes", spec.kubernetes_version, members, strategies)
+                await self._roll(
+                    ctx, healthy, "Kubernetes", spec.kubernetes_version, members, strategies, locked
+                )
             )
-        rollouts.append(_config_rollout(members))
+        config = _config_rollout(members)
+        if locked and config.state != "Done":
+            config = config.model_copy(update={"state": "Rolling", "message": "waiting: " + locked})
+        rollouts.append(config)
         shown = [r for r in rollouts if r.state != "Done" or r.total]
 
         def record(_: Resource, current: ClusterStatus) -> None:
@@ -148,6 +157,7 @@ class VersionRolloutController(Controller):
         target: str,
         members: list[_Member],
         strategies: dict[str, Strategy],
+        locked: str,
     ) -> Rollout:
         done = [m for m in members if m.runs(kind, target)]
         moved = [m for m in members if m.wants(kind) == target]
@@ -161,6 +171,8 @@ class VersionRolloutController(Controller):
 
         if not waiting and len(done) == len(members):
             return report("Done", f"every machine runs {kind} {target}")
+        if locked:
+            return report("Rolling", "waiting: " + locked)
         if failed:
             upgrade = failed[0].status.upgrade
             error = upgrade.error if upgrade is not None else ""
