@@ -169,9 +169,15 @@ POLICY: dict[str, Rule] = {
         create="Operator",
         update="Operator",
         delete="Operator",
-        # kubeconfig: break glass, the cluster's own admin credentials (users reach clusters through
-        # herder's Kubernetes proxy with their herder credentials).
-        actions={"kubeconfig": "Admin", "talosconfig": "Reader", "backup": "Operator"},
+        # kubeconfig, talosconfig-break-glass: break glass, the cluster's own admin credentials (users
+        # reach clusters through herder's Kubernetes proxy and Talos API gateway with their herder
+        # credentials).
+        actions={
+            "kubeconfig": "Admin",
+            "talosconfig": "Reader",
+            "talosconfig-break-glass": "Admin",
+            "backup": "Operator",
+        },
     ),
     # etcd backups: stores are an Admin's (S3 credentials); herder writes the backups, which outlive
     # their cluster until an Admin deletes them, and keeps each cluster's backup key sealed.

@@ -100,12 +100,22 @@ def talosconfig(
     output: OutputOption = STDOUT,
     ttl: TtlOption = 3600,
     namespace: NamespaceOption = "default",
+    break_glass: Annotated[
+        bool,
+        typer.Option(
+            "--break-glass",
+            help="An os:admin talosconfig signed by the cluster's own Talos CA, straight to its control "
+            "planes (Admin; audited, and marked on the cluster): for when herder's gateway cannot serve. It "
+            "stays valid for --ttl whatever happens, until the cluster's Talos CA is rotated.",
+        ),
+    ] = False,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """A talosconfig for the cluster's machines through herder's Talos API gateway, its certificate naming
     you with the Talos role of your herder role (Reader: os:reader, Operator: os:operator, Admin and
     Support: os:admin), short-lived: an hour unless --ttl says otherwise."""
-    _download("talosconfig", name, output, ttl, namespace, kubeconfig)
+    action = "talosconfig-break-glass" if break_glass else "talosconfig"
+    _download(action, name, output, ttl, namespace, kubeconfig)
 
 
 @app.command()

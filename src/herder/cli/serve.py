@@ -126,6 +126,7 @@ def object_actions(store: Store, talos: TalosGateway | None = None) -> list[Obje
     return [
         action("kubeconfig", credentials.kubeconfig),
         action("talosconfig", credentials.talosconfig),
+        action("talosconfig-break-glass", credentials.break_glass_talosconfig),
         action("backup", backup_requests(store).request, "application/json"),
         action("release", machine_request_release(store), kind="MachineRequest"),
     ]
