@@ -139,6 +139,8 @@ POLICY: dict[str, Rule] = {
     ),
     "ClusterSecrets": SEALED_KIND,
     "ClusterMachineConfig": SEALED_KIND,
+    # The configs herder applied, redacted: for the operators of the machine's cluster, not its readers.
+    "MachineConfigHistory": Rule(read="Operator", create=None, update=None, delete=None),
     # Machines are registered by Admins; Operators label them and ask for power changes. Which cluster
     # and set a machine is in, herder says.
     "Machine": Rule(
@@ -231,6 +233,7 @@ CLUSTER_KINDS = frozenset(
         "MachineSetNode",
         "ClusterMachine",
         "ClusterMachineConfig",
+        "MachineConfigHistory",
         "ClusterSecrets",
         "ControlPlaneStatus",
         "ConfigPatch",

@@ -27,6 +27,7 @@ from herder.controllers.clusters.cluster_secrets import ClusterSecretsController
 from herder.controllers.clusters.cluster_status import ClusterStatusController
 from herder.controllers.clusters.cluster_teardown import ClusterTeardownController
 from herder.controllers.clusters.config_apply import ConfigApplyController
+from herder.controllers.clusters.config_history_retention import ConfigHistoryRetentionController
 from herder.controllers.clusters.control_plane_status import ControlPlaneStatusController
 from herder.controllers.clusters.credentials import ClusterCredentials, TalosGateway
 from herder.controllers.clusters.key_pool import KeyPool
@@ -124,6 +125,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         ClusterMachineController(),
         ClusterMachineConfigController(keys),
         ConfigApplyController(keys, clients(32, 30)),
+        ConfigHistoryRetentionController(),
         ClusterMachineReadinessController(),
         BootstrapController(keys, EtcdRecovery(stores), clients(8, 30)),
         ControlPlaneStatusController(keys, balancer.health, dialer=options.dialer),

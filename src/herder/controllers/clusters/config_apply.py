@@ -3,7 +3,8 @@ and again whenever the config changes.
 
 A machine in maintenance mode gets its config without a client certificate (it then installs and boots
 into the cluster); a configured one with herder's certificate from the cluster's Talos CA, in AUTO mode
-(no reboot when none is needed). The applied config's hash is kept on ``status.configHash``. A failed
+(no reboot when none is needed). The applied config's hash is kept on ``status.configHash``, and the config
+itself, as a redacted diff, in the machine's MachineConfigHistory (``config_history``). A failed
 apply keeps its error and attempt count on ``status.apply`` (and in a Warning event) and is retried with
 backoff until an attempt succeeds; nothing wipes the error before that.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
+from herder.controllers.clusters import config_history
 from herder.controllers.clusters.cluster_keys import ClusterKeys
 from herder.controllers.clusters.members import cluster_of, labelled, lock_changes, locked_cluster, machine_of
 from herder.resources import Resource
@@ -63,7 +65,7 @@ ROLLOUT_WAIT = 2.0
 class ConfigApplyController(Controller):
     name = "ConfigApply"
     primary = CLUSTER_MACHINE.kind
-    outputs = (Writes(CLUSTER_MACHINE.kind, "status.apply", "status.configHash"),)
+    outputs = (Writes(CLUSTER_MACHINE.kind, "status.apply", "status.configHash"), config_history.OUTPUT)
     concurrency = 8
 
     def __init__(self, keys: ClusterKeys, clients: ClientPool | None = None) -> None:
@@ -230,12 +232,17 @@ class ConfigApplyController(Controller):
             current.config_hash = config.hash
             current.apply = applied
 
-        await ctx.mutate_status(key, ClusterMachineStatus, succeeded)
         how = (
             "in maintenance mode"
             if reached.maintenance
             else f"({result.mode.name.lower().replace('_', ' ')})"
         )
+        # Recorded before the status says so: a crash in between applies it again, and records it again.
+        mode = "maintenance" if reached.maintenance else result.mode.name.lower().replace("_", " ")
+        await config_history.record_applied(
+            ctx, member, config.config, config.hash, config.talos_version, mode
+        )
+        await ctx.mutate_status(key, ClusterMachineStatus, succeeded)
         await ctx.event(member, "Normal", "ConfigApplied", f"config {config.hash[:12]} applied {how}")
         return None
 

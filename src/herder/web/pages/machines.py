@@ -1,15 +1,18 @@
 """The Machines page: all machines, the free ones, or one provider's; their stage, hardware, cluster,
 power and last error; power on, off and reboot where the API allows it (a read-only machine says why
-nothing can be done to it)."""
+nothing can be done to it). A machine's own page adds the configs herder applied to it, newest first, each
+as a diff with secrets redacted, for those who may read them (Operator on its cluster and up)."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from herder.client.errors import Forbidden, NotFound
 from herder.web.app import Web
 from herder.web.caller import Caller
 from herder.web.csrf import Form
@@ -56,6 +59,23 @@ def routes(web: Web) -> list[BaseRoute]:
         }
         return web.render(request, "machines.html", context, caller=caller)
 
+    async def machine(request: Request, caller: Caller) -> Response:
+        name = request.path_params["name"]
+        found = await caller.client.get("machines", name, NAMESPACE)
+        history = None
+        with contextlib.suppress(NotFound, Forbidden):  # none yet, or not the caller's to read
+            history = await caller.client.get("machineconfighistories", name, NAMESPACE)
+        entries = list(reversed((history.spec or {}).get("entries") or [])) if history else []
+        context = {
+            "m": found,
+            "history": entries,
+            "may_read_history": history is not None
+            or not caller.why_not("get", "MachineConfigHistory", found),
+            "watch": ["machines", "machineconfighistories"],
+            "rv": found.metadata.resource_version or "",
+        }
+        return web.render(request, "machine.html", context, caller=caller)
+
     async def power(request: Request, caller: Caller, form: Form) -> Response:
         name = request.path_params["name"]
         what = one(form, "power")
@@ -71,5 +91,6 @@ def routes(web: Web) -> list[BaseRoute]:
 
     return [
         Route("/machines", web.page(machines), methods=["GET"]),
+        Route("/machines/{name}", web.page(machine), methods=["GET"]),
         Route("/machines/{name}/power", web.form(power), methods=["POST"]),
     ]
