@@ -39,6 +39,8 @@ class ClusterSecretsView:
     bundle: SecretsBundle
     talos: Credentials
     kubernetes: KubernetesCredentials
+    restored_from: str = ""
+    """The backup whose Kubernetes encryption secrets the bundle carries (a restored cluster's)."""
     made: float = field(default_factory=time.monotonic)
 
 
@@ -86,4 +88,5 @@ def _view(stored: Resource) -> ClusterSecretsView:
         bundle=bundle,
         talos=Credentials(bundle.os.crt, talos.crt, talos.key),
         kubernetes=KubernetesCredentials(bundle.k8s.crt, kubernetes.crt, kubernetes.key),
+        restored_from=spec.restored_from,
     )

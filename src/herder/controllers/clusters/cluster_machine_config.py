@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from herder.controllers.backups.restore import encryption_pending
 from herder.controllers.clusters.cluster_keys import ClusterKeys, ClusterSecretsView
 from herder.controllers.clusters.members import cluster_changes, cluster_of, labelled, machine_of
 from herder.controllers.provisioning.installer import member_installer
@@ -155,6 +156,8 @@ class ClusterMachineConfigController(Controller):
         )
         if secrets is None or not endpoint:
             return None  # the cluster's secrets and endpoint come first; their events bring us back
+        if await encryption_pending(ctx, cluster, secrets.restored_from):
+            return None  # a restored cluster's secrets take the backup's encryption secrets first
         node = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, key.namespace, key.name))
         disk = MACHINE_SET_NODE.spec_of(node, MachineSetNodeSpec).install_disk if node else ""
         try:
