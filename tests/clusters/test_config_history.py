@@ -107,7 +107,7 @@ def test_a_patch_change_shows_as_its_diff(site: Site) -> None:
     text = _history(site, uuid, "--limit", "1")
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("revision 3  applied ")
-    assert "-    kernel.domainname: one.example\n+    kernel.domainname: two.example\n" in text.stdout
+    assert "-        kernel.domainname: one.example\n+        kernel.domainname: two.example\n" in text.stdout
     assert not UNREDACTED.search(text.stdout)
 
 

@@ -111,7 +111,9 @@ async def test_every_apply_is_recorded_as_a_redacted_diff_from_the_one_before(si
         (2, "c2", "no reboot"),
     ]
     assert (entries[1]["added"], entries[1]["removed"]) == (1, 1)
-    assert "-    kernel.domainname: a.example\n+    kernel.domainname: b.example" in entries[1]["diff"]
+    assert (
+        "-        kernel.domainname: a.example\n+        kernel.domainname: b.example" in entries[1]["diff"]
+    )
     # The same config recorded again (applied again after a crash) adds nothing.
     await record_applied(site.context(apply), member, config("b.example"), "c2", "", "no reboot")
     assert len(((await site.get("MachineConfigHistory", "w1")).spec or {})["entries"]) == 2  # type: ignore[union-attr]

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from herder.talos.documents import dump_documents, load_documents
+
 REDACTED = "******"
 _SECRET_NAME = re.compile(r"(?i)(key|token|secret|password|passphrase|credentials)$")
 _PUBLIC = frozenset({"publickey", "publickeys"})
@@ -46,11 +48,10 @@ def redact_config(text: str) -> str:
     """The config (one or more YAML documents) with every secret replaced by ``******``; a text that is not
     YAML is redacted whole, since nothing in it can be told apart."""
     try:
-        documents = list(yaml.safe_load_all(text))
+        documents = load_documents(text)
     except yaml.YAMLError:
         return REDACTED
-    redacted = [_redact(d) for d in documents if d is not None]
-    return yaml.safe_dump_all(redacted, sort_keys=False, default_flow_style=False, width=1000)
+    return dump_documents(_redact(d) for d in documents)
 
 
 def config_diff(
