@@ -65,6 +65,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "MachineSetNode": {"metadata": {"labels": {**IN_CLUSTER, "herder.dev/machine-set": "target-manual"}}},
     "ClusterMachine": {"spec": {"role": "worker", "talosVersion": "v1.13.0", "kubernetesVersion": "1.33.0"}},
     "ClusterMachineConfig": {"spec": {"config": "x", "hash": "0", "talosContract": "1.13"}},
+    "MachineConfigHistory": {"spec": {"cluster": CLUSTER}},
     "ControlPlaneStatus": {},
     "ServiceAccount": {"spec": {"role": "Reader"}},
     "AccessPolicy": {"spec": {}},
@@ -119,13 +120,21 @@ MADE_BY_HERDER = {
     "Event": None,  # any event
     "JoinConfig": PROVIDER,
 }
-# Objects herder makes only from a running cluster (an etcd backup and its key), which the matrix has no
+# Objects herder makes only from a running cluster (an etcd backup and its key, a machine's config history), which the matrix has no
 # machines for, and an offering, which needs a provider offering managed control planes: they are tried
 # on a name that does not exist, so an access allowed answers 404.
 # The access policy is one object of a fixed name, which the matrix leaves to exist or not.
 # WebSessions, like TokenDigests, exist for herder alone: a stand-in body serves for the writes.
 NO_TARGET = frozenset(
-    {"EtcdBackup", "EtcdBackupKey", "ManagedControlPlaneOffering", "AccessPolicy", "WebSession", "SideroLink"}
+    {
+        "EtcdBackup",
+        "EtcdBackupKey",
+        "ManagedControlPlaneOffering",
+        "AccessPolicy",
+        "WebSession",
+        "SideroLink",
+        "MachineConfigHistory",
+    }
 )
 # Objects whose name is given: an InfraProvider is named by the id of the provider under test.
 TARGET_NAMES = {"InfraProvider": PROVIDER, "AccessPolicy": "access-policy"}

@@ -9,6 +9,7 @@ The steps share one site and run in order: each builds on what the one before le
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -32,6 +33,7 @@ from tests.clusters.site import Site, cluster, machine_class, machine_set, runni
 BUCKET = "etcd-backups"
 SECRET = "moto-secret-key-of-the-test"
 MARKER = "restored-from-a-backup"
+SECRET_MARKER = "a-secret-restored-from-a-backup"
 INTERVAL = "2s"
 
 
@@ -152,6 +154,9 @@ def test_scheduled_and_manual_backups_into_the_folder_store(site: Site) -> None:
     kubeconfig = site.workdir / "alpha.kubeconfig"
     site.run("herder", "cluster", "kubeconfig", "alpha", "-o", str(kubeconfig))
     made = _kubectl(kubeconfig, "create", "configmap", "kept", f"--from-literal=note={MARKER}")
+    assert made.returncode == 0, made.stderr
+    # A Secret too: the cluster's kube-apiserver keeps it encrypted with the cluster's encryption secret.
+    made = _kubectl(kubeconfig, "create", "secret", "generic", "kept", f"--from-literal=note={SECRET_MARKER}")
     assert made.returncode == 0, made.stderr
 
     taken = site.run("herder", "cluster", "backup", "alpha").stdout.strip()
@@ -320,6 +325,13 @@ def test_a_new_cluster_is_restored_from_a_backup(site: Site) -> None:
         what="the ConfigMap in the restored cluster",
     )
     assert found == MARKER
+    # The Secret reads back: the restored cluster runs with the encryption secrets the backup carries.
+    assert backup["spec"]["encryptionSecrets"]
+    secret = _kubectl(kubeconfig, "get", "secret", "kept", "-o", "jsonpath={.data.note}")
+    assert secret.returncode == 0, secret.stderr
+    assert base64.b64decode(secret.stdout).decode() == SECRET_MARKER
+    events = site.run("kubectl", "get", "events", "--field-selector", "involvedObject.name=beta").stdout
+    assert "EncryptionSecretsRestored" in events
 
     # A restored set's bootstrapSpec cannot change.
     changed = _patch(

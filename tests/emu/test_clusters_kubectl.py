@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from herder.emu.control.emulator import Emulator
 from herder.emu.machine.lifecycle import Machine
@@ -110,6 +111,26 @@ async def test_configmaps_and_secrets_survive_snapshot_and_recovery(
 
     async with admin(formed.configs, formed.control_planes[0]) as client:
         snapshot = await client.etcd_snapshot()
+    # Secrets are encrypted at rest with the cluster's key: the snapshot holds none in the clear.
+    assert (
+        b"s3cret" not in snapshot and base64.b64encode(b"s3cret") not in snapshot and b"settings" in snapshot
+    )
+
+    # A cluster restored with encryption secrets of its own cannot read them, as kube-apiserver cannot.
+    stranger = await form_cluster(
+        emulator, "stranger", tmp_path / "stranger", control_planes=1, workers=0, snapshot=snapshot
+    )
+    cm = await stranger.kubectl_json("get", "configmap", "settings", "-n", "apps")
+    assert cm["data"] == {"color": "blue"}
+    refused = await stranger.kubectl("get", "secret", "token", "-n", "apps", check=False)
+    assert refused.returncode != 0
+    assert 'unable to transform key "/registry/secrets/apps/token"' in refused.stderr, refused.stderr
+
+    legacy = next(yaml.safe_load_all(formed.configs.controlplane))
+    source_secret = legacy["cluster"]["secretboxEncryptionSecret"]
+
+    def same_encryption(doc: dict[str, Any]) -> None:
+        doc["cluster"]["secretboxEncryptionSecret"] = source_secret
 
     restored = await form_cluster(
         emulator,
@@ -118,6 +139,7 @@ async def test_configmaps_and_secrets_survive_snapshot_and_recovery(
         control_planes=1,
         workers=0,
         snapshot=snapshot,
+        edit_controlplane=same_encryption,
     )
     assert restored.cluster.id != formed.cluster.id
     cm = await restored.kubectl_json("get", "configmap", "settings", "-n", "apps")

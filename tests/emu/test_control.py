@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import yaml
 
 from herder.emu.control.api import ControlAPI
 from herder.emu.control.emulator import Emulator
-from herder.talos.machine import MachineStage
-from tests.emu.support import herder_cli, wait_stage
+from herder.talos.machine import ApplyMode, MachineStage
+from tests.emu.clusters import form_cluster
+from tests.emu.support import admin, herder_cli, wait_stage
 
 
 async def test_control_api(emulator: Emulator) -> None:
@@ -76,5 +78,42 @@ async def test_emu_machines_prints_a_header_and_json_or_yaml(emulator: Emulator)
         assert {m["uuid"] for m in yaml.safe_load(dumped)} == set(emulator.machines)
         code, helped, err = await herder_cli("emu", "machines", "--help")
         assert all(column in helped for column in header.split())
+    finally:
+        await control.stop()
+
+
+async def test_each_machine_counts_its_boots_and_the_configs_it_took(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """``herder emu machines -o json`` shows ``boots`` and ``configApplies``: a config taken in maintenance
+    counts once (its install goes on without a power cycle, then reboots into the system); a config
+    applied without a reboot counts without a boot; a reboot counts a boot and no config."""
+    control = ControlAPI(emulator)
+    url = await control.start("127.0.0.1", 0)
+    try:
+
+        async def counts() -> dict[str, tuple[int, int]]:
+            code, listed, err = await herder_cli("emu", "machines", "--url", url, "-o", "json")
+            assert code == 0, err
+            return {m["uuid"]: (m["boots"], m["configApplies"]) for m in json.loads(listed)}
+
+        fresh = await counts()
+        assert set(fresh.values()) == {(1, 0)}  # powered on once, into maintenance
+        formed = await form_cluster(emulator, "counts", tmp_path, control_planes=1, workers=0)
+        (machine,) = formed.control_planes
+        # Taken in maintenance, installed, rebooted into the installed system.
+        assert (await counts())[machine.uuid] == (2, 1)
+        assert [v for k, v in (await counts()).items() if k != machine.uuid] == [(1, 0)] * (len(fresh) - 1)
+        assert machine.config is not None
+        async with admin(formed.configs, machine) as client:
+            await client.apply_configuration(machine.config.text, mode=ApplyMode.NO_REBOOT)
+            assert (await counts())[machine.uuid] == (2, 2)
+            await client.reboot()
+        await wait_stage(emulator, machine, MachineStage.RUNNING)
+        assert (await counts())[machine.uuid] == (3, 2)
+        # Kept across a crash of the machine, as the rest of what it persisted.
+        await machine.crash()
+        await wait_stage(emulator, machine, MachineStage.RUNNING)
+        assert (await counts())[machine.uuid] == (4, 2)
     finally:
         await control.stop()

@@ -628,3 +628,61 @@ def test_calls_show_in_the_audit_trail(site: Site, talosconfigs: dict[str, Path]
     assert event["sourceAddress"] == "127.0.0.1"
     watches = [e for e in _audit(site, "serviceaccount.gw-reader") if e["verb"] == "Watch"]
     assert watches and "streamed until the caller ended the call" in watches[-1]["message"]
+
+
+def test_a_break_glass_talosconfig_reaches_the_machines_straight_and_only_an_admin_gets_one(
+    site: Site, kubeconfigs: dict[str, Path]
+) -> None:
+    """``herder cluster talosconfig NAME --break-glass``: an os:admin talosconfig signed by the cluster's
+    own Talos CA, whose endpoints are its control planes themselves (not the gateway); Admin only, audited,
+    and marked on the cluster."""
+    path = site.workdir / "break-glass.talosconfig"
+    for role in ("Reader", "Operator"):
+        refused = site.server.run(
+            "herder",
+            "cluster",
+            "talosconfig",
+            "alpha",
+            "--break-glass",
+            "-o",
+            str(path),
+            kubeconfig=kubeconfigs[role],
+        )
+        assert refused.returncode != 0 and not path.exists(), refused.stderr
+    made = site.server.run(
+        "herder",
+        "cluster",
+        "talosconfig",
+        "alpha",
+        "--break-glass",
+        "--ttl",
+        "600",
+        "-o",
+        str(path),
+        kubeconfig=kubeconfigs["Admin"],
+    )
+    assert made.returncode == 0, made.stderr
+    config = load_talosconfig_file(path)
+    context = config.current()
+    cp = site.machines[0]
+    assert context.endpoints == (cp["endpoint"],)  # the control plane, not herder's gateway
+    cert = pki.load_certificate(context.crt)
+    assert [a.value for a in cert.subject] == ["os:admin"]
+    assert cert.issuer == pki.load_certificate(context.ca).subject  # the cluster's own Talos CA
+    assert 500 < (cert.not_valid_after_utc - cert.not_valid_before_utc).total_seconds() <= 600
+    nodes = _nodes(site)
+    version = _ok(_talos(path, "-n", nodes["worker"], "version"))
+    assert nodes["worker"] in version  # proxied by the control plane's apid, as Talos does
+    members = _ok(_talos(path, "-n", nodes["cp"], "etcd", "members"))
+    assert f"https://{nodes['cp']}:2380" in members
+    events = site.get("auditevents", None, "-l", "herder.dev/audit-kind=Cluster")["items"]
+    issued = [e["spec"] for e in events if e["spec"]["subresource"] == "talosconfig-break-glass"]
+    assert [(e["user"], e["result"]) for e in issued if e["result"] == "Success"] == [
+        ("serviceaccount:gw-admin", "Success")
+    ]
+    assert {e["user"] for e in issued if e["result"] == "Failure"} == {
+        "serviceaccount:gw-reader",
+        "serviceaccount:gw-operator",
+    }
+    marked = site.get("cluster", "alpha")["metadata"]["annotations"]["herder.dev/break-glass-issued"]
+    assert marked.endswith(" serviceaccount:gw-admin")

@@ -251,3 +251,35 @@ def test_a_machine_moving_to_another_set_gets_its_state_once_it_is_there() -> No
     result = plan("prod", desired, template_objects("prod", live))
     assert [n.name for n in result.pending_nodes] == ["0a1b2c3d-0000-4000-8000-000000000005"]
     assert not any(c.kind == "MachineSetNode" for c in result.changes)
+
+
+def test_the_template_owns_the_clusters_lock(tmp_path: Path) -> None:
+    """``locked: true`` locks the cluster (``herder.dev/locked``); a template without it unlocks it on sync;
+    a locked cluster exports as ``locked: true`` and renders back to itself."""
+    (tmp_path / "patches").mkdir()
+    for patch in (VALID.parent / "patches").iterdir():
+        (tmp_path / "patches" / patch.name).write_text(patch.read_text())
+    locked = tmp_path / "cluster.yaml"
+    text = VALID.read_text()
+    assert "\nkind: Cluster\n" in text
+    locked.write_text(text.replace("\nkind: Cluster\n", "\nkind: Cluster\nlocked: true\n", 1))
+    unlocked_live = _live(_desired())
+    result = plan("prod", _desired(locked), template_objects("prod", unlocked_live))
+    assert [(c.action, c.kind) for c in result.changes] == [("update", "Cluster")]
+    write = result.changes[0].write
+    assert write is not None and write.metadata.annotations["herder.dev/locked"] == "true"
+    assert "+    herder.dev/locked: 'true'\n" in result.changes[0].diff()
+
+    locked_live = _live(_desired(locked))
+    unlock = plan("prod", _desired(), template_objects("prod", locked_live))
+    assert [(c.action, c.kind) for c in unlock.changes] == [("update", "Cluster")]
+    write = unlock.changes[0].write
+    assert write is not None and "herder.dev/locked" not in write.metadata.annotations
+    # Other herder.dev/ annotations stay as they are.
+    assert write.metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"] == "{}"
+
+    cluster = next(o for o in locked_live if o.kind == "Cluster")
+    exported = export_template(cluster, [o for o in locked_live if o is not cluster])
+    assert "\nlocked: true\n" in exported.split("---")[0] + "\n" and "herder.dev/locked" not in exported
+    template, problems = parse_template(exported, Path("exported.yaml"))
+    assert plan("prod", validate(template, problems), template_objects("prod", locked_live)).in_sync

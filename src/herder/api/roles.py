@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from herder.krm.policy import Access
 from herder.resources import KindInfo
 from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX, Role
-from herder.resources.clusters import MANAGED_BY_ANNOTATION
+from herder.resources.clusters import LOCKED_ANNOTATION, MANAGED_BY_ANNOTATION
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 from herder.resources.manifests import SKIP_PRE_CHECKS_ANNOTATION, SYNC_REQUESTED_ANNOTATION
 from herder.resources.provisioning import MACHINE_REQUEST_LABEL, MACHINE_REQUEST_SET_LABEL
@@ -48,11 +48,13 @@ USER_SETTABLE_LABELS = frozenset(
 # herder.dev/ annotations users may set: the mark of objects a cluster template made.
 USER_SETTABLE_ANNOTATIONS = frozenset({MANAGED_BY_ANNOTATION})
 # herder.dev/ annotations a role may set: an Admin lets an unreachable machine go without a reset.
-# An Operator asks for a manifest sync now, or lets a Kubernetes upgrade past its pre-checks.
+# An Operator of a cluster locks it, asks for a manifest sync now, or lets a Kubernetes upgrade past its
+# pre-checks (every write is audited).
 ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {
     FORCE_RELEASE_ANNOTATION: "Admin",
     SYNC_REQUESTED_ANNOTATION: "Operator",
     SKIP_PRE_CHECKS_ANNOTATION: "Operator",
+    LOCKED_ANNOTATION: "Operator",
 }
 
 
@@ -141,6 +143,8 @@ POLICY: dict[str, Rule] = {
     ),
     "ClusterSecrets": SEALED_KIND,
     "ClusterMachineConfig": SEALED_KIND,
+    # The configs herder applied, redacted: for the operators of the machine's cluster, not its readers.
+    "MachineConfigHistory": Rule(read="Operator", create=None, update=None, delete=None),
     # Machines are registered by Admins; Operators label them and ask for power changes. Which cluster
     # and set a machine is in, herder says.
     "Machine": Rule(
@@ -171,10 +175,16 @@ POLICY: dict[str, Rule] = {
         create="Operator",
         update="Operator",
         delete="Operator",
-        # kubeconfig: break glass, the cluster's own admin credentials (users reach clusters through
-        # herder's Kubernetes proxy with their herder credentials).
-        # support: a zip of the cluster as the caller sees it (herder cluster support).
-        actions={"kubeconfig": "Admin", "talosconfig": "Reader", "backup": "Operator", "support": "Reader"},
+        # kubeconfig, talosconfig-break-glass: break glass, the cluster's own admin credentials (users
+        # reach clusters through herder's Kubernetes proxy and Talos API gateway with their herder
+        # credentials). support: a zip of the cluster as the caller sees it (herder cluster support).
+        actions={
+            "kubeconfig": "Admin",
+            "talosconfig": "Reader",
+            "talosconfig-break-glass": "Admin",
+            "backup": "Operator",
+            "support": "Reader",
+        },
     ),
     # etcd backups: stores are an Admin's (S3 credentials); herder writes the backups, which outlive
     # their cluster until an Admin deletes them, and keeps each cluster's backup key sealed.
@@ -236,6 +246,7 @@ CLUSTER_KINDS = frozenset(
         "MachineSetNode",
         "ClusterMachine",
         "ClusterMachineConfig",
+        "MachineConfigHistory",
         "ClusterSecrets",
         "ControlPlaneStatus",
         "ConfigPatch",

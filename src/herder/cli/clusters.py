@@ -112,12 +112,22 @@ def talosconfig(
     output: OutputOption = STDOUT,
     ttl: TtlOption = 3600,
     namespace: NamespaceOption = "default",
+    break_glass: Annotated[
+        bool,
+        typer.Option(
+            "--break-glass",
+            help="An os:admin talosconfig signed by the cluster's own Talos CA, straight to its control "
+            "planes (Admin; audited, and marked on the cluster): for when herder's gateway cannot serve. It "
+            "stays valid for --ttl whatever happens, until the cluster's Talos CA is rotated.",
+        ),
+    ] = False,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """A talosconfig for the cluster's machines through herder's Talos API gateway, its certificate naming
     you with the Talos role of your herder role (Reader: os:reader, Operator: os:operator, Admin and
     Support: os:admin), short-lived: an hour unless --ttl says otherwise."""
-    _download("talosconfig", name, output, ttl, namespace, kubeconfig)
+    action = "talosconfig-break-glass" if break_glass else "talosconfig"
+    _download(action, name, output, ttl, namespace, kubeconfig)
 
 
 @app.command()
@@ -177,3 +187,39 @@ def support(
     typer.echo(
         f"support bundle of cluster {name} written to {path} ({files} files, {len(data)} bytes)", err=True
     )
+
+
+def _set_lock(name: str, namespace: str, kubeconfig: Path | None, locked: bool) -> None:
+    from herder.client.rest import MERGE_PATCH
+    from herder.resources.clusters import LOCKED_ANNOTATION
+
+    with one_line_failures(), connect_rest(kubeconfig) as rest:
+        clusters = rest.kind("clusters")
+        body = {"metadata": {"annotations": {LOCKED_ANNOTATION: "true" if locked else None}}}
+        rest.request("PATCH", clusters.path(namespace, name), body=body, content_type=MERGE_PATCH)
+    if locked:
+        typer.echo(f"cluster {name} locked: herder changes nothing on its machines until it is unlocked")
+    else:
+        typer.echo(f"cluster {name} unlocked: herder manages its machines again")
+
+
+@app.command()
+def lock(
+    name: Annotated[str, typer.Argument(help="The cluster's name.")],
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Lock the cluster (Operator on it; audited): herder changes nothing on its machines (no config apply,
+    upgrade, allocation change, teardown or reset) and a delete waits, while its status is still observed.
+    The cluster shows the condition Locked."""
+    _set_lock(name, namespace, kubeconfig, True)
+
+
+@app.command()
+def unlock(
+    name: Annotated[str, typer.Argument(help="The cluster's name.")],
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Unlock the cluster (Operator on it; audited): what waited for it goes on."""
+    _set_lock(name, namespace, kubeconfig, False)

@@ -219,3 +219,57 @@ def dmesg(
     _print_log(
         uuid, namespace, kubeconfig, kernel=True, follow=follow, tail=tail, since=since, timestamps=timestamps
     )
+
+
+@app.command("config-history")
+def config_history(
+    uuid: Annotated[str, typer.Argument(help="The machine's UUID.")],
+    limit: Annotated[
+        int, typer.Option("--limit", help="Show the newest N configs only (0: all).", min=0)
+    ] = 0,
+    output: Annotated[str, typer.Option("--output", "-o", help="text (diffs), json or yaml.")] = "text",
+    namespace: NamespaceOption = "default",
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """The configs herder applied to the machine, newest first, each as a diff from the one before with its
+    secrets redacted (Operator on the machine's cluster and up): the newest 100, of the last 30 days."""
+    import json
+
+    import yaml
+
+    from herder.client import NotFound
+    from herder.resources.config_history import MACHINE_CONFIG_HISTORY, MachineConfigHistorySpec
+
+    if output not in ("text", "json", "yaml"):
+        raise fail(f"--output: {output!r} is not text, json or yaml")
+
+    async def work() -> Resource:
+        async with connect(kubeconfig) as client:
+            try:
+                return await client.get(MACHINE_CONFIG_HISTORY, uuid, namespace=namespace)
+            except NotFound:
+                pass
+            try:  # the platform's machines' histories are kept hidden, for Support
+                return await client.get(MACHINE_CONFIG_HISTORY, f"herder-{uuid}", namespace=namespace)
+            except NotFound:
+                raise fail(
+                    f"machine {uuid} has no config history: herder has applied no config to it"
+                ) from None
+
+    history = run(work)
+    spec = MACHINE_CONFIG_HISTORY.spec_of(history, MachineConfigHistorySpec)
+    entries = list(reversed(spec.entries))[: limit or None]
+    if output != "text":
+        dumped = [e.model_dump(mode="json", by_alias=True) for e in entries]
+        text = json.dumps(dumped, indent=2) if output == "json" else yaml.safe_dump(dumped, sort_keys=False)
+        out.print(text.rstrip("\n"), markup=False, highlight=False)
+        return
+    for entry in entries:
+        out.print(
+            f"revision {entry.revision}  applied {entry.applied_at}  config {entry.hash[:12]}  "
+            f"{entry.mode}  +{entry.added} -{entry.removed}",
+            markup=False,
+            highlight=False,
+        )
+        out.print(entry.diff or "(no change)", markup=False, highlight=False)
+        out.print("", markup=False)

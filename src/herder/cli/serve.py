@@ -198,6 +198,7 @@ def object_actions(
     return [
         action("kubeconfig", credentials.kubeconfig),
         action("talosconfig", credentials.talosconfig),
+        action("talosconfig-break-glass", credentials.break_glass_talosconfig),
         action("backup", backup_requests(store).request, "application/json"),
         action("support", support_bundles(store, logs).bundle, "application/zip"),
         action("release", machine_request_release(store), kind="MachineRequest"),

@@ -19,6 +19,7 @@ from herder.controllers.backups.stores import BackupStores
 from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.admission import ClusterAdmission
 from herder.controllers.clusters.bootstrap import BootstrapController
+from herder.controllers.clusters.cluster_lock import ClusterLockController
 from herder.controllers.clusters.cluster_machine_config import ClusterMachineConfigController
 from herder.controllers.clusters.cluster_machine_readiness import ClusterMachineReadinessController
 from herder.controllers.clusters.cluster_machine_teardown import ClusterMachineTeardownController
@@ -27,6 +28,7 @@ from herder.controllers.clusters.cluster_secrets import ClusterSecretsController
 from herder.controllers.clusters.cluster_status import ClusterStatusController
 from herder.controllers.clusters.cluster_teardown import ClusterTeardownController
 from herder.controllers.clusters.config_apply import ConfigApplyController
+from herder.controllers.clusters.config_history_retention import ConfigHistoryRetentionController
 from herder.controllers.clusters.control_plane_status import ControlPlaneStatusController
 from herder.controllers.clusters.credentials import ClusterCredentials, TalosGateway
 from herder.controllers.clusters.joined_machines import JoinedMachineController
@@ -137,12 +139,14 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         MachineLinkController(keys, clients=clients(0, 10)),
         ClusterSecretsController(KeyPool(options.spare_keys), make_keys_now=options.spare_keys_now),
         ClusterTeardownController(),
+        ClusterLockController(),
         balancer,
         MachineSetAllocationController(),
         MachineSetStatusController(),
         ClusterMachineController(),
         ClusterMachineConfigController(keys),
         ConfigApplyController(keys, clients(32, 30)),
+        ConfigHistoryRetentionController(),
         ClusterMachineReadinessController(),
         BootstrapController(keys, EtcdRecovery(stores), clients(8, 30)),
         ControlPlaneStatusController(keys, balancer.health, dialer=options.dialer),

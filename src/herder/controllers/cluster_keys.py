@@ -47,6 +47,8 @@ class ClusterSecretsView:
     accepted_kubernetes: tuple[bytes, ...] = ()
     trusted_kubernetes: tuple[bytes, ...] = ()
     """PEM CAs herder trusts a Kubernetes API server of besides the issuing one (during a rotation)."""
+    restored_from: str = ""
+    """The backup whose Kubernetes encryption secrets the bundle carries (a restored cluster's)."""
     made: float = field(default_factory=time.monotonic)
 
 
@@ -101,4 +103,5 @@ def _view(stored: Resource) -> ClusterSecretsView:
         accepted_talos=tuple(base64.b64decode(c) for c in spec.accepted_cas.talos),
         accepted_kubernetes=tuple(base64.b64decode(c) for c in spec.accepted_cas.kubernetes),
         trusted_kubernetes=trusted_kubernetes,
+        restored_from=spec.restored_from,
     )

@@ -3,6 +3,8 @@ cluster machines, and the Machine behind each; and which changes of a Cluster co
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER,
@@ -11,12 +13,14 @@ from herder.resources.clusters import (
     MACHINE_SET_NODE,
     ClusterMachineSpec,
     MachineSetSpec,
+    is_locked,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, MachineSpec, MachineStatus
 from herder.resources.provisioning import MACHINE_REQUEST_SET, MachineRequestSetSpec
 from herder.resources.status import status_of
 from herder.runtime.controller import Context, Mapper, ObjectKey, on_change, own_key
 from herder.runtime.index import FieldIndex
+from herder.state.store import WatchEvent
 
 
 def cluster_changes(*status: str, mapper: Mapper = own_key) -> Mapper:
@@ -30,8 +34,36 @@ def cluster_changes(*status: str, mapper: Mapper = own_key) -> Mapper:
         "metadata.deletionTimestamp",
         "metadata.finalizers",
         "metadata.labels",
+        # Its lock (``herder.dev/locked``) among them.
+        "metadata.annotations",
         *(f"status.{field}" for field in status),
     )
+
+
+def lock_changes(mapper: Mapper) -> Mapper:
+    """The mapper of a Cluster watch for a controller of the cluster's members that holds back while the
+    cluster is locked: only the events that lock or unlock it (mapped to the members by ``mapper``)."""
+
+    def changed(event: WatchEvent) -> Iterable[ObjectKey]:
+        if event.type != "MODIFIED" or event.previous is None:
+            return ()
+        if is_locked(event.previous) == is_locked(event.object):
+            return ()
+        return mapper(event)
+
+    return changed
+
+
+async def locked_cluster(ctx: Context, obj: Resource) -> str:
+    """The name of the locked Cluster an object is labelled with ("" when it is not locked, or none):
+    what a controller that acts on a cluster's machines asks before it acts."""
+    cluster = await cluster_of(ctx, obj)
+    return cluster.name if cluster is not None and is_locked(cluster) else ""
+
+
+def locked_message(cluster: str) -> str:
+    """What waits on a locked cluster say."""
+    return f"cluster {cluster} is locked (herder.dev/locked): `herder cluster unlock {cluster}` lets it go on"
 
 
 async def labelled(ctx: Context, kind: str, namespace: str | None, label: str, value: str) -> list[Resource]:

@@ -144,6 +144,11 @@ class EtcdBackupSpec(BaseModel):
     checksum: str = Field(description="sha256:HEX of what the store holds")
     taken_at: str = Field(alias="takenAt")
     machine: str = Field(default="", description="the control plane the snapshot came from")
+    encryption_secrets: str = Field(
+        default="",
+        alias="encryptionSecrets",
+        description="the cluster's Kubernetes encryption secrets, sealed with the backup's key (a restore needs them)",
+    )
 
 
 class EtcdBackupKeySpec(BaseModel):

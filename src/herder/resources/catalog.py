@@ -7,6 +7,7 @@ from herder.resources.access_policy import ACCESS_POLICY
 from herder.resources.backups import BACKUP_KINDS
 from herder.resources.cluster_secrets import CLUSTER_SECRETS
 from herder.resources.clusters import CLUSTER_KINDS
+from herder.resources.config_history import MACHINE_CONFIG_HISTORY
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.control_planes import CONTROL_PLANE_STATUS
 from herder.resources.core import NAMESPACE
@@ -29,6 +30,7 @@ def herder_registry() -> KindRegistry:
             CLUSTER_SECRETS,
             *MACHINE_KINDS,
             *CLUSTER_KINDS,
+            MACHINE_CONFIG_HISTORY,
             CONTROL_PLANE_STATUS,
             *MANIFEST_KINDS,
             *BACKUP_KINDS,

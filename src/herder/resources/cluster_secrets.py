@@ -50,6 +50,11 @@ class ClusterSecretsSpec(BaseModel):
 
     bundle: str = Field(min_length=1, description="the secrets bundle in talosctl's secrets YAML format")
     talos_contract: str = Field(default="", alias="talosContract", description="version contract, X.Y")
+    restored_from: str = Field(
+        default="",
+        alias="restoredFrom",
+        description="CLUSTER_UUID/SNAPSHOT: the backup whose Kubernetes encryption secrets the bundle carries",
+    )
     accepted_cas: AcceptedCAs = Field(default_factory=AcceptedCAs, alias="acceptedCAs")
     rotation: CARotationKeys | None = None
 

@@ -17,6 +17,7 @@ from herder.resources.backups import BackupsStatus, BootstrapSpec, ClusterBackup
 from herder.resources.configuration import GROUP, VERSION
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL, Stage
 from herder.resources.manifests import HealthCheckResult
+from herder.resources.object import Resource
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
 from herder.resources.status import WithConditions, condition_column, condition_reason_column
 
@@ -29,7 +30,8 @@ BREAK_GLASS_ANNOTATION = "herder.dev/break-glass-issued"
 # Marks the objects a cluster template made (``herder cluster template sync``); users may set it.
 MANAGED_BY_ANNOTATION = "herder.dev/managed-by"
 CLUSTER_TEMPLATES = "cluster-templates"
-# A locked cluster: herder changes nothing on its machines (no config apply, upgrade, rotation) until unlocked.
+# A locked cluster: herder changes nothing on its machines (no config apply, upgrade, allocation change,
+# teardown, reset) until the annotation goes; its status is still observed. Operator on the cluster sets it.
 LOCKED_ANNOTATION = "herder.dev/locked"
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
@@ -38,6 +40,12 @@ _VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 def control_plane_set_name(cluster: str) -> str:
     """The name of a cluster's one control plane MachineSet."""
     return cluster + CONTROL_PLANE_SET_SUFFIX
+
+
+def is_locked(cluster: Resource) -> bool:
+    """Whether a Cluster is locked: it carries ``herder.dev/locked`` with any value but ``false``."""
+    value = cluster.metadata.annotations.get(LOCKED_ANNOTATION)
+    return value is not None and value.strip().lower() != "false"
 
 
 _EXAMPLES = {"Talos": "v1.13.2", "Kubernetes": "1.33.0"}

@@ -302,6 +302,9 @@ class ClusterDoc(_Extensions):
     kubernetes: KubernetesDoc
     talos: TalosDoc
     features: FeaturesDoc = FeaturesDoc()
+    # Whether the cluster is locked (``herder.dev/locked``): the template owns the lock, so a sync of a
+    # template without it unlocks the cluster.
+    locked: bool = False
 
     @field_validator("name")
     @classmethod

@@ -18,6 +18,7 @@ from herder.resources import Resource
 from herder.resources.backups import DEFAULT_RETENTION, DEFAULT_STORE
 from herder.resources.clusters import (
     CLUSTER,
+    LOCKED_ANNOTATION,
     MACHINE_SET,
     MACHINE_SET_NODE,
     ClusterSpec,
@@ -25,6 +26,7 @@ from herder.resources.clusters import (
     MachineSetSpec,
     Strategy,
     control_plane_set_name,
+    is_locked,
 )
 from herder.resources.configuration import CONFIG_PATCH, ConfigPatchSpec
 from herder.resources.machines import CLUSTER_LABEL, CLUSTER_MACHINE_LABEL, MACHINE_SET_LABEL
@@ -155,6 +157,14 @@ def _cluster(cluster: Resource, patches: list[dict[str, Any]], problems: list[st
         document["features"] = features
     if spec.system_extensions:
         document["systemExtensions"] = list(spec.system_extensions)
+    annotations = document.get("annotations") or {}
+    if LOCKED_ANNOTATION in annotations:
+        # The lock is the template's ``locked``, not an annotation a template may carry.
+        del annotations[LOCKED_ANNOTATION]
+        if not annotations:
+            document.pop("annotations")
+        if is_locked(cluster):
+            document["locked"] = True
     if patches:
         document["patches"] = patches
     return document

@@ -10,7 +10,8 @@ the template would take that belongs to anything else is a conflict, not an upda
 
 Of each object, the template owns its spec, its labels (a node's ``herder.dev/`` labels are its
 allocation's) and its annotations, except herder's (``herder.dev/``) and kubectl's; those are kept as
-they are, and so is everything else (finalizers, owners, status). Writes carry the template's mark.
+they are, and so is everything else (finalizers, owners, status); but a Cluster's lock
+(``herder.dev/locked``, the template's ``locked``) is the template's. Writes carry the template's mark.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_TEMPLATES,
+    LOCKED_ANNOTATION,
     MACHINE_SET,
     MACHINE_SET_NODE,
     MANAGED_BY_ANNOTATION,
@@ -81,7 +83,11 @@ def _of(obj: Resource, cluster: str) -> bool:
 
 
 def _owned_annotations(annotations: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in annotations.items() if not k.startswith(_FOREIGN_ANNOTATIONS)}
+    return {k: v for k, v in annotations.items() if _owned(k)}
+
+
+def _owned(annotation: str) -> bool:
+    return annotation == LOCKED_ANNOTATION or not annotation.startswith(_FOREIGN_ANNOTATIONS)
 
 
 def owned_view(obj: Resource) -> dict[str, Any]:
@@ -192,7 +198,7 @@ def merged(current: Resource, desired: Resource) -> Resource:
         }
     out.metadata.labels = labels
     out.metadata.annotations = {
-        **{k: v for k, v in current.metadata.annotations.items() if k.startswith(_FOREIGN_ANNOTATIONS)},
+        **{k: v for k, v in current.metadata.annotations.items() if not _owned(k)},
         **_owned_annotations(desired.metadata.annotations),
         MANAGED_BY_ANNOTATION: CLUSTER_TEMPLATES,
     }

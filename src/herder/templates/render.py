@@ -28,6 +28,7 @@ from herder.resources.backups import duration_seconds
 from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_TEMPLATES,
+    LOCKED_ANNOTATION,
     MACHINE_SET,
     MACHINE_SET_NODE,
     MANAGED_BY_ANNOTATION,
@@ -149,7 +150,10 @@ def _cluster(document: ClusterDoc, control_plane: ControlPlaneDoc | None, namesp
             **({"retention": backups.retention} if backups.retention is not None else {}),
             **({"store": backups.store} if backups.store is not None else {}),
         }
-    data = _object(CLUSTER, document.name, namespace, dict(document.labels), dict(document.annotations))
+    annotations = dict(document.annotations)
+    if document.locked:
+        annotations[LOCKED_ANNOTATION] = "true"
+    data = _object(CLUSTER, document.name, namespace, dict(document.labels), annotations)
     return Resource.model_validate({**data, "spec": spec})
 
 

@@ -9,6 +9,10 @@ store may have been what failed). It is decrypted through once, so that no chunk
 chunk is sound. The snapshot is then decrypted a chunk at a time into ``EtcdRecover`` on the
 machine chosen for the bootstrap, and a recovering ``Bootstrap`` follows; the chosen machine and the
 once-only bootstrap stay the Bootstrap controller's.
+
+The restored cluster runs with the backup's Kubernetes encryption secrets (``encryption_secrets``), so that
+the Secrets the snapshot holds encrypted read back: its ClusterSecrets take them before any config of it is
+made (``cluster_secrets``, and ``cluster_machine_config`` waits for them: ``encryption_pending``).
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from typing import IO
 
 from herder.controllers.backups.backup_cipher import BackupUnreadable, checksum, decrypt
 from herder.controllers.backups.blob import StoreFailed, blob_key
+from herder.controllers.backups.encryption_secrets import EncryptionSecrets, open_sealed
 from herder.controllers.backups.keys import backup_key
 from herder.controllers.backups.stores import BackupStores
 from herder.controllers.members import machine_sets
 from herder.resources import Resource
 from herder.resources.backups import ETCD_BACKUP, BootstrapSpec, EtcdBackupSpec
-from herder.resources.clusters import MACHINE_SET, MachineSetSpec, control_plane_set_name
+from herder.resources.clusters import MACHINE_SET, ClusterStatus, MachineSetSpec, control_plane_set_name
+from herder.resources.status import status_of
 from herder.runtime.controller import Context, ObjectKey
 from herder.talos.machine import AlreadyExists, MachineClient
 
@@ -54,6 +60,35 @@ async def find_backup(ctx: Context, namespace: str | None, spec: BootstrapSpec) 
         field_selector=f"spec.clusterUUID={spec.cluster_uuid},spec.snapshot={spec.snapshot}",
     )
     return next((b for b in listed if not b.metadata.deletion_timestamp), None)
+
+
+def restored_from(spec: BootstrapSpec) -> str:
+    """How a restored cluster's ClusterSecrets name the backup whose encryption secrets they carry."""
+    return f"{spec.cluster_uuid}/{spec.snapshot}"
+
+
+async def encryption_pending(ctx: Context, cluster: Resource, carried: str) -> bool:
+    """Whether ``cluster`` is to be restored from a backup whose encryption secrets its ClusterSecrets
+    (carrying those of ``carried``) do not carry yet: no config of it may be made before they do."""
+    if status_of(cluster, ClusterStatus).bootstrapped:
+        return False
+    spec = await bootstrap_spec(ctx, cluster)
+    return spec is not None and carried != restored_from(spec)
+
+
+async def backup_encryption_secrets(
+    ctx: Context, namespace: str | None, spec: BootstrapSpec
+) -> EncryptionSecrets | None:
+    """The encryption secrets the backup ``spec`` names carries, opened with its key; None when there is no
+    such backup or key, or it carries none (taken by an older herder). ``SecretsUnreadable`` when damaged."""
+    backup = await find_backup(ctx, namespace, spec)
+    if backup is None:
+        return None
+    sealed = ETCD_BACKUP.spec_of(backup, EtcdBackupSpec).encryption_secrets
+    key = await backup_key(ctx, namespace, spec.cluster_uuid)
+    if not sealed or key is None:
+        return None
+    return open_sealed(key, spec.cluster_uuid, spec.snapshot, sealed)
 
 
 class EtcdRecovery:

@@ -1,6 +1,7 @@
 """Taking etcd backups: every cluster whose schedule is due, or that was asked for one by hand (``herder
 cluster backup``), gets an EtcdSnapshot from one of its running etcd members, encrypted with the
-cluster's key, written to its store, and recorded as an EtcdBackup.
+cluster's key, written to its store, and recorded as an EtcdBackup, which carries the cluster's Kubernetes
+encryption secrets sealed with the same key (``encryption_secrets``: a restore needs them).
 
 A cluster's first backup is taken as soon as etcd is bootstrapped, the next ``interval`` after the last
 success. A failed attempt is retried with a backoff (from 5 s, doubling, at most the interval and five
@@ -17,6 +18,7 @@ from datetime import UTC, datetime
 
 from herder.controllers.backups.backup_cipher import encrypt
 from herder.controllers.backups.blob import StoreFailed, blob_key
+from herder.controllers.backups.encryption_secrets import EncryptionSecrets, seal
 from herder.controllers.backups.keys import ensure_backup_key
 from herder.controllers.backups.metrics import BACKUP_FAILURES, BACKUPS_TAKEN, NEWEST_BACKUP_AGE
 from herder.controllers.backups.policy import BackupPolicy
@@ -249,6 +251,15 @@ class EtcdBackupController(Controller):
                     "checksum": sealed.checksum,
                     "takenAt": _stamp(taken),
                     "machine": machine,
+                    # A restore needs them to read the Secrets the snapshot holds encrypted.
+                    "encryptionSecrets": seal(
+                        key,
+                        uuid,
+                        snapshot_name,
+                        EncryptionSecrets(
+                            view.bundle.secretbox_encryption_secret, view.bundle.aescbc_encryption_secret
+                        ),
+                    ),
                 },
             }
         )

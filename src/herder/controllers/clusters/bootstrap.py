@@ -9,6 +9,7 @@ again. The other control planes then join etcd by themselves, as Talos's do.
 A cluster whose control plane set has ``spec.bootstrapSpec`` is restored from that etcd backup instead:
 the same machine, once, gets EtcdRecover with the snapshot and a recovering Bootstrap
 (``herder.controllers.backups.restore``, which refuses a backup that is not sound before anything is sent).
+Nothing is bootstrapped on a locked cluster (``herder.dev/locked``) until it is unlocked.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from herder.resources.clusters import (
     BootstrapStatus,
     ClusterMachineStatus,
     ClusterStatus,
+    is_locked,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
 from herder.resources.status import status_of
@@ -66,7 +68,7 @@ class BootstrapController(Controller):
         if cluster is None or cluster.metadata.deletion_timestamp:
             return None
         recorded = status_of(cluster, ClusterStatus).bootstrap
-        if recorded is not None and recorded.completed_at:
+        if (recorded is not None and recorded.completed_at) or is_locked(cluster):
             return None
         view = await self._keys.of(cluster)
         if view is None:

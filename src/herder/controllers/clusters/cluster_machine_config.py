@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from herder.controllers.backups.restore import encryption_pending
 from herder.controllers.cluster_keys import ClusterKeys, ClusterSecretsView
 from herder.controllers.installer import member_installer
 from herder.controllers.members import cluster_changes, cluster_of, labelled, machine_of
@@ -159,6 +160,8 @@ class ClusterMachineConfigController(Controller):
         )
         if secrets is None or not endpoint:
             return None  # the cluster's secrets and endpoint come first; their events bring us back
+        if await encryption_pending(ctx, cluster, secrets.restored_from):
+            return None  # a restored cluster's secrets take the backup's encryption secrets first
         node = await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, key.namespace, key.name))
         disk = MACHINE_SET_NODE.spec_of(node, MachineSetNodeSpec).install_disk if node else ""
         try:

@@ -7,7 +7,8 @@ cannot reach keeps the member (and so its cluster's teardown) waiting, saying so
 and in a Warning event, until it comes back or an Admin lets it go with ``herder machine release UUID
 --force`` (annotation ``herder.dev/force-release`` on the Machine). A control plane let go so (gone,
 unreachable) first has its etcd member removed through a control plane that runs, so that no stray
-member is left in a cluster that stays.
+member is left in a cluster that stays. A member of a locked cluster (``herder.dev/locked``) is neither
+reset nor released until the cluster is unlocked; ``status.teardown`` says so.
 """
 
 from __future__ import annotations
@@ -20,12 +21,21 @@ from herder.controllers.members import (
     cluster_machines,
     cluster_of,
     is_control_plane,
+    lock_changes,
+    locked_cluster,
+    locked_message,
     machine_of,
     running_control_planes,
 )
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineStatus, ClusterStatus
-from herder.resources.machines import FORCE_RELEASE_ANNOTATION, MACHINE, MachineSpec, MachineStatus
+from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterMachineStatus, ClusterStatus
+from herder.resources.machines import (
+    CLUSTER_LABEL,
+    FORCE_RELEASE_ANNOTATION,
+    MACHINE,
+    MachineSpec,
+    MachineStatus,
+)
 from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
@@ -34,9 +44,9 @@ from herder.runtime.controller import (
     Result,
     Watch,
     on_change,
-    own_key,
     same_name,
 )
+from herder.runtime.index import LabelIndex
 from herder.runtime.outputs import Writes
 from herder.talos.machine import FailedPrecondition, MachineAPIError, WipeMode
 from herder.talos.machine.client import split_endpoint
@@ -57,10 +67,14 @@ class ClusterMachineTeardownController(Controller):
     def __init__(self, keys: ClusterKeys, clients: ClientPool | None = None) -> None:
         self._keys = keys
         self._clients = clients if clients is not None else ClientPool(keep=8, timeout=30)
+        self._members = LabelIndex(CLUSTER_MACHINE.kind, CLUSTER_LABEL)
         self.watches = (
             Watch(
-                CLUSTER_MACHINE.kind, on_change(own_key, "metadata.deletionTimestamp", "metadata.finalizers")
+                CLUSTER_MACHINE.kind,
+                on_change(self._members.track, "metadata.deletionTimestamp", "metadata.finalizers"),
             ),
+            # Unlocking a cluster lets its members leave.
+            Watch(CLUSTER.kind, lock_changes(self._members.by_name())),
             Watch(
                 MACHINE.kind,
                 on_change(
@@ -81,6 +95,10 @@ class ClusterMachineTeardownController(Controller):
             return None
         machine = await machine_of(ctx, member)
         status = status_of(member, ClusterMachineStatus)
+        locked = await locked_cluster(ctx, member)
+        if locked:
+            await self._waiting(ctx, member, status, "waiting: " + locked_message(locked))
+            return None
         if machine is None or FORCE_RELEASE_ANNOTATION in machine.metadata.annotations:
             if machine is not None and not await self._removed_from_etcd(ctx, member, status, machine):
                 return Result(requeue_after=_RETRY)

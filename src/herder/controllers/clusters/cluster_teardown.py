@@ -5,12 +5,19 @@ The Cluster carries a finalizer from its creation. Once it is deleted, its machi
 machine set nodes and config patches are deleted; each machine leaves through its ClusterMachine's
 teardown (reset, then released); when no member is left the finalizer goes, and what the cluster owns
 (its secrets, generated configs) is garbage-collected. While machines hold it up, the Cluster's ``Ready``
-condition names them and says why.
+condition names them and says why. A locked cluster (``herder.dev/locked``) is not taken down: its
+delete waits, with the finalizer kept and ``status.teardown`` saying so, until it is unlocked.
 """
 
 from __future__ import annotations
 
-from herder.controllers.members import cluster_changes, cluster_machines, labelled, machine_sets
+from herder.controllers.members import (
+    cluster_changes,
+    cluster_machines,
+    labelled,
+    locked_message,
+    machine_sets,
+)
 from herder.resources import Resource
 from herder.resources.clusters import (
     CLUSTER,
@@ -19,6 +26,7 @@ from herder.resources.clusters import (
     MACHINE_SET_NODE,
     ClusterMachineStatus,
     ClusterStatus,
+    is_locked,
 )
 from herder.resources.configuration import CONFIG_PATCH
 from herder.resources.machines import CLUSTER_LABEL
@@ -56,6 +64,9 @@ class ClusterTeardownController(Controller):
         if CLUSTER_FINALIZER not in cluster.metadata.finalizers:
             return None
         first = not status_of(cluster, ClusterStatus).teardown
+        if is_locked(cluster):
+            await self._record(ctx, key, "the delete waits: " + locked_message(key.name))
+            return None
         for kind_objects in (
             await machine_sets(ctx, cluster),
             await labelled(ctx, MACHINE_SET_NODE.kind, key.namespace, CLUSTER_LABEL, key.name),
@@ -76,12 +87,14 @@ class ClusterTeardownController(Controller):
             )
             if blocked:
                 message = "; ".join(blocked[:3])
-
-            def record(_: Resource, status: ClusterStatus) -> None:
-                status.teardown = message
-
-            await ctx.mutate_status(key, ClusterStatus, record)
+            await self._record(ctx, key, message)
             return None
         await ctx.remove_finalizer(cluster, CLUSTER_FINALIZER)
         await ctx.event(cluster, "Normal", "Destroyed", "every machine is back in maintenance mode")
         return None
+
+    async def _record(self, ctx: Context, key: ObjectKey, message: str) -> None:
+        def record(_: Resource, status: ClusterStatus) -> None:
+            status.teardown = message
+
+        await ctx.mutate_status(key, ClusterStatus, record)

@@ -3,10 +3,12 @@ and again whenever the config changes.
 
 A machine in maintenance mode gets its config without a client certificate (it then installs and boots
 into the cluster); a configured one with herder's certificate from the cluster's Talos CA, in AUTO mode
-(no reboot when none is needed). The applied config's hash is kept on ``status.configHash``. A failed
+(no reboot when none is needed). The applied config's hash is kept on ``status.configHash``, and the config
+itself, as a redacted diff, in the machine's MachineConfigHistory (``config_history``). A failed
 apply keeps its error and attempt count on ``status.apply`` (and in a Warning event) and is retried with
 backoff until an attempt succeeds; nothing wipes the error before that.
 
+Nothing is applied to the machines of a locked cluster (``herder.dev/locked``) until it is unlocked.
 A changed config rolls out: a locked machine gets no updates; a machine waiting for its Talos upgrade
 gets its new config after it; control planes take theirs one at a time while etcd is healthy, and
 workers as many at once as their set's ``updateStrategy`` allows, counting the machines that are not
@@ -19,10 +21,12 @@ from __future__ import annotations
 import asyncio
 
 from herder.controllers.cluster_keys import ClusterKeys
+from herder.controllers.clusters import config_history
 from herder.controllers.kubernetes.health_checks import health_hold
-from herder.controllers.members import cluster_of, labelled, machine_of
+from herder.controllers.members import cluster_of, labelled, lock_changes, locked_cluster, machine_of
 from herder.resources import Resource
 from herder.resources.clusters import (
+    CLUSTER,
     CLUSTER_MACHINE,
     CLUSTER_MACHINE_CONFIG,
     MACHINE_SET,
@@ -45,9 +49,9 @@ from herder.runtime.controller import (
     Watch,
     controller_owner,
     on_change,
-    own_key,
     same_name,
 )
+from herder.runtime.index import LabelIndex
 from herder.runtime.outputs import Writes
 from herder.talos.machine import ApplyMode, MachineAPIError
 from herder.talos.machine.pool import ClientPool
@@ -62,19 +66,22 @@ ROLLOUT_WAIT = 2.0
 class ConfigApplyController(Controller):
     name = "ConfigApply"
     primary = CLUSTER_MACHINE.kind
-    outputs = (Writes(CLUSTER_MACHINE.kind, "status.apply", "status.configHash"),)
+    outputs = (Writes(CLUSTER_MACHINE.kind, "status.apply", "status.configHash"), config_history.OUTPUT)
     concurrency = 8
 
     def __init__(self, keys: ClusterKeys, clients: ClientPool | None = None) -> None:
         self._keys = keys
         self._clients = clients if clients is not None else ClientPool(keep=32, timeout=30)
         self._locks: dict[str, asyncio.Lock] = {}
+        self._members = LabelIndex(CLUSTER_MACHINE.kind, CLUSTER_LABEL)
         self.watches = (
             # Its versions (an upgrade goes first) and the upgrade's progress.
             Watch(
                 CLUSTER_MACHINE.kind,
-                on_change(own_key, "spec", "status.upgrade", "metadata.deletionTimestamp"),
+                on_change(self._members.track, "spec", "status.upgrade", "metadata.deletionTimestamp"),
             ),
+            # Unlocking a cluster lets its held back configs go.
+            Watch(CLUSTER.kind, lock_changes(self._members.by_name())),
             Watch(CLUSTER_MACHINE_CONFIG.kind, controller_owner(CLUSTER_MACHINE.kind)),
             # Where the machine is, whether it answers, the version it runs, when it came back.
             Watch(
@@ -106,7 +113,7 @@ class ConfigApplyController(Controller):
         if config is None or not reached.connected:
             return None
         wanted = CLUSTER_MACHINE_CONFIG.spec_of(config, ClusterMachineConfigSpec)
-        if wanted.hash == status.config_hash:
+        if wanted.hash == status.config_hash or await locked_cluster(ctx, member):
             return None
         if not status.config_hash:
             retry = await self._apply(ctx, member, status, machine, reached, wanted)
@@ -229,12 +236,17 @@ class ConfigApplyController(Controller):
             current.config_hash = config.hash
             current.apply = applied
 
-        await ctx.mutate_status(key, ClusterMachineStatus, succeeded)
         how = (
             "in maintenance mode"
             if reached.maintenance
             else f"({result.mode.name.lower().replace('_', ' ')})"
         )
+        # Recorded before the status says so: a crash in between applies it again, and records it again.
+        mode = "maintenance" if reached.maintenance else result.mode.name.lower().replace("_", " ")
+        await config_history.record_applied(
+            ctx, member, config.config, config.hash, config.talos_version, mode
+        )
+        await ctx.mutate_status(key, ClusterMachineStatus, succeeded)
         await ctx.event(member, "Normal", "ConfigApplied", f"config {config.hash[:12]} applied {how}")
         return None
 

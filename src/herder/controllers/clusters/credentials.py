@@ -6,7 +6,11 @@
   ``herder.dev/break-glass-issued`` (when, and to whom), and the request is audited;
 - ``talosconfig``: a talosconfig for herder's Talos API gateway, whose certificate names the caller and
   carries the Talos role of the caller's herder role (Reader → ``os:reader``, Operator → ``os:operator``,
-  Admin and Support → ``os:admin``); the gateway, given in by the composition root, issues it.
+  Admin and Support → ``os:admin``); the gateway, given in by the composition root, issues it;
+- ``talosconfig-break-glass``: break glass — an ``os:admin`` talosconfig signed by the cluster's own Talos
+  CA, straight to its control planes' Talos API, bypassing the gateway, expiring after ``ttlSeconds``. Admin
+  only, marked and audited as the kubeconfig is; a cluster whose control planes the platform runs
+  (managed) gives it to Support only, since the platform's machines trust the same CA.
 
 They are object actions of Cluster (``herder.api.actions``); the policy table says who may run them.
 """
@@ -17,6 +21,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from herder.controllers.cluster_keys import ClusterKeys
+from herder.controllers.members import control_planes
 from herder.resources import Resource
 from herder.resources.access import TALOS_ROLES
 from herder.resources.clusters import BREAK_GLASS_ANNOTATION, CLUSTER, ClusterSpec, ClusterStatus
@@ -24,7 +29,7 @@ from herder.resources.status import status_of
 from herder.runtime.controller import Context, ObjectKey
 from herder.runtime.outputs import Writes
 from herder.talos.kubeconfig import generate_admin_kubeconfig
-from herder.talos.talosconfig import Talosconfig, dump_talosconfig
+from herder.talos.talosconfig import Talosconfig, dump_talosconfig, generate_talosconfig
 
 DEFAULT_TTL = 3600
 MAX_TTL = 30 * 24 * 3600
@@ -69,12 +74,7 @@ class ClusterCredentials:
         )
         if view is None or not endpoint:
             raise CredentialsUnavailable(f"cluster {cluster.name} has no secrets or endpoint yet")
-        issued = f"{self._ctx.clock.rfc3339()} {user}"
-
-        def mark(obj: Resource) -> None:
-            obj.metadata.annotations[BREAK_GLASS_ANNOTATION] = issued
-
-        await self._ctx.mutate(ObjectKey.of(cluster), mark)
+        await self._mark(cluster, user)
         text = generate_admin_kubeconfig(
             view.bundle.k8s,
             cluster_name=cluster.name,
@@ -85,6 +85,31 @@ class ClusterCredentials:
             common_name=user,
         )
         return text.encode()
+
+    async def break_glass_talosconfig(
+        self, cluster: Resource, user: str, role: str, options: dict[str, Any]
+    ) -> bytes:
+        lifetime = _ttl(options)
+        if CLUSTER.spec_of(cluster, ClusterSpec).managed is not None and role != "Support":
+            raise CredentialsUnavailable(
+                f"cluster {cluster.name}: its control planes are the platform's, and trust the same Talos CA; "
+                "ask the platform (Support) for break-glass access"
+            )
+        view = await self._keys.of(cluster)
+        endpoints = sorted((await control_planes(self._ctx, cluster))[0])
+        if view is None or not endpoints:
+            raise CredentialsUnavailable(f"cluster {cluster.name} has no secrets or control planes yet")
+        await self._mark(cluster, user)
+        config = generate_talosconfig(view.bundle, cluster.name, endpoints=endpoints, lifetime=lifetime)
+        return dump_talosconfig(config).encode()
+
+    async def _mark(self, cluster: Resource, user: str) -> None:
+        issued = f"{self._ctx.clock.rfc3339()} {user}"
+
+        def mark(obj: Resource) -> None:
+            obj.metadata.annotations[BREAK_GLASS_ANNOTATION] = issued
+
+        await self._ctx.mutate(ObjectKey.of(cluster), mark)
 
     async def talosconfig(self, cluster: Resource, user: str, role: str, options: dict[str, Any]) -> bytes:
         lifetime = _ttl(options)

@@ -5,7 +5,8 @@ selector matches (connected, in maintenance, in no cluster, not read-only) until
 them. The node's name being the machine's UUID is what keeps a machine in one set at most: a second
 set cannot create the same node. Shrinking deletes nodes (their machines are then torn down): workers
 by the set's ``deleteStrategy``, control planes one at a time and only while etcd is healthy. A set
-short of machines says which and why on ``status.allocation``.
+short of machines says which and why on ``status.allocation``. The sets of a locked cluster
+(``herder.dev/locked``) neither bind nor release a machine until it is unlocked.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Iterable
 from herder.controllers.members import (
     cluster_of,
     labelled,
+    lock_changes,
+    locked_message,
     request_set_count,
     request_set_sources,
     set_nodes,
@@ -22,6 +25,7 @@ from herder.controllers.members import (
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION, read_only_of
 from herder.resources.clusters import (
+    CLUSTER,
     CLUSTER_MACHINE,
     MACHINE_SET,
     MACHINE_SET_NODE,
@@ -30,6 +34,7 @@ from herder.resources.clusters import (
     ClusterStatus,
     MachineSetSpec,
     MachineSetStatus,
+    is_locked,
 )
 from herder.resources.machines import (
     CLUSTER_LABEL,
@@ -49,6 +54,7 @@ from herder.resources.provisioning import (
 )
 from herder.resources.status import find_condition, status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.runtime.index import LabelIndex
 from herder.runtime.outputs import Owns, Writes
 from herder.state.errors import AlreadyExists
 from herder.state.store import WatchEvent
@@ -83,15 +89,22 @@ class MachineSetAllocationController(Controller):
         # Sets of a class that last found too few machines: a machine that becomes free wakes them.
         self._waiting: set[ObjectKey] = set()
         self._sources = request_set_sources()
+        self._sets = LabelIndex(MACHINE_SET.kind, CLUSTER_LABEL)
         self.watches = (
-            Watch(MACHINE_SET.kind, self._sources.track),
+            Watch(MACHINE_SET.kind, self._set_changed),
             Watch(MACHINE_SET_NODE.kind, self._node_changed),
             Watch(MACHINE.kind, self._machine_freed),
             Watch(MACHINE_CLASS.kind, self._class_changed),
             # A set waiting for a provider's machines says what its MachineRequestSet says.
             Watch(MACHINE_REQUEST_SET.kind, controller_owner(MACHINE_SET.kind)),
             Watch(MACHINE_REQUEST_SET.kind, self._sources.by_name()),
+            # Unlocking a cluster lets its sets bind and release again.
+            Watch(CLUSTER.kind, lock_changes(self._sets.by_name())),
         )
+
+    def _set_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        self._sets.update(event)
+        return self._sources.track(event)
 
     def _node_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
         name = event.object.metadata.labels.get(MACHINE_SET_LABEL)
@@ -120,6 +133,12 @@ class MachineSetAllocationController(Controller):
         spec = MACHINE_SET.spec_of(machine_set, MachineSetSpec)
         nodes = await set_nodes(ctx, machine_set)
         live = [n for n in nodes if not n.metadata.deletion_timestamp]
+        if is_locked(cluster):
+            # Held back: a set with a change pending says why it waits (one without has nothing to say).
+            pending = await _pending(ctx, machine_set, spec, live)
+            held = AllocationStatus(reason="waiting: " + locked_message(cluster.name)) if pending else None
+            await self._record(ctx, key, held)
+            return None
         leaving = len(nodes) - len(live)
         missing: list[str] = []
         reason = ""
@@ -149,14 +168,15 @@ class MachineSetAllocationController(Controller):
             extra = []  # nodes are made by hand
         gated = bool(extra) and not await self._release(ctx, machine_set, spec, cluster, live, extra, leaving)
 
-        allocation = AllocationStatus(missing=missing, reason=reason) if reason else None
+        await self._record(ctx, key, AllocationStatus(missing=missing, reason=reason) if reason else None)
+        # A release held back by its gate (etcd health, a replacement not up yet) is looked at again soon.
+        return Result(requeue_after=_GATE_RETRY) if gated else None
 
+    async def _record(self, ctx: Context, key: ObjectKey, allocation: AllocationStatus | None) -> None:
         def record(_: Resource, status: MachineSetStatus) -> None:
             status.allocation = allocation
 
         await ctx.mutate_status(key, MachineSetStatus, record)
-        # A release held back by its gate (etcd health, a replacement not up yet) is looked at again soon.
-        return Result(requeue_after=_GATE_RETRY) if gated else None
 
     async def _bind(self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, uuid: str) -> str:
         """Create the node of ``uuid`` for this set; what stands in the way, if anything."""
@@ -314,6 +334,16 @@ class MachineSetAllocationController(Controller):
             await ctx.delete(ObjectKey.of(node))
             await ctx.event(machine_set, "Normal", "Releasing", f"machine {node.name} leaves the set")
         return allowed > 0
+
+
+async def _pending(ctx: Context, machine_set: Resource, spec: MachineSetSpec, live: list[Resource]) -> bool:
+    """Whether a set's nodes differ from what it asks for (a set of unlimited size never differs)."""
+    if spec.machines is not None:
+        return set(spec.machines) != {n.name for n in live}
+    if spec.machine_class is None and spec.machine_request_set is None:
+        return False
+    size = await _size(ctx, machine_set, spec)
+    return isinstance(size, int) and size != len(live)
 
 
 async def _size(ctx: Context, machine_set: Resource, spec: MachineSetSpec) -> int | str | None:

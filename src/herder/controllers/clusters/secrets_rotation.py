@@ -34,7 +34,6 @@ from herder.resources.clusters import (
     CLUSTER,
     CLUSTER_MACHINE,
     CLUSTER_MACHINE_CONFIG,
-    LOCKED_ANNOTATION,
     ROTATION_PHASES,
     ClusterMachineConfigSpec,
     ClusterMachineStatus,
@@ -43,6 +42,7 @@ from herder.resources.clusters import (
     RotationComponent,
     RotationPhase,
     SecretsRotationStatus,
+    is_locked,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
 from herder.resources.status import status_of
@@ -105,7 +105,7 @@ class SecretsRotationController(Controller):
             return None
         asked = CLUSTER.spec_of(cluster, ClusterSpec).secrets_rotation
         current = status_of(cluster, ClusterStatus).secrets_rotation
-        locked = LOCKED_ANNOTATION in cluster.metadata.annotations
+        locked = is_locked(cluster)
         if current is None or current.phase in ("Pending", "Done"):
             if asked is None or (
                 current is not None

@@ -7,17 +7,24 @@ sent. The machine then reboots, and herder's link to it reconnects: a machine th
 version is done; one that comes back on the old version (its new system did not boot), that does not go
 down within a while (Talos refused), or that stays away, has failed. A failure is kept with its reason
 on ``status.upgrade`` and in a Warning event, and the machine is not tried again for that version: the
-rollout stops there until the cluster's version changes.
+rollout stops there until the cluster's version changes. No upgrade starts on a locked cluster
+(``herder.dev/locked``); one already under way is followed to its end.
 """
 
 from __future__ import annotations
 
 from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.installer import member_installer
-from herder.controllers.members import cluster_of, machine_of
+from herder.controllers.members import cluster_of, lock_changes, locked_cluster, machine_of
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineSpec, ClusterMachineStatus, UpgradeStatus
-from herder.resources.machines import MACHINE, MachineSpec, MachineStatus
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    ClusterMachineSpec,
+    ClusterMachineStatus,
+    UpgradeStatus,
+)
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
 from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
@@ -26,9 +33,9 @@ from herder.runtime.controller import (
     Result,
     Watch,
     on_change,
-    own_key,
     same_name,
 )
+from herder.runtime.index import LabelIndex
 from herder.runtime.outputs import Writes
 from herder.talos.machine import MachineAPIError
 from herder.talos.machine.pool import ClientPool
@@ -53,11 +60,14 @@ class TalosUpgradeController(Controller):
         self._keys = keys
         self._clients = clients if clients is not None else ClientPool(keep=8, timeout=60)
         self._start_timeout = start_timeout
+        self._members = LabelIndex(CLUSTER_MACHINE.kind, CLUSTER_LABEL)
         self.watches = (
             Watch(
                 CLUSTER_MACHINE.kind,
-                on_change(own_key, "spec", "status.configHash", "metadata.deletionTimestamp"),
+                on_change(self._members.track, "spec", "status.configHash", "metadata.deletionTimestamp"),
             ),
+            # Unlocking a cluster lets its held back upgrades start.
+            Watch(CLUSTER.kind, lock_changes(self._members.by_name())),
             Watch(
                 MACHINE.kind,
                 on_change(
@@ -89,6 +99,8 @@ class TalosUpgradeController(Controller):
         if not reached.running or running == target or not running:
             if upgrade is not None:
                 await self._record(ctx, key, None)  # the target moved on (or back): nothing is pending
+            return None
+        if await locked_cluster(ctx, member):
             return None
         return await self._start(ctx, member, machine, target, running)
 

@@ -10,6 +10,7 @@ machines already moved are brought back). Each rollout, and the config rollout o
 shown on the Cluster's ``status.rollouts``: what it does, how many machines are done, why it stopped.
 A health check that has not passed (``health_checks``) holds every rollout, and a Kubernetes minor upgrade
 waits for its pre-checks (``pre_checks``): the rollout is ``Held``, naming what it waits for.
+Nothing moves on a locked cluster (``herder.dev/locked``): its unfinished rollouts say they wait for it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from herder.controllers.members import (
     cluster_changes,
     cluster_machines,
     is_control_plane,
+    locked_message,
     machine_sets,
 )
 from herder.resources import Resource
@@ -38,6 +40,7 @@ from herder.resources.clusters import (
     MachineSetSpec,
     Rollout,
     Strategy,
+    is_locked,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL
 from herder.resources.status import status_of
@@ -130,7 +133,8 @@ class VersionRolloutController(Controller):
         }
         healthy = status.condition_true("EtcdHealthy")
         held = health_hold(cluster)
-        talos = await self._roll(ctx, healthy, "Talos", spec.talos_version, members, strategies, held)
+        locked = locked_message(cluster.name) if is_locked(cluster) else ""
+        talos = await self._roll(ctx, healthy, "Talos", spec.talos_version, members, strategies, locked, held)
         rollouts = [talos]
         if talos.state == "Done":
             pre_checks = status.condition("UpgradePreChecks")
@@ -141,10 +145,13 @@ class VersionRolloutController(Controller):
             )
             rollouts.append(
                 await self._roll(
-                    ctx, healthy, "Kubernetes", spec.kubernetes_version, members, strategies, held_k8s
+                    ctx, healthy, "Kubernetes", spec.kubernetes_version, members, strategies, locked, held_k8s
                 )
             )
-        rollouts.append(_config_rollout(members, held))
+        config = _config_rollout(members, held)
+        if locked and config.state != "Done":
+            config = config.model_copy(update={"state": "Rolling", "message": "waiting: " + locked})
+        rollouts.append(config)
         shown = [r for r in rollouts if r.state != "Done" or r.total]
 
         def record(_: Resource, current: ClusterStatus) -> None:
@@ -161,6 +168,7 @@ class VersionRolloutController(Controller):
         target: str,
         members: list[_Member],
         strategies: dict[str, Strategy],
+        locked: str,
         held: str = "",
     ) -> Rollout:
         """``held``: why no machine may move now (in-flight ones finish)."""
@@ -176,6 +184,8 @@ class VersionRolloutController(Controller):
 
         if not waiting and len(done) == len(members):
             return report("Done", f"every machine runs {kind} {target}")
+        if locked:
+            return report("Rolling", "waiting: " + locked)
         if failed:
             upgrade = failed[0].status.upgrade
             error = upgrade.error if upgrade is not None else ""

@@ -8,12 +8,13 @@ seconds is taken as failed, and its Machine is deleted in the system's name, as 
 One at a time, and only while etcd keeps a quorum: nothing is replaced while another control plane is
 not ready, leaving, or still missing from the request set, so a replacement joins before the next
 failure is looked at. (A machine that vanished in the cloud needs none of this: its provider reports
-it gone, and the same path follows.) The cluster says so in a Warning Event.
+it gone, and the same path follows.) The cluster says so in a Warning Event. Nothing is replaced in a
+locked cluster (``herder.dev/locked``) until it is unlocked.
 """
 
 from __future__ import annotations
 
-from herder.controllers.members import labelled
+from herder.controllers.members import labelled, lock_changes
 from herder.controllers.provisioning.requests import request_status
 from herder.resources import Resource
 from herder.resources.clusters import (
@@ -22,6 +23,7 @@ from herder.resources.clusters import (
     ClusterMachineStatus,
     ClusterSpec,
     control_plane_set_name,
+    is_locked,
 )
 from herder.resources.control_planes import CONTROL_PLANE_STATUS, ControlPlaneStatusStatus
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, MachineStatus
@@ -37,6 +39,7 @@ from herder.runtime.controller import (
     Watch,
     labelled_owner,
     on_change,
+    own_key,
     same_name,
 )
 from herder.runtime.outputs import Writes
@@ -66,6 +69,7 @@ class ManagedReplacementController(Controller):
         # after a restart the clock starts again, which only delays a replacement.
         self._unhealthy_since: dict[tuple[str | None, str], float] = {}
         self.watches = (
+            Watch(CLUSTER.kind, lock_changes(own_key)),
             Watch(CONTROL_PLANE_STATUS.kind, on_change(same_name(CLUSTER.kind), "status.etcd")),
             Watch(
                 MACHINE.kind,
@@ -84,7 +88,7 @@ class ManagedReplacementController(Controller):
         cluster = await ctx.get(key)
         if cluster is None or cluster.metadata.deletion_timestamp:
             return None
-        if CLUSTER.spec_of(cluster, ClusterSpec).managed is None:
+        if CLUSTER.spec_of(cluster, ClusterSpec).managed is None or is_locked(cluster):
             return None
         request_set = control_plane_request_set_name(cluster.name)
         machines = await labelled(ctx, MACHINE.kind, key.namespace, MACHINE_REQUEST_SET_LABEL, request_set)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from herder.emu.cluster.access import RbacPolicy
 from herder.emu.cluster.aggregation import Aggregation
 from herder.emu.cluster.authorizer import Authorizer
 from herder.emu.cluster.containers import Logs
+from herder.emu.cluster.encryption import SecretEncryption
 from herder.emu.cluster.kube_api import (
     PORT,
     SERVICE_NAMES,
@@ -64,8 +66,11 @@ class ApiServer:
     def __init__(self, cluster: Cluster, resync: Callable[[], None]) -> None:
         """``resync`` asks for another sync: an API server could not listen yet."""
         self._resync = resync
-        self.registry = KindRegistry((*KINDS, *rbac.KINDS))
-        self.store = Store(cluster.keyspace, self.registry)
+        # Secrets are encrypted at rest with the cluster's keys (``encryption``), as kube-apiserver's are.
+        kinds = (dataclasses.replace(k, sensitive=True) if k.kind == "Secret" else k for k in KINDS)
+        self.registry = KindRegistry((*kinds, *rbac.KINDS))
+        self.encryption = SecretEncryption()
+        self.store = Store(cluster.keyspace, self.registry, cipher=self.encryption)
         self.authorizer = Authorizer(self.store)
         self._aggregation = Aggregation(self.store, self.authorizer)
         self._aggregating: asyncio.Task[None] | None = None

@@ -37,6 +37,8 @@ class KubeFacts:
     bootstrap_token: str
     inline_manifests: tuple[str, ...] = ()
     """The contents of the config's ``cluster.inlineManifests`` (multi-document YAML each)."""
+    encryption_keys: tuple[tuple[str, str], ...] = ()
+    """The keys kube-apiserver encrypts Secrets with, (name, base64 secret), the writing one first."""
 
     @property
     def kubelet_version(self) -> str:

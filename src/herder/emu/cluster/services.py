@@ -172,10 +172,13 @@ class ClusterServices:
         if kube is None:
             kube = self.kubernetes[cluster_id] = ClusterKubernetes(cluster, lambda: self.schedule(cluster_id))
         running = [k for k in control_planes if k.up]
+        facts = _cluster_facts(running)
+        if facts is not None:
+            kube.apiserver.encryption.use(facts.encryption_keys)
         await kube.start(ca)
         # kube-apiserver runs where etcd does: on the control planes that run and are members.
         await kube.serve(ca, [k for k in running if cluster.member_of(k.uuid) is not None])
-        await kube.sync(kubelets, _cluster_facts(running))
+        await kube.sync(kubelets, facts)
 
     # --- persistence ---
 

@@ -132,7 +132,29 @@ def _read(config: MachineConfig) -> KubeFacts:
         service_subnet=str((network.get("serviceSubnets") or ["10.96.0.0/12"])[0]),
         pod_subnet=str((network.get("podSubnets") or ["10.244.0.0/16"])[0]),
         bootstrap_token=str(cluster.get("token") or ""),
+        encryption_keys=_encryption_keys(cluster, typed.get("KubeEtcdEncryptionConfig")),
     )
+
+
+def _encryption_keys(cluster: dict[str, Any], typed: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """kube-apiserver's keys for Secrets: the typed document's providers in order (contract 1.14 and
+    later), or the v1alpha1 secrets as Talos renders them (secretbox ``key2`` first, then aescbc ``key1``)."""
+    if typed is not None:
+        keys: list[tuple[str, str]] = []
+        for resource in _map(typed.get("config")).get("resources") or ():
+            if not isinstance(resource, dict) or "secrets" not in (resource.get("resources") or ()):
+                continue
+            for provider in resource.get("providers") or ():
+                for kind in ("secretbox", "aescbc", "aesgcm"):
+                    for key in _map(_map(provider).get(kind)).get("keys") or ():
+                        if isinstance(key, dict) and key.get("secret"):
+                            keys.append((str(key.get("name") or ""), str(key["secret"])))
+        return tuple(keys)
+    named = (
+        ("key2", cluster.get("secretboxEncryptionSecret")),
+        ("key1", cluster.get("aescbcEncryptionSecret")),
+    )
+    return tuple((name, str(secret)) for name, secret in named if secret)
 
 
 def _taint(key: Any, value: Any) -> tuple[str, str, str]:

@@ -239,6 +239,8 @@ class Machine:
             "faults": sorted(self.faults),
             "last_error": self.last_error,
             "hardware": vars(self.record.hardware),
+            "boots": self.record.boots,
+            "configApplies": self.record.config_applies,
         }
 
     # --- lifecycle plumbing ---
@@ -399,8 +401,13 @@ class Machine:
 
     # --- sequences ---
 
+    def _count_boot(self) -> None:
+        self.record.boots += 1
+        self._persist()
+
     async def _boot(self) -> None:
         self._api_down()
+        self._count_boot()
         if not self._firmware_boot():
             return
         self._set_stage(MachineStage.BOOTING)
@@ -504,6 +511,7 @@ class Machine:
         self._set_stage(MachineStage.REBOOTING)
         self._api_down()
         await self._sleep("reboot")
+        self._count_boot()
         self._set_stage(MachineStage.BOOTING)
         await self._sleep("boot")
 
@@ -666,6 +674,7 @@ class Machine:
     def install(self, new: MachineConfig) -> None:
         """Take a config in maintenance mode: persist it and install (the install sequence starts)."""
         self.record.config, self.record.staged_config = new.raw, None
+        self.record.config_applies += 1
         self._persist()
         self.config = new
         self.logs.write(
@@ -678,6 +687,8 @@ class Machine:
         ``try_timeout`` seconds, staged for the next boot, or persisted, with a reboot in REBOOT mode."""
         self.logs.write("machined", f"apply config request: mode {mode.name.lower().replace('_', '-')}")
         self._cancel_try()
+        self.record.config_applies += 1
+        self._persist()
         if mode is ApplyMode.TRY:
             self._try_revert = asyncio.get_running_loop().call_later(try_timeout, self._revert_try)
             self.config = new

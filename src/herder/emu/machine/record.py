@@ -33,6 +33,10 @@ class MachineRecord:
     powered_on: bool = True
     schematic: str = ""
     """The Image Factory schematic of the Talos it runs (booted from an ISO of it), or empty."""
+    boots: int = 0
+    """How many times its system booted (power-ons and reboots), so a test can tell nothing rebooted it."""
+    config_applies: int = 0
+    """How many configs it took (in maintenance mode or applied), so a test can tell nothing re-applied one."""
 
     @property
     def endpoint(self) -> str:
@@ -51,6 +55,8 @@ class MachineRecord:
             "installed": self.installed,
             "powered_on": self.powered_on,
             "schematic": self.schematic,
+            "boots": self.boots,
+            "config_applies": self.config_applies,
         }
 
     @classmethod
@@ -70,4 +76,6 @@ class MachineRecord:
             installed=bool(raw.get("installed")),
             powered_on=bool(raw.get("powered_on", True)),
             schematic=str(raw.get("schematic") or ""),
+            boots=int(raw.get("boots") or 0),
+            config_applies=int(raw.get("config_applies") or 0),
         )

@@ -1,7 +1,8 @@
 """The Machines page: all machines, the free ones, or one provider's; their stage, hardware, cluster,
 power and last error; power on, off and reboot where the API allows it (a read-only machine says why
-nothing can be done to it). A machine's page: its facts and conditions, and a live view of the logs herder
-keeps of it (its services' or its kernel's), the last lines and then each new one as it comes
+nothing can be done to it). A machine's page: its facts and conditions, the configs herder applied to it
+(newest first, each as a diff with secrets redacted, for Operators of its cluster and up), and a live view
+of the logs herder keeps of it (its services' or its kernel's), the last lines and then each new one as it comes
 (``/ui/machines/UUID/log?source=…``, server-sent events from the API's ``follow``)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from herder.client.errors import ApiError, TransportError
+from herder.client.errors import ApiError, Forbidden, NotFound, TransportError
 from herder.web.caller import Caller
 from herder.web.csrf import Form
 from herder.web.pages import revision
@@ -139,12 +140,18 @@ def routes(web: Web) -> list[BaseRoute]:
                 lines.append(line)
         except ApiError as exc:
             refused = exc.message
+        history = None
+        with contextlib.suppress(NotFound, Forbidden):  # none yet, or not the caller's to read
+            history = await caller.client.get("machineconfighistories", name, NAMESPACE)
         context = {
             "machine": shown,
             "source": KERNEL_SOURCE if kernel else service or "",
             "lines": lines,
             "refused": refused,
-            "watch": ["machines"],
+            "history": list(reversed((history.spec or {}).get("entries") or [])) if history else [],
+            "may_read_history": history is not None
+            or not caller.why_not("get", "MachineConfigHistory", shown),
+            "watch": ["machines", "machineconfighistories"],
             "rv": shown.metadata.resource_version or "",
         }
         return web.render(request, "machine.html", context, caller=caller)
