@@ -228,7 +228,14 @@ class HerderPolicy:
         return who.name
 
     async def record(
-        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
+        self,
+        who: Identity | None,
+        access: Access | None,
+        request: Request,
+        status: int,
+        message: str = "",
+        *,
+        changed: bool = True,
     ) -> None:
         if who is None and status == 429:
             return  # a rate-limited failure: a flood of them must not fill audit.log
@@ -241,6 +248,7 @@ class HerderPolicy:
             code=status,
             message=message,
             conceal=_concealed(who, access),
+            changed=changed,
         )
 
 
