@@ -106,10 +106,15 @@ def test_a_provider_killed_mid_provisioning_finishes_after_a_restart_without_a_s
     before = set(emulated(site))
     site.apply([request_set("crashy", "emu", 1)])
     name = _request(site, "crashy")["metadata"]["name"]
-    site.until(lambda: _status(site, name).get("step") == "boot", timeout=30, every=0.1, what="booting")
+
+    def booting() -> bool:
+        # Made, and not booted yet: the provider cannot have reported it (its boot step waits for that).
+        return any(m["stage"] == "BOOTING" for u, m in emulated(site).items() if u not in before)
+
+    site.until(booting, timeout=30, every=0.05, what="its machine booting")
     provider.kill()
     made = set(emulated(site)) - before
-    assert len(made) == 1
+    assert len(made) == 1 and _status(site, name).get("stage") != "Provisioned"
     provider.start()
     site.until(lambda: _status(site, name).get("stage") == "Provisioned", timeout=60, what="provisioned")
     assert set(emulated(site)) - before == made
