@@ -492,8 +492,15 @@ def test_a_machine_reported_on_two_requests_is_refused_to_the_second(site: Site)
     assert counted["status"]["requests"] == 2
     ready = condition(counted, "Ready")
     assert ready["status"] == "False" and f"{second}: Provisioned: machine" in ready["message"], ready
-    # The set goes: herder releases the one machine, once, and nothing is left.
-    site.run("kubectl", "delete", "machinerequestset", "twice", "--timeout=60s")
-    site.until(lambda: not requests_of(site, "twice"), what="the requests gone")
+    # The set goes: herder releases the one machine, once; the requests wait for their provider (they
+    # were made with its finalizer), and go with it.
+    site.run("kubectl", "delete", "machinerequestset", "twice", "--wait=false")
+    site.until(
+        lambda: all(
+            r["metadata"]["finalizers"] == ["herder.dev/infra-provider"] for r in requests_of(site, "twice")
+        ),
+        what="herder's finalizer gone",
+    )
     assert not site.get("machines", None, "-l", "herder.dev/infra-provider-id=twice")["items"]
     site.run("kubectl", "delete", "infraprovider", "twice", "--timeout=60s")
+    site.until(lambda: not requests_of(site, "twice"), what="the requests gone")
