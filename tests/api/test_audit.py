@@ -79,6 +79,30 @@ async def test_server_side_apply_and_deletecollection_are_recorded(
     )
 
 
+async def test_a_write_that_changes_nothing_is_not_stored_but_stays_in_the_file(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    merge = {"content-type": "application/merge-patch+json"}
+    async with server.http(tokens["Operator"]) as operator:
+        assert (await operator.post(CP, json=_body("noop"))).status_code == 201
+        labelled = json.dumps({"metadata": {"labels": {"noop": "yes"}}})
+        first = await operator.patch(f"{CP}/noop", content=labelled, headers=merge)
+        again = await operator.patch(f"{CP}/noop", content=labelled, headers=merge)
+        assert first.status_code == again.status_code == 200
+        assert again.json()["metadata"]["resourceVersion"] == first.json()["metadata"]["resourceVersion"]
+    async with server.http(tokens["Support"]) as support:
+        by_support = await support.patch(f"{CP}/noop", content=labelled, headers=merge)
+        assert by_support.status_code == 200, by_support.text
+    patches = [
+        e for e in await _events(server, tokens, kind="ConfigPatch", verb="patch") if e["name"] == "noop"
+    ]
+    # The first patch changed the object; the operator's second changed nothing and is not stored; every
+    # request of Support is.
+    assert sorted(e["role"] for e in patches) == ["Operator", "Support"]
+    lines = [line for line in _log(server) if line["verb"] == "patch" and line["name"] == "noop"]
+    assert len(lines) == 3 and lines[1]["message"].startswith("unchanged")
+
+
 async def test_reads_are_not_recorded_but_every_support_request_is(
     server: Server, tokens: dict[str, str]
 ) -> None:

@@ -43,7 +43,8 @@ async def test_a_set_makes_its_requests_and_counts_them_provisioned(site: Site) 
     assert len(made) == 2 and all(r.name.startswith("pool-") for r in made)
     for each in made:
         assert each.metadata.labels["herder.dev/machine-request-set"] == "pool"
-        assert each.metadata.finalizers == ["herder.dev/machine-release"]
+        # herder's finalizer and the provider's come with the request: no write adds them later.
+        assert each.metadata.finalizers == ["herder.dev/machine-release", "herder.dev/infra-provider"]
         assert each.metadata.controller_ref().name == "pool"  # type: ignore[union-attr]
         assert "machineCount" not in (each.spec or {})
         assert await site.show(controller, each) == [ObjectKey.of(pool)]  # its creation wakes the set

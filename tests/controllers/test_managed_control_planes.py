@@ -71,6 +71,36 @@ async def test_the_cluster_says_ready_once_its_control_plane_set_is(site: Site) 
     assert [e[1] for e in await site.told(cluster)] == ["ProvisioningControlPlanes", "ControlPlanesReady"]
 
 
+async def test_each_control_plane_step_is_not_written_on_the_cluster_again(site: Site) -> None:
+    controller = ManagedControlPlaneController()
+    cluster = await managed_site(site)
+    await site.reconcile(controller, ObjectKey.of(cluster))
+    machine_set = await site.get("MachineSet", "alpha-control-planes")
+    assert machine_set is not None
+    versions = []
+    for step in ("installing", "rebooting"):
+        # The set tells each machine's progress (so does the Cluster's ControlPlaneReady condition).
+        waiting = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "MachinesNotReady",
+            "message": f"0/1 ready; m1: {step}",
+        }
+        await site.set_status(
+            machine_set,
+            machines={"total": 1, "ready": 0, "wanted": 1},
+            conditions=[{**waiting, "lastTransitionTime": site.clock.rfc3339()}],
+        )
+        await site.reconcile(controller, ObjectKey.of(cluster))
+        versions.append((await site.get("Cluster", "alpha")).metadata.resource_version)  # type: ignore[union-attr]
+    managed = condition(await site.status("Cluster", "alpha"), "ManagedControlPlane")
+    assert (managed["reason"], managed["message"]) == (
+        "ProvisioningControlPlanes",
+        "size xs: 0/1 ready; ControlPlaneReady says what each one waits for",
+    )
+    assert versions[0] == versions[1]
+
+
 async def test_an_offer_withdrawn_is_a_warning_and_looked_at_again(site: Site) -> None:
     controller = ManagedControlPlaneController()
     cluster = await managed_site(site)

@@ -106,10 +106,15 @@ def test_a_provider_killed_mid_provisioning_finishes_after_a_restart_without_a_s
     before = set(emulated(site))
     site.apply([request_set("crashy", "emu", 1)])
     name = _request(site, "crashy")["metadata"]["name"]
-    site.until(lambda: _status(site, name).get("step") == "boot", timeout=30, every=0.1, what="booting")
+
+    def booting() -> bool:
+        # Made, and not booted yet: the provider cannot have reported it (its boot step waits for that).
+        return any(m["stage"] == "BOOTING" for u, m in emulated(site).items() if u not in before)
+
+    site.until(booting, timeout=30, every=0.05, what="its machine booting")
     provider.kill()
     made = set(emulated(site)) - before
-    assert len(made) == 1
+    assert len(made) == 1 and _status(site, name).get("stage") != "Provisioned"
     provider.start()
     site.until(lambda: _status(site, name).get("stage") == "Provisioned", timeout=60, what="provisioned")
     assert set(emulated(site)) - before == made
@@ -487,8 +492,15 @@ def test_a_machine_reported_on_two_requests_is_refused_to_the_second(site: Site)
     assert counted["status"]["requests"] == 2
     ready = condition(counted, "Ready")
     assert ready["status"] == "False" and f"{second}: Provisioned: machine" in ready["message"], ready
-    # The set goes: herder releases the one machine, once, and nothing is left.
-    site.run("kubectl", "delete", "machinerequestset", "twice", "--timeout=60s")
-    site.until(lambda: not requests_of(site, "twice"), what="the requests gone")
+    # The set goes: herder releases the one machine, once; the requests wait for their provider (they
+    # were made with its finalizer), and go with it.
+    site.run("kubectl", "delete", "machinerequestset", "twice", "--wait=false")
+    site.until(
+        lambda: all(
+            r["metadata"]["finalizers"] == ["herder.dev/infra-provider"] for r in requests_of(site, "twice")
+        ),
+        what="herder's finalizer gone",
+    )
     assert not site.get("machines", None, "-l", "herder.dev/infra-provider-id=twice")["items"]
     site.run("kubectl", "delete", "infraprovider", "twice", "--timeout=60s")
+    site.until(lambda: not requests_of(site, "twice"), what="the requests gone")

@@ -41,10 +41,14 @@ HIDDEN_NAME = "(hidden)"
 MUTATING_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
+def _by_support(who: Identity | None) -> bool:
+    """Whether Support made a request, as itself or as someone it impersonates."""
+    return who is not None and (who.role == "Support" or bool(who.impersonator))
+
+
 def audited(who: Identity | None, access: Access | None, method: str) -> bool:
-    """Whether a request is recorded: it changes something, or Support made it (as itself or as
-    someone it impersonates)."""
-    if who is not None and (who.role == "Support" or who.impersonator):
+    """Whether a request is recorded: it changes something, or Support made it."""
+    if _by_support(who):
         return True
     verb = access.verb if access is not None else ""
     return verb in MUTATING_VERBS or (access is None and method not in ("GET", "HEAD", "OPTIONS"))
@@ -75,12 +79,17 @@ class AuditLog:
         message: str = "",
         conceal: frozenset[str] = frozenset(),
         always: bool = False,
+        changed: bool = True,
     ) -> None:
         """Record one answered request; the names in ``conceal`` (of hidden objects) are kept out of
         the store's event, as its name, its namespace or in its message. ``always``: whatever the verb
-        (every call through the Talos API gateway is recorded)."""
+        (every call through the Talos API gateway is recorded). ``changed``: False for a write that
+        found the object already as asked; it stored nothing, so neither does its entry (``audit.log``
+        has it), unless Support made it (everything Support does is stored)."""
         if not (always or audited(who, access, method)):
             return
+        if not changed and code < 400:
+            message = message or "unchanged: the object was already as asked, nothing was written"
         now = datetime.now(UTC)
         spec: dict[str, Any] = {
             "time": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -102,7 +111,7 @@ class AuditLog:
         async with self._lock:
             self._file.write(json.dumps(spec, separators=(",", ":")) + "\n")
             self._file.flush()
-        if who is None:
+        if who is None or not (changed or _by_support(who)):
             return
         if conceal:
             # The file is the operator's; the store's events are read by admins, who may not know the names.

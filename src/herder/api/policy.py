@@ -241,7 +241,14 @@ class HerderPolicy:
         return tokens.actor_of(who)
 
     async def record(
-        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
+        self,
+        who: Identity | None,
+        access: Access | None,
+        request: Request,
+        status: int,
+        message: str = "",
+        *,
+        changed: bool = True,
     ) -> None:
         if who is None and status == 429:
             return  # a rate-limited failure: a flood of them must not fill audit.log
@@ -254,6 +261,7 @@ class HerderPolicy:
             code=status,
             message=message,
             conceal=_concealed(who, access),
+            changed=changed,
         )
 
 

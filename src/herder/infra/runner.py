@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +65,10 @@ class RunOptions:
     max_attempts: int = 10
     backoff_first: float = 1.0
     backoff_max: float = 60.0
+    progress_after: float = 5.0
+    """How long a request's progress may go untold: a step (or a wait, Retry) that takes longer is
+    written as it runs; quicker ones are told by the next write (each write is a store write of herder's,
+    and audited)."""
     config_file: Path | None = None
     config: dict[str, Any] | None = None
     """Settings given to the runner (a command line's): they win over herder's and the file's."""
@@ -92,6 +96,10 @@ class ProviderRunner:
         self._not_before: dict[Key, float] = {}
         # The resourceVersion of the runner's own last write of each request: its echo is no news.
         self._written: dict[Key, str] = {}
+        # The status each request is at, when it is ahead of the one written (progress not told yet),
+        # and when each request's status was last written (or its provisioning began).
+        self._untold: dict[Key, dict[str, Any]] = {}
+        self._told_at: dict[Key, float] = {}
         self._machine_work: dict[Key, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(self.options.concurrency)
         self._selector = f"{INFRA_PROVIDER_LABEL}={provider_id}"
@@ -221,7 +229,7 @@ class ProviderRunner:
     def _request_event(self, type_: str, request: Resource) -> None:
         key = _key(request)
         if type_ == "DELETED":
-            self._requests.pop(key, None)
+            self._forget(key)
             return
         before = self._requests.get(key)
         if request.metadata.deletion_timestamp and (before is None or not before.metadata.deletion_timestamp):
@@ -229,6 +237,10 @@ class ProviderRunner:
         self._requests[key] = request
         if self._written.get(key) != request.metadata.resource_version:
             self._enqueue(key)
+
+    def _forget(self, key: Key) -> None:
+        for known in (self._requests, self._written, self._untold, self._told_at):
+            known.pop(key, None)
 
     # --- the work queue ---
 
@@ -261,8 +273,7 @@ class ProviderRunner:
         try:
             request = await self.client.get(MACHINE_REQUEST, key[1], key[0])
         except NotFound:
-            self._requests.pop(key, None)
-            self._written.pop(key, None)
+            self._forget(key)
             return
         if self._not_before.get(key, 0.0) > time.monotonic():
             return  # waiting or backing off: its delayed add brings it back
@@ -301,8 +312,12 @@ class ProviderRunner:
         )
 
     async def _provision(self, request: Resource) -> None:
+        """Run the request's steps from the one it is at. Its status is written when there is news a user
+        or a restart needs: a failure, the provider's state changed, the request provisioned or failed, or
+        progress untold for ``progress_after`` seconds (a step or a wait that takes long)."""
         key = _key(request)
-        status = dict(request.status or {})
+        status = self._untold.pop(key, None) or dict(request.status or {})
+        self._told_at.setdefault(key, time.monotonic())
         steps = list(self.provider.steps())
         names = [s.name for s in steps]
         first = names.index(status["step"]) if status.get("step") in names else 0
@@ -315,13 +330,12 @@ class ProviderRunner:
             step = steps[index]
             if status.get("stage") != "Provisioning" or status.get("step") != step.name:
                 status.update(_at(step.name, index, len(steps)))
-                request = await self._write(request, status)
             ctx.attempt = int(status.get("attempts") or 0) + 1
             try:
-                await step.run(ctx)
+                await self._run_step(request, step.run(ctx), status)
             except Retry as exc:
                 status.update(message=str(exc), providerState=ctx.state)
-                await self._write(request, status)
+                await self._tell(request, status)
                 self._later(key, exc.after)
                 return
             except Fail as exc:
@@ -356,21 +370,56 @@ class ProviderRunner:
                 status["machine"] = {"uuid": ctx.machine_uuid, "address": ctx.machine_address}
             if index + 1 < len(steps):
                 status.update(_at(steps[index + 1].name, index + 1, len(steps)))
-                request = await self._write(request, status)
+                await self._tell(request, status)
         if not ctx.machine_uuid:
             status.update(_failed("the provider's steps reported no machine (set_machine)", "NoMachine"))
         else:
             status.update(stage="Provisioned", message="provisioned", reason="")
         await self._write(request, status)
 
+    async def _run_step(self, request: Resource, step: Awaitable[None], status: dict[str, Any]) -> None:
+        """Run a step; should it outlast the time progress may go untold, the status (at that step) is
+        written while it runs."""
+        key = _key(request)
+        writing = asyncio.Event()
+
+        async def progress() -> None:
+            await asyncio.sleep(self._told_at.get(key, 0.0) + self.options.progress_after - time.monotonic())
+            writing.set()
+            await self._write(request, dict(status))
+
+        told = asyncio.create_task(progress())
+        try:
+            await step
+        finally:
+            if writing.is_set():
+                with contextlib.suppress(TransportError, ApiError):
+                    await told  # a write under way ends before the next one starts
+            else:
+                told.cancel()
+
+    async def _tell(self, request: Resource, status: dict[str, Any]) -> None:
+        """Write the status if a user or a restart needs it now (the provider's state changed, or its
+        progress went untold too long); else keep it until the next write."""
+        key = _key(request)
+        stored = self._requests.get(key, request).status or {}
+        overdue = time.monotonic() - self._told_at.get(key, 0.0) >= self.options.progress_after
+        if overdue or status.get("providerState") != (stored.get("providerState") or {}):
+            await self._write(request, status)
+        elif status != stored:
+            self._untold[key] = dict(status)
+
     async def _write(self, request: Resource, status: dict[str, Any]) -> Resource:
         """Write the request's status whole (only this provider writes it)."""
+        key = _key(request)
+        self._untold.pop(key, None)
         patch = [{"op": "add", "path": "/status", "value": status}]
         updated = await self.client.patch(
             MACHINE_REQUEST, request.name, patch, request.namespace, type="json", subresource="status"
         )
-        self._requests[_key(updated)] = updated
-        self._written[_key(updated)] = updated.metadata.resource_version or ""
+        self._requests[key] = updated
+        self._written[key] = updated.metadata.resource_version or ""
+        self._told_at[key] = time.monotonic()
         return updated
 
     async def _finalizer(self, request: Resource, *, add: bool) -> Resource:

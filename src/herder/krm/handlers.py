@@ -96,6 +96,8 @@ class Call:
     who: Identity
     access: Access
     target: Target
+    changed: bool = True
+    """False once a write found the object already as asked: nothing was stored (nor is it audited)."""
 
     @property
     def query(self) -> QueryParams:
@@ -222,7 +224,14 @@ class ResourceAPI:
             error = api_error(exc, target.info if target else None, target.name or "" if target else "")
             response, message = error.response(), error.message
         # A handler may have learnt more about the access (the name of a created object): record that.
-        await self.policy.record(who, call.access if call else access, request, response.status_code, message)
+        await self.policy.record(
+            who,
+            call.access if call else access,
+            request,
+            response.status_code,
+            message,
+            changed=call.changed if call else True,
+        )
         return response
 
     def _route(self, request: Request, target: Target) -> tuple[str, Callable[[Call], Awaitable[Response]]]:
@@ -556,13 +565,18 @@ class ResourceAPI:
             if not tracked:
                 obj = self._tracked(call, current, obj)
             try:
-                return self._json(call, await self._save(call, obj), 200, warnings)
+                saved = await self._save(call, obj)
             except Conflict:
                 if (
                     obj.metadata.resource_version != current.metadata.resource_version
                     or attempt == WRITE_ATTEMPTS - 1
                 ):
                     raise
+                continue
+            call.changed = (
+                call.dry_run or saved.metadata.resource_version != current.metadata.resource_version
+            )
+            return self._json(call, saved, 200, warnings)
         raise AssertionError("unreachable")
 
     async def update(self, call: Call) -> Response:

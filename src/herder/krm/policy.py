@@ -81,9 +81,17 @@ class AccessPolicy(Protocol):
         """The writer name the store checks controller ownership against."""
 
     async def record(
-        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
+        self,
+        who: Identity | None,
+        access: Access | None,
+        request: Request,
+        status: int,
+        message: str = "",
+        *,
+        changed: bool = True,
     ) -> None:
-        """Audit one request once its outcome is known."""
+        """Audit one request once its outcome is known; ``changed``: False for a write that found the
+        object already as asked (it stored nothing)."""
 
 
 class AllowAll:
@@ -110,6 +118,13 @@ class AllowAll:
         return f"user:{who.name}"
 
     async def record(
-        self, who: Identity | None, access: Access | None, request: Request, status: int, message: str = ""
+        self,
+        who: Identity | None,
+        access: Access | None,
+        request: Request,
+        status: int,
+        message: str = "",
+        *,
+        changed: bool = True,
     ) -> None:
         return None

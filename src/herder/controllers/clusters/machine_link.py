@@ -53,6 +53,8 @@ UNREACHABLE_AFTER = 15.0
 _RETRY_FIRST, _RETRY_MAX = 0.2, 10.0
 # How long a stage must stand before it is written.
 _SETTLE = 0.1
+# How long a new connection waits for the machine's stage, to report both in one write.
+_FIRST_STAGE = 1.0
 # Stages a machine passes through in seconds. One that stands this long while the connection stays up
 # may be a stream that stopped telling: a new connection reads the machine afresh. A safety net only:
 # the stream that stopped telling was a relay whose TLS close waited up to 30 s for the peer's
@@ -288,17 +290,6 @@ class MachineLinkController(Controller):
         async with client:
             version = await client.version()
             facts = await read_facts(client)
-            # A new connection is a new boot as often as not: when it began tells rollouts the machine
-            # came back from a reboot.
-            await self._report(
-                link,
-                connected=True,
-                connectedAt=self._clock.micro(),
-                talosVersion=version.tag,
-                maintenance=credentials is None,
-                lastError="",
-                **facts,
-            )
             latest: list[str] = []
             staged = asyncio.Event()
 
@@ -311,20 +302,24 @@ class MachineLinkController(Controller):
                         staged.set()
                 raise MachineAPIError("the machine's status stream ended")
 
+            def standing() -> str:
+                """The stage that stands, about to be reported: when it began, and what a resync found."""
+                staged.clear()
+                del latest[:-1]
+                moved = latest[-1] != link.reported.get("stage")
+                if moved:
+                    link.stage_since = time.monotonic()
+                if link.resyncing:
+                    link.resyncing = False
+                    RESYNCS.labels("repaired" if moved else "unchanged").inc()
+                return latest[-1]
+
             async def write() -> None:
                 # Stages can follow each other closely: only the one that stands is written.
                 while True:
                     await staged.wait()
                     await asyncio.sleep(_SETTLE)
-                    staged.clear()
-                    moved = latest[-1] != link.reported.get("stage")
-                    if moved:
-                        link.stage_since = time.monotonic()
-                    if link.resyncing:
-                        link.resyncing = False
-                        RESYNCS.labels("repaired" if moved else "unchanged").inc()
-                    await self._report(link, stage=latest[-1])
-                    del latest[:-1]
+                    await self._report(link, stage=standing())
 
             async def stalled() -> None:
                 # Ends (and so does this connection, cleanly) when a passing stage stood too long.
@@ -342,13 +337,30 @@ class MachineLinkController(Controller):
                         )
                         return
 
-            tasks = {
-                asyncio.create_task(follow()),
-                asyncio.create_task(write()),
-                asyncio.create_task(stalled()),
-            }
+            following = asyncio.create_task(follow())
+            tasks = {following}
             changed = asyncio.create_task(link.changed.wait())
             try:
+                # The stream opens with the stage as it is: it is written with the connection, in one write.
+                first = asyncio.create_task(staged.wait())
+                try:
+                    await asyncio.wait({following, first}, timeout=_FIRST_STAGE)
+                finally:
+                    first.cancel()
+                stage: dict[str, Any] = {"stage": standing()} if latest else {}
+                # A new connection is a new boot as often as not: when it began tells rollouts the machine
+                # came back from a reboot.
+                await self._report(
+                    link,
+                    connected=True,
+                    connectedAt=self._clock.micro(),
+                    talosVersion=version.tag,
+                    maintenance=credentials is None,
+                    lastError="",
+                    **facts,
+                    **stage,
+                )
+                tasks |= {asyncio.create_task(write()), asyncio.create_task(stalled())}
                 done, _ = await asyncio.wait({*tasks, changed}, return_when=asyncio.FIRST_COMPLETED)
                 for task in done - {changed}:
                     task.result()

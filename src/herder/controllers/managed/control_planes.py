@@ -48,6 +48,8 @@ CONDITION = "ManagedControlPlane"
 # Its reasons, which its Events carry too.
 READY = "ControlPlanesReady"
 PROVISIONING = "ProvisioningControlPlanes"
+# The reason of a machine set's Ready condition while its machines are allocated but not all ready.
+_MACHINES_NOT_READY = "MachinesNotReady"
 # The system patches, by what they are about (``herder-<cluster>-<what>``).
 KUBESPAN = "kubespan"
 CONTROL_PLANES = "control-planes"
@@ -126,13 +128,18 @@ class ManagedControlPlaneController(Controller):
         for desired in (request_set, machine_set, *self._patches(cluster, spec, offer)):
             await _apply(ctx, cluster, desired)
         current = await ctx.get(ObjectKey(MACHINE_SET.kind, key.namespace, control_planes))
-        ready = status_of(current, MachineSetStatus).condition("Ready") if current is not None else None
+        shown = status_of(current, MachineSetStatus) if current is not None else None
+        ready = shown.condition("Ready") if shown is not None else None
         if ready is not None and ready.status == "True":
             await _condition(ctx, cluster, True, READY, f"{size.machines} managed control plane(s) ready")
         else:
             why = (
                 ready.message if ready is not None else ""
             ) or "control plane machines are being provisioned"
+            if shown is not None and ready is not None and ready.reason == _MACHINES_NOT_READY:
+                # Each machine's progress is the Cluster's ControlPlaneReady condition's to tell: repeated
+                # here, it cost another write of the Cluster for every step of every control plane.
+                why = f"{shown.machines.ready}/{size.machines} ready; ControlPlaneReady says what each one waits for"
             await _condition(ctx, cluster, False, PROVISIONING, f"size {managed.size}: {why}")
         return None
 

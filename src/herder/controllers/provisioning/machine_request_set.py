@@ -22,6 +22,7 @@ from herder.resources.provisioning import (
     MACHINE_REQUEST,
     MACHINE_REQUEST_SET,
     MACHINE_REQUEST_SET_LABEL,
+    PROVIDER_FINALIZER,
     RELEASE_FINALIZER,
     MachineRequestSetSpec,
     MachineRequestSetStatus,
@@ -179,8 +180,10 @@ class MachineRequestSetController(Controller):
                         "generateName": f"{request_set.name}-",
                         "namespace": request_set.namespace,
                         "labels": labels,
-                        # herder's own, from the start: one write less per request.
-                        "finalizers": [RELEASE_FINALIZER],
+                        # herder's own and the provider's, from the start: two writes (and an audit
+                        # event) less per request. Deleting one the provider never saw waits for the
+                        # provider all the same (it destroys nothing and lets go).
+                        "finalizers": [RELEASE_FINALIZER, PROVIDER_FINALIZER],
                     },
                     "spec": request_spec,
                 }

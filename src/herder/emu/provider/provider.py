@@ -88,8 +88,8 @@ class EmulatorProvider(Provider[EmulatedMachine, EmulatorConfig]):
         return str(ctx.state.get("uuid") or uuidlib.uuid5(_UUIDS, ctx.uid))
 
     async def _create(self, ctx: Context) -> None:
+        # Derived from the request, the UUID need not be kept in the provider's state (a write less).
         uuid = self._uuid(ctx)
-        ctx.state["uuid"] = uuid
         hardware = {"cpus": ctx.data.cpus, "memory_mib": ctx.data.memory_mib, "disk_gib": ctx.data.disk_gib}
         code, body = await self._call(
             "POST", "/machines", {"uuid": uuid, "talos_version": ctx.talos_version, "hardware": hardware}
@@ -115,10 +115,8 @@ class EmulatorProvider(Provider[EmulatedMachine, EmulatorConfig]):
         ctx.set_machine(uuid, str(body["endpoint"]))
 
     async def deprovision(self, ctx: Context) -> None:
-        uuid = str(ctx.state.get("uuid") or ctx.machine_uuid)
-        if not uuid:
-            return  # nothing was ever made
-        code, body = await self._call("DELETE", f"/machines/{uuid}")
+        # Perhaps made by a step that had not reported yet: its UUID is known all the same.
+        code, body = await self._call("DELETE", f"/machines/{ctx.machine_uuid or self._uuid(ctx)}")
         if code >= 400 and code != 404:
             raise EmulatorError(str(body.get("error") or f"the emulator answered {code}"))
 
