@@ -44,6 +44,9 @@ class ClusterSecretsController(Controller):
     primary = "Cluster"
     outputs = (
         Owns("ClusterSecrets"),
+        # The bundle is also the rotation's to change (SecretsRotation): a restored cluster's encryption
+        # secrets go into it once, before any config is made from it.
+        Writes("ClusterSecrets", "spec.bundle", "spec.restoredFrom"),
         Writes("Cluster", "status.talosContract", "status.initialTalosVersion"),
     )
     concurrency = 4
