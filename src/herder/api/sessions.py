@@ -172,13 +172,10 @@ class Sessions:
 
     async def get(self, session_id: str | None) -> Session | None:
         """The live session ``session_id`` names, if any (an ended one is deleted); its use is noted."""
-        if not session_id:
+        found = await self._stored(session_id)
+        if found is None:
             return None
-        key = key_of(session_id)
-        try:
-            obj = await self._store.get(WEB_SESSION, key)
-        except NotFound:
-            return None
+        key, obj = found
         spec = obj.spec or {}
         now = self._now()
         if spec.get("pending") is not None:
@@ -210,13 +207,10 @@ class Sessions:
     async def close(self, session_id: str | None) -> Session | None:
         """End the session ``session_id`` names (and the token issued for it, at a sign-in through the
         identity provider); the session it was, if it was one."""
-        if not session_id:
+        found = await self._stored(session_id)
+        if found is None:
             return None
-        key = key_of(session_id)
-        try:
-            obj = await self._store.get(WEB_SESSION, key)
-        except NotFound:
-            return None
+        key, obj = found
         await self._delete(key)
         spec = obj.spec or {}
         if spec.get("pending") is not None:
@@ -245,13 +239,10 @@ class Sessions:
 
     async def take_pending(self, session_id: str | None) -> dict[str, str] | None:
         """The sign-in under way ``session_id`` names, taken once; None when there is none or it is stale."""
-        if not session_id:
+        found = await self._stored(session_id)
+        if found is None:
             return None
-        key = key_of(session_id)
-        try:
-            obj = await self._store.get(WEB_SESSION, key)
-        except NotFound:
-            return None
+        key, obj = found
         spec = obj.spec or {}
         if spec.get("pending") is None:
             return None
@@ -275,6 +266,16 @@ class Sessions:
                 await self._delete(obj.name)
                 gone += 1
         return gone
+
+    async def _stored(self, session_id: str | None) -> tuple[str, Resource] | None:
+        """The stored key and object of the session ``session_id`` names; None when there is none."""
+        if not session_id:
+            return None
+        key = key_of(session_id)
+        try:
+            return key, await self._store.get(WEB_SESSION, key)
+        except NotFound:
+            return None
 
     async def _delete(self, key: str) -> None:
         with contextlib.suppress(NotFound):
