@@ -265,6 +265,9 @@ def _serve(tmp_path: Path, provider: Provider, *flags: str) -> subprocess.Comple
             str(tmp_path / "data"),
             "--listen",
             f"127.0.0.1:{free_port()}",
+            # Its own: the default (the next port up) may be another test's.
+            "--talos-listen",
+            f"127.0.0.1:{free_port()}",
             *flags,
         ],
         capture_output=True,
