@@ -626,8 +626,15 @@ def test_calls_show_in_the_audit_trail(site: Site, talosconfigs: dict[str, Path]
     assert event["kind"] == "Machine" and event["name"] == site.machines[1]["uuid"]
     assert event["message"].startswith(f"/machine.MachineService/Version on node {worker}: OK")
     assert event["sourceAddress"] == "127.0.0.1"
-    watches = [e for e in _audit(site, "serviceaccount.gw-reader") if e["verb"] == "Watch"]
-    assert watches and "streamed until the caller ended the call" in watches[-1]["message"]
+    # A watch is audited when it ends, which the previous test's caller did only just now.
+    site.until(
+        lambda: [
+            e
+            for e in _audit(site, "serviceaccount.gw-reader")
+            if e["verb"] == "Watch" and "streamed until the caller ended the call" in e["message"]
+        ],
+        what="the Reader's ended watch in the audit trail",
+    )
 
 
 def test_a_break_glass_talosconfig_reaches_the_machines_straight_and_only_an_admin_gets_one(

@@ -35,6 +35,7 @@ from herder.api.audit import AuditLog
 from herder.api.audit_retention import AuditPruner, Retention
 from herder.api.cluster_access import AccessPolicies
 from herder.api.datadir import ADMIN, DEFAULT_LISTEN, KUBECONFIG, write_kubeconfig
+from herder.api.listening import tcp_listener
 from herder.api.lockout import LastAdmin
 from herder.api.oidc import IdentityProvider, OidcSettings
 from herder.api.people import People
@@ -258,8 +259,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     """The API's listening socket, bound before anything else is made: a port in use ends the start at
     once, with one line saying so."""
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        return socket.create_server((host, port), family=family, backlog=2048)
+        return tcp_listener(host, port, backlog=2048)
     except OSError as exc:
         where = host_port(host, port) if host not in ("0.0.0.0", "::") else f"{host}:{port}"
         if exc.errno == errno.EADDRINUSE:

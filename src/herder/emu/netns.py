@@ -82,7 +82,11 @@ async def listener(address: str, port: int) -> socket.socket | None:
         return None
 
     def make() -> socket.socket:
-        sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+        # Of protocol TCP, so that asyncio turns Nagle's algorithm off on its connections (as on one it
+        # made itself): a reply written in parts would wait for the peer's delayed acknowledgement.
+        sock = socket.socket(
+            socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+        )
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((address, port))
@@ -100,7 +104,9 @@ async def connect(netns: str, host: str, port: int, timeout: float = 10) -> sock
     """A TCP connection to ``host:port`` from inside ``netns``."""
 
     def make() -> socket.socket:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(
+            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+        )
         sock.setblocking(False)
         return sock
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 
 import grpc
 
 from herder.api.audit import AuditLog
 from herder.api.cluster_access import AccessPolicies
+from herder.api.listening import tcp_listener
 from herder.state.store import Store
 from herder.talos.machine import tls as machine_tls
 from herder.talos.machine.tunnel import ServerTunnel
@@ -53,9 +53,7 @@ class GatewayServer:
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         material = authority.serving([host])
         try:
-            listener = socket.create_server(
-                (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=256
-            )
+            listener = tcp_listener(host, port, backlog=256)
         except OSError as e:
             raise OSError(
                 f"--talos-listen {self._address}: cannot listen there ({e.strerror or e}; is the port in use?)"
