@@ -113,3 +113,14 @@ async def test_stopping_with_open_connections_ends_them_without_an_error() -> No
     finally:
         loop.set_exception_handler(None)
         backend.close()
+
+
+async def test_stopping_as_the_backends_change_ends_the_checks() -> None:
+    """A cluster deleted as its control planes change: the checker is woken and cancelled at once, and must
+    still end (Python 3.11's ``wait_for`` lost such a cancellation: the stop, and the controller behind
+    it, hung for ever)."""
+    lb = EndpointBalancer("127.0.0.1", free_port(), check_every=30)
+    await lb.start()
+    await asyncio.sleep(0.05)  # the checker waits for its next round
+    lb.set_backends(["127.0.0.1:1"])
+    await asyncio.wait_for(lb.stop(), 5)

@@ -84,15 +84,18 @@ class EndpointBalancer:
             self._healthy = tuple(
                 b for b, ok in zip(checked, results, strict=True) if ok and b in self._backends
             )
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that arrives as
+            # the wake-up does, and ``stop`` then waited for this loop for ever (the cluster's deletion,
+            # and every other cluster's endpoint behind it, hung).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._check_every)
+                async with asyncio.timeout(self._check_every):
+                    await self._wake.wait()
 
     async def _check(self, backend: str) -> bool:
         host, _, port = backend.rpartition(":")
         try:
-            _, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port)), self._check_timeout
-            )
+            async with asyncio.timeout(self._check_timeout):
+                _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
         except (OSError, TimeoutError):
             return False
         writer.close()
@@ -121,9 +124,8 @@ class EndpointBalancer:
             backend = candidates[next(self._turn) % len(candidates)]
             host, _, port = backend.rpartition(":")
             try:
-                upstream = await asyncio.wait_for(
-                    asyncio.open_connection(host.strip("[]"), int(port)), self._check_timeout
-                )
+                async with asyncio.timeout(self._check_timeout):
+                    upstream = await asyncio.open_connection(host.strip("[]"), int(port))
                 break
             except (OSError, TimeoutError):
                 continue
