@@ -275,8 +275,10 @@ class MachineLinkController(Controller):
             if time.monotonic() - lost_at >= self._unreachable_after:
                 await self._report(link, connected=False, lastError=error, lost=True)
             delay = retry_delay(failures, _RETRY_FIRST, _RETRY_MAX)
+            # Not wait_for, which (Python 3.11) loses a cancellation that comes as the link changes.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(link.changed.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await link.changed.wait()
 
     @staticmethod
     def _order(link: _Link) -> list[Credentials | None]:
