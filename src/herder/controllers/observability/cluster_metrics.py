@@ -46,9 +46,9 @@ from herder.resources.backups import duration_seconds
 from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
 from herder.resources.clusters import CLUSTER, ClusterSpec, ClusterStatus
 from herder.resources.control_planes import CONTROL_PLANE_STATUS, ControlPlaneStatusStatus
-from herder.resources.machines import CLUSTER_LABEL, MACHINE
-from herder.resources.provisioning import INFRA_PROVIDER
-from herder.resources.status import condition_true, status_of
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
+from herder.resources.provisioning import INFRA_PROVIDER, InfraProviderStatus
+from herder.resources.status import status_of
 from herder.state.errors import NotFound
 from herder.state.store import Store
 from herder.talos.secrets import load_secrets
@@ -135,7 +135,7 @@ class ClusterMetrics(Collector):
                 [*where, status.phase, spec.talos_version, spec.kubernetes_version, managed],
                 1,
             )
-            put("herder_cluster_ready", where, 1 if condition_true(cluster.status, "Ready") else 0)
+            put("herder_cluster_ready", where, 1 if status.condition_true("Ready") else 0)
             plane = planes.get((cluster.namespace, cluster.name))
             if plane is not None and status.bootstrap is not None:
                 etcd = status_of(plane, ControlPlaneStatusStatus).etcd
@@ -162,12 +162,12 @@ class ClusterMetrics(Collector):
             for certificate, expiry in (await self._cluster_cas(cluster)).items():
                 put("herder_certificate_expiry_timestamp_seconds", [*where, certificate], expiry)
         for provider in sorted(providers, key=lambda p: p.name):
-            pstatus = provider.status or {}
-            put("herder_infra_provider_ready", [provider.name], 1 if condition_true(pstatus, "Ready") else 0)
-            beat = _timestamp(str(pstatus.get("lastHeartbeat") or ""))
+            pstatus = status_of(provider, InfraProviderStatus)
+            put("herder_infra_provider_ready", [provider.name], 1 if pstatus.condition_true("Ready") else 0)
+            beat = _timestamp(pstatus.last_heartbeat)
             if beat is not None:
                 put("herder_infra_provider_heartbeat_timestamp_seconds", [provider.name], beat)
-            interval = float(pstatus.get("heartbeatIntervalSeconds") or 0)
+            interval = pstatus.heartbeat_interval_seconds
             if interval:
                 put("herder_infra_provider_heartbeat_interval_seconds", [provider.name], interval)
         for name, path in self._certificates:
@@ -213,11 +213,11 @@ class ClusterMetrics(Collector):
 
 
 def _unreachable(machine: Resource) -> bool:
-    status = machine.status or {}
-    if status.get("connected"):
+    status = status_of(machine, MachineStatus)
+    if status.connected:
         return False
-    power = (machine.spec or {}).get("power") or {}
-    return power.get("on") is not False and status.get("stage") not in ("PoweredOff", "Unknown")
+    power = MACHINE.spec_of(machine, MachineSpec).power
+    return (power is None or power.on) and status.stage not in ("PoweredOff", "Unknown")
 
 
 _installed: ClusterMetrics | None = None

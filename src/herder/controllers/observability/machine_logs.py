@@ -29,8 +29,9 @@ from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.members import cluster_of
 from herder.resources import Resource
 from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
-from herder.resources.clusters import CLUSTER_MACHINE
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec
+from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineStatus
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
+from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
     Controller,
@@ -153,14 +154,14 @@ class MachineLogController(Controller):
     ) -> tuple[str, Credentials, LogScope, Redactor] | None:
         """Where and how to follow the machine, if it is to be: connected, configured for a cluster whose
         credentials herder holds (a machine in maintenance has no logs to give)."""
-        status = machine.status or {}
+        status = status_of(machine, MachineStatus)
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
-        if machine.metadata.deletion_timestamp or not endpoint or not status.get("connected"):
+        if machine.metadata.deletion_timestamp or not endpoint or not status.connected:
             return None
-        if status.get("maintenance"):
+        if status.maintenance:
             return None
         member = await ctx.get(ObjectKey(CLUSTER_MACHINE.kind, machine.namespace, machine.name))
-        if member is None or not (member.status or {}).get("configHash"):
+        if member is None or not status_of(member, ClusterMachineStatus).config_hash:
             return None
         cluster = await cluster_of(ctx, member)
         view = await self._keys.of(cluster) if cluster is not None else None
