@@ -6,10 +6,7 @@ prunes its objects before it goes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from herder.controllers.kubernetes.manifests import FINALIZER, WAIT_EVERY, ClusterManifestController
 from herder.resources import Resource
@@ -17,7 +14,7 @@ from herder.resources.machines import CLUSTER_LABEL
 from herder.runtime.controller import ObjectKey, Result
 from tests.controllers.fleet import Fleet
 from tests.controllers.site import Site, obj
-from tests.controllers.workload import ENDPOINT, Workload, workload
+from tests.controllers.workload import ENDPOINT, Workload, cluster_of
 
 RESYNC = 60.0
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
@@ -34,19 +31,6 @@ DEFINITION = {
 }
 WIDGET = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "gear"}, "spec": {"size": 3}}
 SETTINGS = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "1"}}
-
-
-@pytest.fixture
-async def cluster_api() -> AsyncIterator[Workload]:
-    async with workload() as made:
-        yield made
-
-
-async def _cluster(site: Site, *, reachable: bool = True, **status: Any) -> Fleet:
-    fleet = Fleet(site)
-    cluster = await fleet.cluster(bootstrapped=reachable)
-    await site.set_status(cluster, endpoint=ENDPOINT if reachable else "", **status)
-    return fleet
 
 
 async def _manifest(site: Site, *objects: dict[str, Any], cluster: str = "alpha") -> Resource:
@@ -76,7 +60,7 @@ def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
 async def test_nothing_is_applied_before_the_cluster_is_bootstrapped(
     site: Site, cluster_api: Workload
 ) -> None:
-    fleet = await _cluster(site, reachable=False)
+    fleet = await cluster_of(site, reachable=False)
     await _manifest(site, NAMESPACE)
     assert await site.reconcile(_controller(fleet, cluster_api), KEY) == Result(requeue_after=WAIT_EVERY)
     ready = _condition(await site.status("ClusterManifest", "alpha-base"), "Ready")
@@ -90,7 +74,7 @@ async def test_nothing_is_applied_before_the_cluster_is_bootstrapped(
 
 
 async def test_a_manifest_naming_no_cluster_says_so(site: Site, cluster_api: Workload) -> None:
-    fleet = await _cluster(site)
+    fleet = await cluster_of(site)
     await _manifest(site, NAMESPACE, cluster="")
     assert await site.reconcile(_controller(fleet, cluster_api), KEY) == Result(requeue_after=WAIT_EVERY)
     ready = _condition(await site.status("ClusterManifest", "alpha-base"), "Ready")
@@ -101,7 +85,7 @@ async def test_a_manifest_naming_no_cluster_says_so(site: Site, cluster_api: Wor
 async def test_a_sync_applies_in_dependency_order_and_records_the_inventory(
     site: Site, cluster_api: Workload
 ) -> None:
-    fleet = await _cluster(site)
+    fleet = await cluster_of(site)
     await _manifest(site, WIDGET, DEFINITION, NAMESPACE)
     assert await site.reconcile(_controller(fleet, cluster_api), KEY) == Result(requeue_after=RESYNC)
     assert cluster_api.endpoints == [ENDPOINT]
@@ -128,7 +112,7 @@ async def test_a_sync_applies_in_dependency_order_and_records_the_inventory(
 async def test_drift_is_reverted_and_told_and_a_quiet_resync_tells_nothing(
     site: Site, cluster_api: Workload
 ) -> None:
-    fleet = await _cluster(site)
+    fleet = await cluster_of(site)
     # Only the ConfigMap: a bare Namespace, owning no field, is rewritten once by its second apply (see
     # the report on this branch), which the drift check cannot tell from an edit yet.
     await cluster_api.put(NAMESPACE)
@@ -148,7 +132,7 @@ async def test_drift_is_reverted_and_told_and_a_quiet_resync_tells_nothing(
 
 
 async def test_what_the_manifest_drops_is_pruned(site: Site, cluster_api: Workload) -> None:
-    fleet = await _cluster(site)
+    fleet = await cluster_of(site)
     await _manifest(site, NAMESPACE, SETTINGS)
     controller = _controller(fleet, cluster_api)
     await site.reconcile(controller, KEY)
@@ -172,7 +156,7 @@ async def test_what_the_manifest_drops_is_pruned(site: Site, cluster_api: Worklo
 async def test_a_failed_sync_names_the_object_and_keeps_the_inventory(
     site: Site, cluster_api: Workload
 ) -> None:
-    fleet = await _cluster(site)
+    fleet = await cluster_of(site)
     await _manifest(site, NAMESPACE, SETTINGS)
     controller = _controller(fleet, cluster_api)
     await site.reconcile(controller, KEY)
@@ -194,7 +178,7 @@ async def test_a_failed_sync_names_the_object_and_keeps_the_inventory(
 async def test_a_deleted_manifest_prunes_its_objects_before_it_goes(
     site: Site, cluster_api: Workload
 ) -> None:
-    fleet = await _cluster(site)
+    fleet = await cluster_of(site)
     manifest = await _manifest(site, NAMESPACE, SETTINGS)
     controller = _controller(fleet, cluster_api)
     await site.reconcile(controller, KEY)
