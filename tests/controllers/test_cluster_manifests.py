@@ -113,12 +113,16 @@ async def test_drift_is_reverted_and_told_and_a_quiet_resync_tells_nothing(
     site: Site, cluster_api: Workload
 ) -> None:
     fleet = await cluster_of(site)
-    # Only the ConfigMap: a bare Namespace, owning no field, is rewritten once by its second apply (see
-    # the report on this branch), which the drift check cannot tell from an edit yet.
-    await cluster_api.put(NAMESPACE)
-    manifest = await _manifest(site, SETTINGS)
+    manifest = await _manifest(site, NAMESPACE, SETTINGS)
     controller = _controller(fleet, cluster_api)
     await site.reconcile(controller, KEY)
+    # The bare Namespace's second apply only records who had its defaulted fields (as Kubernetes does
+    # when an applier owns none): not drift.
+    await site.reconcile(controller, KEY)
+    # Nor is a change to what herder does not apply.
+    await cluster_api.edit(
+        "/api/v1/namespaces/team/configmaps/settings", {"metadata": {"labels": {"x": "y"}}}
+    )
     await site.reconcile(controller, KEY)
     assert [t for t in await site.told(manifest) if t[1] == "DriftReverted"] == []
 
@@ -126,9 +130,18 @@ async def test_drift_is_reverted_and_told_and_a_quiet_resync_tells_nothing(
     await site.reconcile(controller, KEY)
     reverted = await cluster_api.find("ConfigMap", "settings", "team")
     assert reverted is not None and (reverted.model_extra or {})["data"] == {"a": "1"}
-    assert [t for t in await site.told(manifest) if t[1] == "DriftReverted"] == [
-        ("Normal", "DriftReverted", "ConfigMap team/settings (v1) was changed in the cluster; re-applied")
+    told = ("Normal", "DriftReverted", "ConfigMap team/settings (v1) was changed in the cluster; re-applied")
+    assert [t for t in await site.told(manifest) if t[1] == "DriftReverted"] == [told]
+
+    await cluster_api.store.delete("ConfigMap", "settings", "team")
+    await site.reconcile(controller, KEY)
+    assert await cluster_api.find("ConfigMap", "settings", "team") is not None
+    (event,) = [
+        e
+        for e in (await site.store.list("Event", None)).items
+        if (e.model_extra or {})["reason"] == "DriftReverted"
     ]
+    assert (event.model_extra or {})["count"] == 2  # told again (the one Event counted up)
 
 
 async def test_what_the_manifest_drops_is_pruned(site: Site, cluster_api: Workload) -> None:

@@ -5,7 +5,8 @@ CustomResourceDefinitions first, then — once each definition is established �
 namespaced object that names no namespace goes to the manifest's (else ``default``). ``one-time`` objects
 are applied when they are not in the inventory yet, and never again. In ``full`` mode the objects of the
 inventory that the manifest no longer has are deleted (pruned) — only after a sync in which every object
-applied, so that an object never goes because its kind could not be looked up for a moment.
+applied, so that an object never goes because its kind could not be looked up for a moment. An object that
+the apply changed (what its writers set, compared with the live object before it) or recreated is drift.
 
 The dry run (``plan``) asks the API server what applying each object would make of it (``dryRun=All``)
 and shows it beside the live object, with the prunes it would make.
@@ -50,13 +51,12 @@ def _established(definition: dict[str, Any] | None) -> bool:
 
 @dataclass
 class Outcome:
-    """What a sync did: each object's result, the inventory after it, and the objects it changed in the
-    cluster (new, or reverted to the manifest: drift)."""
+    """What a sync did: each object's result, the inventory after it, and the objects of the inventory it
+    put back as the manifest has them (drift: someone changed or deleted them in the cluster)."""
 
     results: list[ObjectResult] = field(default_factory=list)
     inventory: list[InventoryEntry] = field(default_factory=list)
-    changed: list[ObjectRef] = field(default_factory=list)
-    versions: dict[ObjectRef, str] = field(default_factory=dict)
+    reverted: list[ObjectRef] = field(default_factory=list)
 
     @property
     def failed(self) -> list[ObjectResult]:
@@ -82,6 +82,25 @@ def _entry(ref: ObjectRef, uid: str) -> InventoryEntry:
     return InventoryEntry.model_validate(
         {"apiVersion": api_version, "kind": kind, "namespace": namespace, "name": name, "uid": uid}
     )
+
+
+def _shown(obj: dict[str, Any] | None) -> list[str]:
+    """An object as a sync and its dry run compare it: what its writers set, not the server's bookkeeping."""
+    if obj is None:
+        return []
+    shown = {k: v for k, v in obj.items() if k != "status"}
+    metadata = {k: v for k, v in (shown.get("metadata") or {}).items() if k not in _NOISE}
+    annotations = {
+        k: v
+        for k, v in (metadata.get("annotations") or {}).items()
+        if k != "kubectl.kubernetes.io/last-applied-configuration"
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    else:
+        metadata.pop("annotations", None)
+    shown["metadata"] = metadata
+    return yaml.safe_dump(shown, sort_keys=True).splitlines(keepends=True)
 
 
 async def placed(api: WorkloadAPI, spec: ClusterManifestSpec, obj: dict[str, Any]) -> dict[str, Any]:
@@ -116,13 +135,10 @@ async def sync(
     api: WorkloadAPI,
     spec: ClusterManifestSpec,
     inventory: list[InventoryEntry],
-    versions: dict[ObjectRef, str] | None = None,
     *,
     establish_timeout: float = ESTABLISH_TIMEOUT,
 ) -> Outcome:
-    """Apply the manifest; prune what it dropped (full mode). ``versions``: the resourceVersion each object
-    had after the previous sync (an apply that moves it changed the object)."""
-    versions = versions or {}
+    """Apply the manifest; prune what it dropped (full mode)."""
     known = {e.ref: e for e in inventory}
     out = Outcome()
     kept: dict[ObjectRef, InventoryEntry] = {}
@@ -148,15 +164,19 @@ async def sync(
             )
             continue
         try:
+            live = await api.get(ref)
             applied = await api.apply(obj)
         except WorkloadError as exc:
             out.results.append(_result(ref, "Failed", str(exc)))
             continue
+        # Drift is what the apply changed of the object, not that it was written: an apply may write
+        # bookkeeping only (an object whose applier owns no field gets its fields' first owner recorded
+        # by the next apply, as Kubernetes does), and others may change what herder does not apply.
+        deleted = live is None and ref in known
+        edited = live is not None and _shown(live) != _shown(applied)
+        if deleted or edited:
+            out.reverted.append(ref)
         metadata = applied.get("metadata") or {}
-        version = str(metadata.get("resourceVersion", ""))
-        if versions.get(ref) != version:
-            out.changed.append(ref)
-        out.versions[ref] = version
         kept[ref] = _entry(ref, str(metadata.get("uid", "")))
         message = ""
         if (obj.get("apiVersion"), obj.get("kind")) == CRD:
@@ -201,24 +221,6 @@ async def prune_all(api: WorkloadAPI, inventory: list[InventoryEntry]) -> list[O
 
 
 # --- the dry run ---
-
-
-def _shown(obj: dict[str, Any] | None) -> list[str]:
-    if obj is None:
-        return []
-    shown = {k: v for k, v in obj.items() if k != "status"}
-    metadata = {k: v for k, v in (shown.get("metadata") or {}).items() if k not in _NOISE}
-    annotations = {
-        k: v
-        for k, v in (metadata.get("annotations") or {}).items()
-        if k != "kubectl.kubernetes.io/last-applied-configuration"
-    }
-    if annotations:
-        metadata["annotations"] = annotations
-    else:
-        metadata.pop("annotations", None)
-    shown["metadata"] = metadata
-    return yaml.safe_dump(shown, sort_keys=True).splitlines(keepends=True)
 
 
 @dataclass(frozen=True)
