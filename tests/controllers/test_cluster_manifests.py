@@ -17,6 +17,7 @@ from tests.controllers.site import Site, obj
 from tests.controllers.workload import ENDPOINT, Workload, cluster_of
 
 RESYNC = 60.0
+REFUSED = f"{ENDPOINT}: ConnectError: connection refused"
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
 DEFINITION = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -173,19 +174,40 @@ async def test_a_failed_sync_names_the_object_and_keeps_the_inventory(
     await _manifest(site, NAMESPACE, SETTINGS)
     controller = _controller(fleet, cluster_api)
     await site.reconcile(controller, KEY)
+    applied = (await site.status("ClusterManifest", "alpha-base"))["inventory"]
     cluster_api.down = True
     assert await site.reconcile(controller, KEY) == Result(requeue_after=WAIT_EVERY)
     status = await site.status("ClusterManifest", "alpha-base")
     ready = _condition(status, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ApplyFailed")
-    assert ready["message"].startswith("Namespace team")
-    assert f"{ENDPOINT}: ConnectError: connection refused" in ready["message"]
-    assert ready["message"].endswith("(and 1 more)")
-    assert {e["name"] for e in status["inventory"]} == {"team", "settings"}
+    assert ready["message"] == f"Namespace team (v1): {REFUSED} (and 1 more)"
+    assert _placed(status) == [("Namespace", "", "team"), ("ConfigMap", "team", "settings")]
+    assert status["inventory"] == applied
     summary = _condition(await site.status("Cluster", "alpha"), "ManifestsApplied")
-    assert summary["status"] == "False" and summary["message"].startswith("alpha-base: Namespace team")
+    assert (summary["status"], summary["message"]) == ("False", f"alpha-base: {ready['message']}")
     # Nothing was pruned for an object that could not be looked up.
     assert await cluster_api.find("ConfigMap", "settings", "team") is not None
+
+
+async def test_an_object_never_applied_is_named_by_what_is_known_of_its_kind(
+    site: Site, cluster_api: Workload
+) -> None:
+    fleet = await cluster_of(site)
+    await _manifest(site, NAMESPACE, SETTINGS, WIDGET)
+    cluster_api.down = True
+    await site.reconcile(_controller(fleet, cluster_api), KEY)
+    status = await site.status("ClusterManifest", "alpha-base")
+    # Kubernetes' own kinds where they go; a custom kind whose scope nobody could tell in no namespace.
+    assert _placed(status) == [
+        ("Namespace", "", "team"),
+        ("ConfigMap", "team", "settings"),
+        ("Widget", "", "gear"),
+    ]
+    assert _condition(status, "Ready")["message"] == f"Namespace team (v1): {REFUSED} (and 2 more)"
+
+
+def _placed(status: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(o["kind"], o.get("namespace", ""), o["name"]) for o in status["objects"]]
 
 
 async def test_a_deleted_manifest_prunes_its_objects_before_it_goes(

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from herder.controllers.kubernetes.workload import WorkloadAPI, WorkloadError
+from herder.resources.kubernetes import KINDS
 from herder.resources.manifests import (
     ClusterManifestSpec,
     InventoryEntry,
@@ -35,6 +36,8 @@ from herder.resources.manifests import (
 CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 ESTABLISH_TIMEOUT = 15.0
 _FIRST = ("Namespace", "CustomResourceDefinition")
+_SCOPES = {(k.api_version, k.kind): k.namespaced for k in KINDS}
+"""Whether each of Kubernetes' kinds that herder knows is namespaced."""
 # What the API server sets on every write: not what a diff is about.
 _NOISE = ("resourceVersion", "generation", "managedFields", "uid", "creationTimestamp")
 
@@ -103,6 +106,22 @@ def _shown(obj: dict[str, Any] | None) -> list[str]:
     return yaml.safe_dump(shown, sort_keys=True).splitlines(keepends=True)
 
 
+def _unplaced(obj: dict[str, Any], spec: ClusterManifestSpec, inventory: list[InventoryEntry]) -> ObjectRef:
+    """Where an object is whose kind could not be looked up: in the namespace it names; else where it went
+    when it was last applied (the inventory); else where a kind herder knows the scope of goes; else in no
+    namespace (nothing is made up about a kind nobody could say the scope of)."""
+    ref = object_key(obj)
+    api_version, kind, namespace, name = ref
+    if namespace:
+        return ref
+    for entry in inventory:
+        if (entry.api_version, entry.kind, entry.name) == (api_version, kind, name):
+            return entry.ref
+    if _SCOPES.get((api_version, kind)):
+        return api_version, kind, spec.namespace or "default", name
+    return ref
+
+
 async def placed(api: WorkloadAPI, spec: ClusterManifestSpec, obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` with the namespace it goes to (a namespaced kind's, when it names none); unchanged when its
     kind is not served (yet)."""
@@ -149,12 +168,12 @@ async def sync(
             # The definitions come first; what follows may need one that is not established.
             definition_needed = await api.resource(str(obj.get("apiVersion")), str(obj.get("kind"))) is None
             if definition_needed:
-                out.results.append(_result(object_key(obj, spec.namespace), "Failed", waiting))
+                out.results.append(_result(_unplaced(obj, spec, inventory), "Failed", waiting))
                 continue
         try:
             obj = await placed(api, spec, obj)
         except WorkloadError as exc:
-            out.results.append(_result(object_key(obj, spec.namespace), "Failed", str(exc)))
+            out.results.append(_result(_unplaced(obj, spec, inventory), "Failed", str(exc)))
             continue
         ref = object_key(obj)
         if spec.mode == "one-time" and ref in known:
@@ -254,7 +273,7 @@ async def plan(
             live = await api.get(ref)
             after = await api.apply(obj, dry_run=True)
         except WorkloadError as exc:
-            ref = object_key(obj, spec.namespace)
+            ref = _unplaced(obj, spec, inventory)
             wanted.add(ref)
             out.append(PlannedChange(ref, "error", message=str(exc)))
             continue
