@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from herder.controllers.kubernetes.manifests import FINALIZER, WAIT_EVERY, ClusterManifestController
+from herder.controllers.kubernetes.manifest_sync import plan
+from herder.controllers.kubernetes.manifests import (
+    FINALIZER,
+    WAIT_EVERY,
+    ClusterManifestController,
+    workload_api,
+)
 from herder.resources import Resource
 from herder.resources.machines import CLUSTER_LABEL
+from herder.resources.manifests import ClusterManifestSpec, ClusterManifestStatus
 from herder.runtime.controller import ObjectKey, Result
 from tests.controllers.fleet import Fleet
 from tests.controllers.site import Site, obj
@@ -204,6 +211,23 @@ async def test_an_object_never_applied_is_named_by_what_is_known_of_its_kind(
         ("Widget", "", "gear"),
     ]
     assert _condition(status, "Ready")["message"] == f"Namespace team (v1): {REFUSED} (and 2 more)"
+
+
+async def test_a_dry_run_that_cannot_look_an_object_up_does_not_plan_its_prune(
+    site: Site, cluster_api: Workload
+) -> None:
+    fleet = await cluster_of(site)
+    manifest = await _manifest(site, NAMESPACE)
+    await site.reconcile(_controller(fleet, cluster_api), KEY)
+    synced = await site.get("ClusterManifest", "alpha-base")
+    cluster = await site.get("Cluster", "alpha")
+    assert synced is not None and cluster is not None
+    cluster_api.down = True
+    api, _ = await workload_api(fleet.keys, cluster_api, cluster)
+    assert api is not None
+    inventory = ClusterManifestStatus.model_validate(synced.status).inventory
+    spec = ClusterManifestSpec.model_validate(manifest.spec)
+    assert [str(c) for c in await plan(api, spec, inventory)] == [f"error Namespace team (v1): {REFUSED}"]
 
 
 def _placed(status: dict[str, Any]) -> list[tuple[str, str, str]]:
