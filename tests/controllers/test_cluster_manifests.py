@@ -1,8 +1,9 @@
 """ClusterManifest's decisions, against a workload cluster's API in process: nothing is applied before the
 cluster can take it (and the manifest says why); a sync applies in dependency order, records the inventory,
-``Ready`` and the Cluster's ``ManifestsApplied``; drift is reverted and told, a quiet resync tells nothing;
-what the manifest drops is pruned; a failure names the object and keeps the inventory; a deleted manifest
-prunes its objects before it goes."""
+``Ready`` and the Cluster's ``ManifestsApplied``; drift (what an apply changed back, or recreated) is
+reverted and told, a quiet resync tells nothing; what the manifest drops is pruned; a failure names the
+object where it is and keeps the inventory (and a dry run plans no prune of it); a deleted manifest prunes
+its objects before it goes."""
 
 from __future__ import annotations
 
