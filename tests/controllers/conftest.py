@@ -13,6 +13,7 @@ from herder.state.encryption import Cipher
 from herder.state.memory import MemoryBackend
 from herder.state.store import Store
 from tests.controllers.site import NAMESPACE, Site, obj
+from tests.controllers.workload import Workload, workload
 
 
 @pytest.fixture
@@ -36,3 +37,10 @@ async def sealed_site() -> AsyncIterator[Site]:
         yield made
     finally:
         await made.close()
+
+
+@pytest.fixture
+async def cluster_api() -> AsyncIterator[Workload]:
+    """A workload cluster's Kubernetes API, in process (see ``workload``)."""
+    async with workload() as made:
+        yield made

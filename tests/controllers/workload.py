@@ -1,7 +1,8 @@
 """A workload cluster's Kubernetes API for controller unit tests: ``krm`` with Kubernetes' kinds over an
-in-memory store, and the emulator's apiextensions controller (a definition's kind is served once it is
-established), reached in process (httpx's ASGI transport) as herder's controllers reach a cluster's API
-through ``KubernetesClients``. What the cluster's own controllers would do (a Job ending) a test writes."""
+in-memory store, the emulator's apiextensions controller (a definition's kind is served once it is
+established) and its Job controller and kubelet (a Job's pod runs its command to its end), reached in
+process (httpx's ASGI transport) as herder's controllers reach a cluster's API through
+``KubernetesClients``. The scheduler's part (placing a pod) a test plays with ``run_jobs``."""
 
 from __future__ import annotations
 
@@ -16,14 +17,19 @@ import httpx
 from herder.controllers.cluster_keys import KubernetesCredentials
 from herder.controllers.kubernetes_clients import KubernetesClients
 from herder.emu.cluster.crds import CustomResources
+from herder.emu.cluster.jobs import Jobs
+from herder.emu.cluster.manifests import running_status
 from herder.krm.app import build_app
 from herder.resources import KindRegistry, Resource
-from herder.resources.kubernetes import KINDS
+from herder.resources.kubernetes import JOB, KINDS, POD
 from herder.state.errors import NotFound
 from herder.state.memory import MemoryBackend
 from herder.state.store import Store
+from tests.controllers.fleet import Fleet
+from tests.controllers.site import Site
 
 ENDPOINT = "https://127.0.9.1:6443"
+NODE = "worker-1"
 
 
 class Workload(KubernetesClients):
@@ -56,6 +62,27 @@ class Workload(KubernetesClients):
                 await asyncio.sleep(0.01)
         return made
 
+    async def run_jobs(self, timeout: float = 10.0) -> list[Resource]:
+        """Place each Job's pod on the one node as it comes (the scheduler's part), until every Job has
+        ended; the Jobs."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            for pod in (await self.store.list(POD)).items:
+                if not (pod.spec or {}).get("nodeName"):
+                    await self._place(pod)
+            jobs = list((await self.store.list(JOB)).items)
+            if all(_ended(j) for j in jobs) or loop.time() > deadline:
+                return jobs
+            await asyncio.sleep(0.02)
+
+    async def _place(self, pod: Resource) -> None:
+        placed = await self.store.update(
+            pod.model_copy(update={"spec": {**(pod.spec or {}), "nodeName": NODE}})
+        )
+        running = running_status((placed.spec or {}).get("containers") or [], "10.5.0.2", "10.244.0.9")
+        await self.store.update_status(placed.model_copy(update={"status": running}))
+
     async def edit(self, path: str, change: dict[str, Any]) -> None:
         """A merge patch of the object at ``path``, as ``kubectl edit`` makes it."""
         response = await self._http.patch(
@@ -73,8 +100,23 @@ class Workload(KubernetesClients):
             return None
 
 
+def _ended(job: Resource) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.status or {}).get("conditions") or ()
+    )
+
+
 def _refused(request: httpx.Request) -> httpx.Response:
     raise httpx.ConnectError("connection refused", request=request)
+
+
+async def cluster_of(site: Site, *, reachable: bool = True, **spec: Any) -> Fleet:
+    """Cluster ``alpha``, bootstrapped with its API at ``ENDPOINT`` (``reachable``), else not bootstrapped."""
+    fleet = Fleet(site)
+    cluster = await fleet.cluster(bootstrapped=reachable, **spec)
+    await site.set_status(cluster, endpoint=ENDPOINT if reachable else "")
+    return fleet
 
 
 @asynccontextmanager
@@ -83,6 +125,8 @@ async def workload() -> AsyncIterator[Workload]:
     async with Store(MemoryBackend(), registry) as store:
         definitions = CustomResources(store, registry)
         definitions.start()
+        jobs = Jobs(store)
+        jobs.start()
         made = Workload(store)
         try:
             for namespace in ("default", "kube-system"):
@@ -90,4 +134,5 @@ async def workload() -> AsyncIterator[Workload]:
             yield made
         finally:
             await made._http.aclose()
+            await jobs.close()
             await definitions.close()

@@ -7,7 +7,6 @@ failed its last run, holds the cluster's rollouts (see ``version_rollout``) unti
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from herder.controllers.cluster_keys import ClusterKeys
@@ -15,11 +14,12 @@ from herder.controllers.kubernetes.manifests import workload_api
 from herder.controllers.kubernetes.workload import WorkloadAPI, WorkloadError
 from herder.controllers.kubernetes_clients import KubernetesClients
 from herder.controllers.members import cluster_changes
-from herder.resources import Resource, now_rfc3339
+from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, ClusterStatus
 from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.manifests import CLUSTER_HEALTH_CHECK, ClusterHealthCheckSpec, HealthCheckResult
 from herder.resources.status import status_of
+from herder.runtime.clock import Clock
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner
 from herder.runtime.outputs import Writes
 
@@ -121,7 +121,7 @@ class HealthCheckController(Controller):
                     else result
                 )
             else:
-                result, wait = await self._check(api, cluster, check, result)
+                result, wait = await self._check(api, ctx.clock, cluster, check, result)
                 next_look = min(next_look, wait)
             results.append(result)
         failing = [r for r in results if not r.passed]
@@ -143,13 +143,13 @@ class HealthCheckController(Controller):
         return Result(requeue_after=max(next_look, 0.2))
 
     async def _check(
-        self, api: WorkloadAPI, cluster: Resource, check: Resource, result: HealthCheckResult
+        self, api: WorkloadAPI, clock: Clock, cluster: Resource, check: Resource, result: HealthCheckResult
     ) -> tuple[HealthCheckResult, float]:
         """The check's verdict now (its running Job looked at, or a new run started when due), and the
         seconds until it needs a look again."""
         spec = CLUSTER_HEALTH_CHECK.spec_of(check, ClusterHealthCheckSpec)
         where = (cluster.namespace or "", cluster.name, check.name)
-        now = time.monotonic()
+        now = clock.monotonic()
         running = self._running.get(where)
         if running is None and result.job and result.state in ("Pending", "Running"):
             running = result.job  # herder restarted while it ran
@@ -164,7 +164,7 @@ class HealthCheckController(Controller):
                     return result.model_copy(update={"state": "Running", "message": message}), POLL_EVERY
                 update: dict[str, Any] = {"state": state, "message": message}
                 if state == "Passed":
-                    update["last_passed_time"] = now_rfc3339()
+                    update["last_passed_time"] = clock.rfc3339()
                 result = result.model_copy(update=update)
                 self._running.pop(where, None)
             due = self._due.get(where, 0.0)
@@ -173,12 +173,12 @@ class HealthCheckController(Controller):
             if result.job:
                 namespace, _, name = result.job.partition("/")
                 await api.delete(("batch/v1", "Job", namespace, name))
-            job = await api.create(run_of(check, spec, int(time.time() * 1000) % 10**10))
+            job = await api.create(run_of(check, spec, int(clock.now().timestamp() * 1000) % 10**10))
             metadata = job.get("metadata") or {}
             started = f"{metadata.get('namespace')}/{metadata.get('name')}"
             self._running[where] = started
             self._due[where] = now + spec.interval_seconds
-            update = {"job": started, "last_run_time": now_rfc3339()}
+            update = {"job": started, "last_run_time": clock.rfc3339()}
             if result.state == "Pending":
                 update.update(state="Running", message="the first run is running")
             return result.model_copy(update=update), POLL_EVERY

@@ -5,7 +5,8 @@ CustomResourceDefinitions first, then — once each definition is established �
 namespaced object that names no namespace goes to the manifest's (else ``default``). ``one-time`` objects
 are applied when they are not in the inventory yet, and never again. In ``full`` mode the objects of the
 inventory that the manifest no longer has are deleted (pruned) — only after a sync in which every object
-applied, so that an object never goes because its kind could not be looked up for a moment.
+applied, so that an object never goes because its kind could not be looked up for a moment. An object that
+the apply changed (what its writers set, compared with the live object before it) or recreated is drift.
 
 The dry run (``plan``) asks the API server what applying each object would make of it (``dryRun=All``)
 and shows it beside the live object, with the prunes it would make.
@@ -22,6 +23,7 @@ from typing import Any
 import yaml
 
 from herder.controllers.kubernetes.workload import WorkloadAPI, WorkloadError
+from herder.resources.kubernetes import KINDS
 from herder.resources.manifests import (
     ClusterManifestSpec,
     InventoryEntry,
@@ -34,6 +36,8 @@ from herder.resources.manifests import (
 CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 ESTABLISH_TIMEOUT = 15.0
 _FIRST = ("Namespace", "CustomResourceDefinition")
+_SCOPES = {(k.api_version, k.kind): k.namespaced for k in KINDS}
+"""Whether each of Kubernetes' kinds that herder knows is namespaced."""
 # What the API server sets on every write: not what a diff is about.
 _NOISE = ("resourceVersion", "generation", "managedFields", "uid", "creationTimestamp")
 
@@ -50,13 +54,12 @@ def _established(definition: dict[str, Any] | None) -> bool:
 
 @dataclass
 class Outcome:
-    """What a sync did: each object's result, the inventory after it, and the objects it changed in the
-    cluster (new, or reverted to the manifest: drift)."""
+    """What a sync did: each object's result, the inventory after it, and the objects of the inventory it
+    put back as the manifest has them (drift: someone changed or deleted them in the cluster)."""
 
     results: list[ObjectResult] = field(default_factory=list)
     inventory: list[InventoryEntry] = field(default_factory=list)
-    changed: list[ObjectRef] = field(default_factory=list)
-    versions: dict[ObjectRef, str] = field(default_factory=dict)
+    reverted: list[ObjectRef] = field(default_factory=list)
 
     @property
     def failed(self) -> list[ObjectResult]:
@@ -82,6 +85,41 @@ def _entry(ref: ObjectRef, uid: str) -> InventoryEntry:
     return InventoryEntry.model_validate(
         {"apiVersion": api_version, "kind": kind, "namespace": namespace, "name": name, "uid": uid}
     )
+
+
+def _shown(obj: dict[str, Any] | None) -> list[str]:
+    """An object as a sync and its dry run compare it: what its writers set, not the server's bookkeeping."""
+    if obj is None:
+        return []
+    shown = {k: v for k, v in obj.items() if k != "status"}
+    metadata = {k: v for k, v in (shown.get("metadata") or {}).items() if k not in _NOISE}
+    annotations = {
+        k: v
+        for k, v in (metadata.get("annotations") or {}).items()
+        if k != "kubectl.kubernetes.io/last-applied-configuration"
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    else:
+        metadata.pop("annotations", None)
+    shown["metadata"] = metadata
+    return yaml.safe_dump(shown, sort_keys=True).splitlines(keepends=True)
+
+
+def _unplaced(obj: dict[str, Any], spec: ClusterManifestSpec, inventory: list[InventoryEntry]) -> ObjectRef:
+    """Where an object is whose kind could not be looked up: in the namespace it names; else where it went
+    when it was last applied (the inventory); else where a kind herder knows the scope of goes; else in no
+    namespace (nothing is made up about a kind nobody could say the scope of)."""
+    ref = object_key(obj)
+    api_version, kind, namespace, name = ref
+    if namespace:
+        return ref
+    for entry in inventory:
+        if (entry.api_version, entry.kind, entry.name) == (api_version, kind, name):
+            return entry.ref
+    if _SCOPES.get((api_version, kind)):
+        return api_version, kind, spec.namespace or "default", name
+    return ref
 
 
 async def placed(api: WorkloadAPI, spec: ClusterManifestSpec, obj: dict[str, Any]) -> dict[str, Any]:
@@ -116,13 +154,10 @@ async def sync(
     api: WorkloadAPI,
     spec: ClusterManifestSpec,
     inventory: list[InventoryEntry],
-    versions: dict[ObjectRef, str] | None = None,
     *,
     establish_timeout: float = ESTABLISH_TIMEOUT,
 ) -> Outcome:
-    """Apply the manifest; prune what it dropped (full mode). ``versions``: the resourceVersion each object
-    had after the previous sync (an apply that moves it changed the object)."""
-    versions = versions or {}
+    """Apply the manifest; prune what it dropped (full mode)."""
     known = {e.ref: e for e in inventory}
     out = Outcome()
     kept: dict[ObjectRef, InventoryEntry] = {}
@@ -133,12 +168,12 @@ async def sync(
             # The definitions come first; what follows may need one that is not established.
             definition_needed = await api.resource(str(obj.get("apiVersion")), str(obj.get("kind"))) is None
             if definition_needed:
-                out.results.append(_result(object_key(obj, spec.namespace), "Failed", waiting))
+                out.results.append(_result(_unplaced(obj, spec, inventory), "Failed", waiting))
                 continue
         try:
             obj = await placed(api, spec, obj)
         except WorkloadError as exc:
-            out.results.append(_result(object_key(obj, spec.namespace), "Failed", str(exc)))
+            out.results.append(_result(_unplaced(obj, spec, inventory), "Failed", str(exc)))
             continue
         ref = object_key(obj)
         if spec.mode == "one-time" and ref in known:
@@ -148,15 +183,19 @@ async def sync(
             )
             continue
         try:
+            live = await api.get(ref)
             applied = await api.apply(obj)
         except WorkloadError as exc:
             out.results.append(_result(ref, "Failed", str(exc)))
             continue
+        # Drift is what the apply changed of the object, not that it was written: an apply may write
+        # bookkeeping only (an object whose applier owns no field gets its fields' first owner recorded
+        # by the next apply, as Kubernetes does), and others may change what herder does not apply.
+        deleted = live is None and ref in known
+        edited = live is not None and _shown(live) != _shown(applied)
+        if deleted or edited:
+            out.reverted.append(ref)
         metadata = applied.get("metadata") or {}
-        version = str(metadata.get("resourceVersion", ""))
-        if versions.get(ref) != version:
-            out.changed.append(ref)
-        out.versions[ref] = version
         kept[ref] = _entry(ref, str(metadata.get("uid", "")))
         message = ""
         if (obj.get("apiVersion"), obj.get("kind")) == CRD:
@@ -203,24 +242,6 @@ async def prune_all(api: WorkloadAPI, inventory: list[InventoryEntry]) -> list[O
 # --- the dry run ---
 
 
-def _shown(obj: dict[str, Any] | None) -> list[str]:
-    if obj is None:
-        return []
-    shown = {k: v for k, v in obj.items() if k != "status"}
-    metadata = {k: v for k, v in (shown.get("metadata") or {}).items() if k not in _NOISE}
-    annotations = {
-        k: v
-        for k, v in (metadata.get("annotations") or {}).items()
-        if k != "kubectl.kubernetes.io/last-applied-configuration"
-    }
-    if annotations:
-        metadata["annotations"] = annotations
-    else:
-        metadata.pop("annotations", None)
-    shown["metadata"] = metadata
-    return yaml.safe_dump(shown, sort_keys=True).splitlines(keepends=True)
-
-
 @dataclass(frozen=True)
 class PlannedChange:
     ref: ObjectRef
@@ -252,7 +273,7 @@ async def plan(
             live = await api.get(ref)
             after = await api.apply(obj, dry_run=True)
         except WorkloadError as exc:
-            ref = object_key(obj, spec.namespace)
+            ref = _unplaced(obj, spec, inventory)
             wanted.add(ref)
             out.append(PlannedChange(ref, "error", message=str(exc)))
             continue

@@ -20,7 +20,6 @@ from herder.resources.manifests import (
     CLUSTER_MANIFEST,
     ClusterManifestSpec,
     ClusterManifestStatus,
-    ObjectRef,
     describe,
 )
 from herder.resources.status import status_of
@@ -74,7 +73,6 @@ class ClusterManifestController(Controller):
         self._keys = keys
         self._resync_every = resync_every
         self._clients = clients or KubernetesClients()
-        self._versions: dict[tuple[str, str], dict[ObjectRef, str]] = {}
 
     async def shutdown(self) -> None:
         await self._clients.close()
@@ -82,7 +80,6 @@ class ClusterManifestController(Controller):
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         manifest = await ctx.get(key)
         if manifest is None:
-            self._versions.pop((key.namespace or "", key.name), None)
             return None
         spec = CLUSTER_MANIFEST.spec_of(manifest, ClusterManifestSpec)
         cluster_name = manifest.metadata.labels.get(CLUSTER_LABEL, "")
@@ -109,13 +106,11 @@ class ClusterManifestController(Controller):
             await self._summary(ctx, cluster)
             return Result(requeue_after=WAIT_EVERY)
         status = status_of(manifest, ClusterManifestStatus)
-        where = (manifest.namespace or "", manifest.name)
-        outcome = await sync(api, spec, status.inventory, self._versions.get(where))
-        first_sync = where not in self._versions
-        self._versions[where] = outcome.versions
+        outcome = await sync(api, spec, status.inventory)
         await self._record(ctx, manifest, outcome)
-        if not first_sync and status.observed_generation == (manifest.metadata.generation or 0):
-            for ref in outcome.changed:
+        # What a new generation's sync changes is the manifest's change, not drift.
+        if status.observed_generation == (manifest.metadata.generation or 0):
+            for ref in outcome.reverted:
                 await ctx.event(
                     manifest,
                     "Normal",
