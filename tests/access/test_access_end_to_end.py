@@ -8,7 +8,6 @@ Kubernetes' 403, and exec, logs -f and port-forward work; revoking its token end
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from herder.talos.talosconfig import load_talosconfig_file
-from tests.api.server import HERDER, KUBECTL
+from tests.api.server import HERDER, KUBECTL, free_port
 from tests.clusters.site import Site, cluster, machine_set, running_site
 
 POLICY = {
@@ -214,7 +213,7 @@ def test_exec_logs_and_port_forward_pass_through(site: Site, alice: Path) -> Non
     finally:
         follow.kill()
         follow.wait()
-    port = _free_port()
+    port = free_port()
     forward = subprocess.Popen(
         [KUBECTL, "--kubeconfig", str(admin), "port-forward", "pod/web", f"{port}:80"],
         stdout=subprocess.PIPE,
@@ -265,12 +264,6 @@ def test_revoking_the_token_ends_an_open_watch_and_the_next_request_is_401(site:
         watch.wait()
     after = kubectl(proxied, "get", "pods")
     assert after.returncode != 0 and "You must be logged in" in after.stderr  # 401
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_the_talos_gateway_follows_the_role_on_each_cluster(site: Site, policy: None, alice: Path) -> None:

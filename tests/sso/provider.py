@@ -32,6 +32,8 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from herder.state.free_ports import free_port
+
 HERE = Path(__file__).parent
 NODE = shutil.which("node") or "/usr/bin/node"
 NPM = shutil.which("npm") or "/usr/bin/npm"
@@ -79,14 +81,6 @@ def install() -> tuple[Path | None, str]:
             return None, f"npm ci of oidc-provider failed: {(done.stderr or done.stdout).strip()[-400:]}"
         stamp.touch()
     return entry, ""
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

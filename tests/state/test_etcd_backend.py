@@ -16,7 +16,8 @@ import pytest
 from herder.state.backend import Compacted, KeyExists, RawEvent, RevisionMismatch
 from herder.state.errors import Unavailable
 from herder.state.etcd import EtcdBackend
-from herder.state.etcd_process import EtcdCluster, _free_port, etcd_available
+from herder.state.etcd_process import EtcdCluster, etcd_available
+from herder.state.free_ports import free_port
 
 pytestmark = [
     pytest.mark.etcd,
@@ -134,7 +135,7 @@ async def test_watch_from_a_compacted_revision_raises_compacted(backend: EtcdBac
 
 
 async def test_unreachable_etcd_is_unavailable_with_the_endpoint_named() -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     with pytest.raises(Unavailable, match=endpoint):
         await EtcdBackend([endpoint], timeout=0.3).open()
 

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, MACHINE_SET, control_plane_set_name
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_REGISTRATION, registration_name
 from herder.resources.status import condition_true
+from herder.state.free_ports import free_port
 
 CONTROL_PLANES = 3
 WORKERS = 2
@@ -46,27 +46,12 @@ TALOS = "v1.13.9"
 KUBERNETES = "1.33.0"
 
 
-def _free_port() -> int:
-    """A loopback port free now, for the server to listen on: between the clusters' endpoints (below
-    32000) and Linux's ephemeral ports (32768 on), where an outgoing connection of another process
-    could take it before the server binds it."""
-    for _ in range(1000):
-        port = random.randrange(32000, 32768)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port between 32000 and 32767 on 127.0.0.1")
-
-
 class Server:
     """``herder serve`` as a child process, ended by its PID."""
 
     def __init__(self, data_dir: Path, clusters: int, extra: Sequence[str] = ()) -> None:
         self.data_dir = data_dir
-        self.port = _free_port()
+        self.port = free_port(32000, 32767)
         # Below Linux's ephemeral ports (32768 on), which outgoing connections may hold.
         first = random.randrange(10000, 32000 - clusters - 10, 100)
         self.args = [
@@ -81,7 +66,7 @@ class Server:
             # A free port of its own for the Talos API gateway (by default the API's + 1, which another
             # process may hold).
             "--talos-listen",
-            f"127.0.0.1:{_free_port()}",
+            f"127.0.0.1:{free_port(32000, 32767)}",
             "--cluster-endpoints",
             f"127.0.0.1:{first}-{first + clusters + 10}",
             # Every cluster's secrets need an RSA key: made while the machines register, as a running

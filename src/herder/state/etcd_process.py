@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,19 +21,14 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from herder.state.free_ports import free_port
+
 ETCD = "etcd"
 
 
 def etcd_available() -> bool:
     """Whether the etcd binary is on PATH (tests skip the etcd runs without it)."""
     return shutil.which(ETCD) is not None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class EtcdCluster:
@@ -49,8 +43,8 @@ class EtcdCluster:
         self._own_dir = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="herder-etcd-")) if data_dir is None else Path(data_dir)
         self._start_timeout = start_timeout
-        self._client_ports = [_free_port() for _ in range(members)]
-        self._peer_ports = [_free_port() for _ in range(members)]
+        self._client_ports = [free_port() for _ in range(members)]
+        self._peer_ports = [free_port() for _ in range(members)]
         self._token = f"herder-{uuid.uuid4().hex[:12]}"
         self._procs: list[subprocess.Popen[bytes] | None] = [None] * members
 
