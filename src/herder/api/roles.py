@@ -184,6 +184,8 @@ POLICY: dict[str, Rule] = {
             "talosconfig-break-glass": "Admin",
             "backup": "Operator",
             "support": "Reader",
+            # The secrets bundle of an imported cluster (herder cluster import), which makes Machines too.
+            "import": "Admin",
         },
     ),
     # etcd backups: stores are an Admin's (S3 credentials); herder writes the backups, which outlive

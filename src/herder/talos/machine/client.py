@@ -69,9 +69,10 @@ SNAPSHOT_CHUNK = 1 << 20
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
 RUNNING_CONFIG_PATH = "/system/state/config.yaml"
 
+
+@dataclass(frozen=True)
 class _Stubs:
     """The services of one connection to apid."""
 
