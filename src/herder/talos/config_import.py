@@ -22,7 +22,7 @@ class ConfigImportError(ValueError):
     """A running config herder cannot take over; the message names the field."""
 
 
-def _at(root: Any, path: str) -> Any:
+def field_at(root: Any, path: str) -> Any:
     for part in path.split("."):
         if not isinstance(root, dict):
             return None
@@ -42,22 +42,22 @@ def bundle_from_config(text: str) -> SecretsBundle:
     legacy = docs.get(LEGACY_KIND, {})
     missing: list[str] = []
 
-    def text_at(doc: dict[str, Any], path: str, name: str) -> str:
-        value = _at(doc, path)
+    def textfield_at(doc: dict[str, Any], path: str, name: str) -> str:
+        value = field_at(doc, path)
         if not isinstance(value, str) or not value:
             missing.append(name)
             return ""
         return value
 
     def b64(doc: dict[str, Any], path: str, name: str) -> bytes:
-        value = text_at(doc, path, name)
+        value = textfield_at(doc, path, name)
         try:
             return pki.b64decode(value, field=name) if value else b""
         except pki.PKIError as exc:
             raise InvalidSecrets(str(exc)) from None
 
     def pem(doc: dict[str, Any], path: str, name: str) -> bytes:
-        return text_at(doc, path, name).encode()
+        return textfield_at(doc, path, name).encode()
 
     def pair(doc: dict[str, Any], path: str, name: str, *, encoded: bool = True) -> CertificateAndKey:
         if encoded:
@@ -71,8 +71,8 @@ def bundle_from_config(text: str) -> SecretsBundle:
     typed = "DiscoveryIdentityConfig" in docs
     if typed:
         identity = docs["DiscoveryIdentityConfig"]
-        cluster_id = text_at(identity, "clusterID", "DiscoveryIdentityConfig.clusterID")
-        cluster_secret = text_at(identity, "clusterSecret", "DiscoveryIdentityConfig.clusterSecret")
+        cluster_id = textfield_at(identity, "clusterID", "DiscoveryIdentityConfig.clusterID")
+        cluster_secret = textfield_at(identity, "clusterSecret", "DiscoveryIdentityConfig.clusterSecret")
         k8s = pair(
             docs.get("KubeAPIServerCAConfig", {}),
             "issuingCA",
@@ -94,20 +94,20 @@ def bundle_from_config(text: str) -> SecretsBundle:
         if not (secretbox or aescbc):
             missing.append("KubeEtcdEncryptionConfig.config")
     else:
-        cluster_id = text_at(legacy, "cluster.id", "cluster.id")
-        cluster_secret = text_at(legacy, "cluster.secret", "cluster.secret")
+        cluster_id = textfield_at(legacy, "cluster.id", "cluster.id")
+        cluster_secret = textfield_at(legacy, "cluster.secret", "cluster.secret")
         k8s = pair(legacy, "cluster.ca", "cluster.ca")
         aggregator = pair(legacy, "cluster.aggregatorCA", "cluster.aggregatorCA")
         service_account = b64(legacy, "cluster.serviceAccount.key", "cluster.serviceAccount.key")
-        secretbox = _at(legacy, "cluster.secretboxEncryptionSecret") or ""
-        aescbc = _at(legacy, "cluster.aescbcEncryptionSecret") or ""
+        secretbox = field_at(legacy, "cluster.secretboxEncryptionSecret") or ""
+        aescbc = field_at(legacy, "cluster.aescbcEncryptionSecret") or ""
         if not (secretbox or aescbc):
             missing.append("cluster.secretboxEncryptionSecret")
     bundle = SecretsBundle(
         cluster_id=cluster_id,
         cluster_secret=cluster_secret,
-        bootstrap_token=text_at(legacy, "cluster.token", "cluster.token"),
-        trustd_token=text_at(legacy, "machine.token", "machine.token"),
+        bootstrap_token=textfield_at(legacy, "cluster.token", "cluster.token"),
+        trustd_token=textfield_at(legacy, "machine.token", "machine.token"),
         etcd=pair(legacy, "cluster.etcd.ca", "cluster.etcd.ca"),
         k8s=k8s,
         k8s_aggregator=aggregator,
@@ -124,9 +124,9 @@ def bundle_from_config(text: str) -> SecretsBundle:
 def _typed_encryption(doc: dict[str, Any]) -> tuple[str, str]:
     """The secretbox and aescbc secrets of a ``KubeEtcdEncryptionConfig`` (keys ``key2`` and ``key1``)."""
     found = {"key2": "", "key1": ""}
-    for resources in _at(doc, "config.resources") or ():
+    for resources in field_at(doc, "config.resources") or ():
         for provider in resources.get("providers") or ():
-            for key in _at(provider, "secretbox.keys") or ():
+            for key in field_at(provider, "secretbox.keys") or ():
                 if key.get("name") in found:
                     found[key["name"]] = key.get("secret", "")
     return found["key2"], found["key1"]
