@@ -176,7 +176,7 @@ def plan_import(machines: list[RunningMachine], name: str = "", namespace: str =
         },
         "spec": {"talosVersion": talos, "kubernetesVersion": kubernetes, "endpoint": endpoint},
     }
-    # The Cluster last: until it exists nothing acts on the others, so a failure before undoes cleanly.
+    # The Cluster just before its sets (admission wants it first): nothing acts on the others before it.
     plan.objects = [
         *(
             {
@@ -188,6 +188,7 @@ def plan_import(machines: list[RunningMachine], name: str = "", namespace: str =
             for m in machines
         ),
         *patches,
+        cluster,
         *(
             {
                 "apiVersion": "herder.dev/v1alpha1",
@@ -201,7 +202,6 @@ def plan_import(machines: list[RunningMachine], name: str = "", namespace: str =
             for kind, uuids in sets.items()
             if uuids
         ),
-        cluster,
     ]
     return plan
 
@@ -236,14 +236,16 @@ def load_context(talosconfig: Path, context: str | None) -> Talosconfig:
 async def read_machines(config: Talosconfig, timeout: float = 15) -> list[RunningMachine]:
     """Each node of the selected context, as it runs (its endpoint: the node's address on Talos's port)."""
     from herder.controllers.clusters.machine_facts import read_facts
-    from herder.talos.machine import MachineClient
+    from herder.talos.machine import Credentials, MachineClient
 
     current = config.current()
     nodes = list(current.nodes or current.endpoints)
 
     async def one(node: str) -> RunningMachine:
         endpoint = node if ":" in node else f"{node}:50000"
-        async with MachineClient.from_talosconfig(config, endpoint=endpoint, timeout=timeout) as client:
+        # Each machine asked directly, not through the context's first node.
+        credentials = Credentials(current.ca, current.crt, current.key)
+        async with MachineClient(endpoint, credentials=credentials, timeout=timeout) as client:
             info = await client.system_information()
             version = await client.version()
             running = await client.running_config()
@@ -307,8 +309,17 @@ def import_cluster(
     )
 
 
+def _free(machine: dict[str, Any]) -> None:
+    """A Machine herder knows already may be imported only when it is in no cluster."""
+    from herder.resources.machines import CLUSTER_LABEL
+
+    cluster = (machine.get("metadata", {}).get("labels") or {}).get(CLUSTER_LABEL)
+    if cluster:
+        raise ValueError(f"machine {machine['metadata']['name']}: it is in cluster {cluster} already")
+
+
 def _create(rest: Any, plan: Plan, namespace: str) -> None:
-    from herder.client.errors import ApiError, NotFound
+    from herder.client.errors import AlreadyExists, ApiError, NotFound
 
     clusters = rest.kind("clusters")
     try:
@@ -321,7 +332,13 @@ def _create(rest: Any, plan: Plan, namespace: str) -> None:
     try:
         for obj in plan.objects:
             kind = rest.kind_of(obj["apiVersion"], obj["kind"])
-            rest.request("POST", kind.path(namespace), body=obj)
+            try:
+                rest.request("POST", kind.path(namespace), body=obj)
+            except AlreadyExists:
+                if obj["kind"] != "Machine":
+                    raise
+                _free(rest.request("GET", kind.path(namespace, obj["metadata"]["name"])))
+                continue  # registered already (herder machine add, a provider): it is taken as it is
             made.append((kind, obj["metadata"]["name"]))
     except (ApiError, OSError, ValueError):
         for kind, obj_name in reversed(made):
