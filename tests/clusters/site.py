@@ -139,15 +139,17 @@ def running_site(
     register: bool = True,
     emulator_args: tuple[str, ...] = (),
     cluster_endpoints: bool = True,
+    port: int | None = None,
 ) -> Iterator[Site]:
-    """A server and an emulator of ``machines`` machines on a loopback network of their own; with
+    """A server (on ``port``, default a free one) and an emulator of ``machines`` machines on a loopback
+    network of their own; with
     ``register`` the emulator registers its machines with the server (``herder emu run --register``);
     ``emulator_args`` go to ``herder emu run`` (``--timing boot=2``); without ``cluster_endpoints`` the
     server has its default range of cluster endpoints, not one of the site's own."""
     workdir.mkdir(parents=True, exist_ok=True)
     endpoints = endpoint_range() if cluster_endpoints else ""
     flags = ("--cluster-endpoints", endpoints) if endpoints else ()
-    with running(workdir / "server", *flags, *serve_args) as server:
+    with running(workdir / "server", *flags, *serve_args, port=port) as server:
         emulator = EmulatorProcess(
             data_dir=workdir / "emulator",
             machines=machines,

@@ -26,10 +26,10 @@ import pytest
 import yaml
 from playwright.sync_api import Page
 
-from tests.api.server import HERDER, KUBECTL
+from tests.api.server import HERDER, KUBECTL, free_port
 from tests.clusters.site import Site, cluster, machine_set, running_site
 from tests.sso.provider import Provider, running_provider
-from tests.sso.site import PEOPLE, oidc_args, sign_in_in_browser
+from tests.sso.site import PEOPLE, PROVIDER_NAME, callback, oidc_args, sign_in_in_browser
 from tests.web.browser import chromium
 
 POLICY = {
@@ -78,9 +78,10 @@ class SsoSite:
 @pytest.fixture(scope="module")
 def sso(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SsoSite]:
     workdir = tmp_path_factory.mktemp("sso-cli")
+    port = free_port()
     with (
-        running_provider(workdir, PEOPLE, ["https://127.0.0.1:9/ui/auth/oidc/callback"]) as provider,
-        running_site(workdir, 1, *oidc_args(provider, workdir)) as site,
+        running_provider(workdir, PEOPLE, [callback(port)]) as provider,
+        running_site(workdir, 1, *oidc_args(provider, workdir), port=port) as site,
     ):
         site.apply(
             [
@@ -195,6 +196,52 @@ def test_herder_login_device_then_kubectl_through_the_proxy_with_the_exec_plugin
     assert len(nodes.stdout.split()) == 1
     pods = kubectl(sso, "alice", proxied, "get", "pods", "-n", "kube-system", "-o", "name")
     assert pods.returncode == 0 and "kube-apiserver" in pods.stdout, pods.stderr
+
+
+def test_the_web_uis_kubeconfig_reaches_the_cluster_through_the_proxy_as_its_downloader(
+    sso: SsoSite, page: Page
+) -> None:
+    """The kubeconfig alice downloads from the cluster's page holds no token: its exec plugin signs her in
+    through her herder login (the previous test's), and the proxy gives her what the policy does."""
+    page.goto(f"{sso.url}/ui/login")
+    page.get_by_role("link", name=f"Sign in with {PROVIDER_NAME}").click()
+    sign_in_in_browser(page, "alice")
+    page.wait_for_url(re.compile(r".*/ui/clusters$"))
+    page.goto(f"{sso.url}/ui/clusters/alpha")
+    # Not an Admin: no break-glass.
+    assert page.get_by_role("button", name="Download admin kubeconfig (break-glass)").count() == 0
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download kubeconfig").click()
+    assert download.value.suggested_filename == "alpha.kubeconfig"
+    downloaded = sso.workdir / "alice-alpha-ui.kubeconfig"
+    download.value.save_as(downloaded)
+    written = yaml.safe_load(downloaded.read_text())
+    assert written["clusters"][0]["cluster"]["server"] == f"{sso.url}/k8s/clusters/default/alpha"
+    user = written["users"][0]["user"]
+    assert "token" not in user and user["exec"]["args"] == ["auth", "exec-credential", "--server", sso.url]
+    # kubectl runs the plugin as kubeconfigs name it: herder on alice's PATH.
+    home = {**sso.home("alice"), "PATH": f"{Path(HERDER).parent}:{os.environ.get('PATH', '')}"}
+    pods = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(downloaded), "get", "pods", "-n", "kube-system", "-o", "name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=home,
+    )
+    assert pods.returncode == 0 and "kube-apiserver" in pods.stdout, pods.stderr
+    # Beta is not hers: through the proxy it does not exist.
+    beta = sso.workdir / "alice-beta.kubeconfig"
+    beta.write_text(
+        downloaded.read_text().replace("/k8s/clusters/default/alpha", "/k8s/clusters/default/beta")
+    )
+    refused = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(beta), "get", "pods"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=home,
+    )
+    assert refused.returncode != 0 and "NotFound" in refused.stderr, refused.stderr
 
 
 def test_herder_login_in_the_browser_with_a_loopback_redirect(sso: SsoSite, page: Page) -> None:

@@ -83,9 +83,14 @@ ActionsFactory = Callable[[Store], Sequence[ObjectAction]]
 # Makes another server beside the API, which records in its audit trail (the Talos API gateway); it may
 # listen already once made, so that a port in use ends the start.
 ServiceFactory = Callable[[Store, AuditLog], Background]
-# Makes an app served beside the API under ``UI_PATH`` (the web UI), from the API's own app and policy,
-# so that it reaches objects through exactly the API's authorization, admission and audit.
-UiFactory = Callable[[ASGIApp, HerderPolicy], ASGIApp]
+
+
+class UiFactory(Protocol):
+    """Makes an app served beside the API under ``UI_PATH`` (the web UI), from the API's own app and
+    policy, so that it reaches objects through exactly the API's authorization, admission and audit;
+    ``ca_pem`` is the CA of herder's serving certificate (None: a public one), for what it hands out."""
+
+    def __call__(self, api: ASGIApp, policy: HerderPolicy, *, ca_pem: bytes | None) -> ASGIApp: ...
 
 
 class Mounted(Protocol):
@@ -153,11 +158,11 @@ class ServeOptions:
         return self.state or f"sqlite://{(self.data_dir / 'herder.db').resolve()}"
 
 
-def with_ui(api: ASGIApp, policy: HerderPolicy, ui: UiFactory) -> ASGIApp:
+def with_ui(api: ASGIApp, policy: HerderPolicy, ui: UiFactory, ca_pem: bytes | None) -> ASGIApp:
     """The API app with the UI ``ui`` makes of it served beside it, under ``UI_PATH``."""
     # The address users type (and the demo prints) has no trailing slash, which a Mount does not match.
     to_ui = Route(UI_PATH, lambda _: RedirectResponse(UI_PATH + "/", status_code=307))
-    return Starlette(routes=[to_ui, Mount(UI_PATH, app=ui(api, policy)), Mount("", app=api)])
+    return Starlette(routes=[to_ui, Mount(UI_PATH, app=ui(api, policy, ca_pem=ca_pem)), Mount("", app=api)])
 
 
 def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
@@ -357,7 +362,8 @@ async def serve(
     try:
         workers.extend(make(store, audit) for make in services)
         url = server_url(host, port)
-        kubeconfig = await bootstrap(store, options.data_dir, url, tls.ca.read_bytes() if tls.ca else None)
+        ca_pem = tls.ca.read_bytes() if tls.ca else None
+        kubeconfig = await bootstrap(store, options.data_dir, url, ca_pem)
         await rules.start()
         policy = HerderPolicy(
             store,
@@ -376,7 +382,7 @@ async def serve(
             scrape=[make(store) for make in scrape],
         )
         if ui is not None:
-            app = with_ui(app, policy, ui)
+            app = with_ui(app, policy, ui, ca_pem)
         mounted = [make(store, policy, audit) for make in mounts]
         if mounted:
             app = Starlette(routes=[*(Mount(m.prefix, app=m) for m in mounted), Mount("", app=app)])

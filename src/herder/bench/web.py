@@ -97,7 +97,7 @@ async def signed_in(data: Path) -> AsyncIterator[tuple[Store, httpx.AsyncClient]
     audit = AuditLog(store, data / "audit.log")
     try:
         policy = HerderPolicy(store, audit)
-        ui = with_ui(build_app(store, policy), policy, build)
+        ui = with_ui(build_app(store, policy), policy, build, None)
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}
         await store.create(Resource.model_validate(namespace), actor=SYSTEM)
         await store.create(_object("ServiceAccount", "bench", spec={"role": "Admin"}), actor=SYSTEM)

@@ -6,6 +6,7 @@ objects a Kubernetes upgrade would strand (served only in API versions the targe
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +16,7 @@ import typer
 
 from herder.cli.common import KubeconfigOption, connect, kubeconfig_path, out, run
 from herder.cli.errors import fail
+from herder.client import Client
 from herder.client.kubeconfig import load
 from herder.controllers.kubernetes.manifest_sync import plan
 from herder.controllers.kubernetes.pre_checks import stranded
@@ -43,15 +45,13 @@ NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespa
 def _workload(kubeconfig: Path | None, name: str, namespace: str) -> tuple[httpx.AsyncClient, WorkloadAPI]:
     """The cluster's Kubernetes API through herder's proxy, as the caller."""
     credentials = load(kubeconfig_path(kubeconfig))
-    verify: object = True
+    verify: ssl.SSLContext | bool = True
     if credentials.insecure:
         verify = False
     elif credentials.ca_pem is not None:
-        import ssl
-
         verify = ssl.create_default_context(cadata=credentials.ca_pem.decode())
     headers = {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
-    client = httpx.AsyncClient(verify=verify, headers=headers, timeout=30)  # type: ignore[arg-type]
+    client = httpx.AsyncClient(verify=verify, headers=headers, timeout=30)
     return client, WorkloadAPI(client, f"{credentials.server}/k8s/clusters/{namespace}/{name}")
 
 
@@ -101,11 +101,8 @@ def manifest_sync(
         raise typer.Exit(code)
 
 
-async def _sync_now(client: object, manifest: Resource, timeout: float) -> int:
+async def _sync_now(client: Client, manifest: Resource, timeout: float) -> int:
     """Ask herder to sync one manifest now; print each object's result; the number that failed."""
-    from herder.client import Client
-
-    assert isinstance(client, Client)
     requested = now_rfc3339()
     before = status_of(manifest, ClusterManifestStatus).last_sync_time
     patch = {"metadata": {"annotations": {SYNC_REQUESTED_ANNOTATION: f"{requested} {time.monotonic_ns()}"}}}

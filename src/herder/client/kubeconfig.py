@@ -121,7 +121,11 @@ def exec_token(plugin: dict[str, Any], path: Path) -> str:
     return str(token)
 
 
-def proxied(path: str | Path, cluster: str, namespace: str, *, prefix: str = "/k8s/clusters") -> str:
+# Where herder serves the clusters' Kubernetes APIs: ``PROXY_PREFIX/NAMESPACE/NAME``.
+PROXY_PREFIX = "/k8s/clusters"
+
+
+def proxied(path: str | Path, cluster: str, namespace: str) -> str:
     """A kubeconfig for one cluster's Kubernetes API through herder's proxy, from the kubeconfig of
     herder's API at ``path``: herder's server and CA with the cluster's path, and the same user (its
     token, or its exec plugin) — so access lives and dies with that herder credential."""
@@ -131,13 +135,34 @@ def proxied(path: str | Path, cluster: str, namespace: str, *, prefix: str = "/k
     source = _named(doc.get("clusters"), ctx.get("cluster", ""), "cluster", path)
     user = _named(doc.get("users"), ctx.get("user", ""), "user", path) if ctx.get("user") else {}
     credentials = load(path)
-    entry: dict[str, Any] = {"server": f"{credentials.server}{prefix}/{namespace}/{cluster}"}
-    if credentials.ca_pem is not None:
-        entry["certificate-authority-data"] = base64.b64encode(credentials.ca_pem).decode()
-    if source.get("insecure-skip-tls-verify"):
-        entry["insecure-skip-tls-verify"] = True
     if user.get("tokenFile") and not user.get("token"):
         user = {**user, "tokenFile": str((path.parent / user["tokenFile"]).expanduser())}
+    return proxy_kubeconfig(
+        credentials.server,
+        credentials.ca_pem,
+        cluster,
+        namespace,
+        user,
+        insecure=bool(source.get("insecure-skip-tls-verify")),
+    )
+
+
+def proxy_kubeconfig(
+    server: str,
+    ca_pem: bytes | None,
+    cluster: str,
+    namespace: str,
+    user: dict[str, Any],
+    *,
+    insecure: bool = False,
+) -> str:
+    """A kubeconfig for ``cluster``'s Kubernetes API through the proxy of herder at ``server`` (trusting
+    ``ca_pem``), as the kubeconfig ``user`` (a token, a token file or an exec plugin)."""
+    entry: dict[str, Any] = {"server": f"{server.rstrip('/')}{PROXY_PREFIX}/{namespace}/{cluster}"}
+    if ca_pem is not None:
+        entry["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    if insecure:
+        entry["insecure-skip-tls-verify"] = True
     name = f"{cluster}" if namespace == "default" else f"{namespace}-{cluster}"
     config = {
         "apiVersion": "v1",

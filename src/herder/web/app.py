@@ -1,6 +1,7 @@
 """The web UI's Starlette app, served by ``herder serve`` under ``/ui`` beside the API it calls.
 
-``build`` is the ``herder.api.serve.UiFactory``: it gets the API's app and policy. Pages are rendered on
+``build`` is the ``herder.api.serve.UiFactory``: it gets the API's app and policy, and the CA of herder's
+serving certificate for the kubeconfigs it hands out. Pages are rendered on
 the server with Jinja2 from what the API answers the signed-in user (``herder.web.caller``); forms post
 back with a CSRF token (``herder.web.csrf``) and redirect to the page they came from; pages follow
 changes through server-sent events (``herder.web.live``). An API refusal becomes a page saying why, with
@@ -22,9 +23,9 @@ from herder.web.pages import audit, cluster, clusters, control_planes, machine_c
 from herder.web.site import Web
 
 
-def build(api: ASGIApp, policy: HerderPolicy) -> Starlette:
+def build(api: ASGIApp, policy: HerderPolicy, *, ca_pem: bytes | None) -> Starlette:
     """The UI over the API app ``api`` and its ``policy``."""
-    web = Web(api, policy)
+    web = Web(api, policy, ca_pem)
     routes: list[BaseRoute] = [
         Mount("/static", app=StaticFiles(packages=[("herder.web", "static")]), name="static"),
         Route("/", lambda request: RedirectResponse(f"{request.scope.get('root_path', '')}/clusters", 303)),

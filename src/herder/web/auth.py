@@ -17,7 +17,7 @@ from herder.krm.status import ApiError
 from herder.web.caller import authenticate
 from herder.web.csrf import LOGIN_COOKIE, FormRefused, check, new_token, read_form
 from herder.web.sessions import SESSION_COOKIE, drop_cookie, session_id, set_cookie
-from herder.web.site import SECURITY_HEADERS, Web
+from herder.web.site import SECURITY_HEADERS, Web, origin
 
 
 def login_page(web: Web, request: Request, status: int = 200, error: str = "") -> Response:
@@ -71,9 +71,7 @@ def routes(web: Web) -> list[BaseRoute]:
         response: Response = web.to_login(request)
         if closed is not None and closed.id_token and web.people is not None:
             base = request.scope.get("root_path", "")
-            there = web.people.provider.end_session_url(
-                closed.id_token, f"https://{_host(request)}{base}/login"
-            )
+            there = web.people.provider.end_session_url(closed.id_token, f"{origin(request)}{base}/login")
             if there is not None:
                 # A page that moves on by itself: a form's redirect to another site would break the
                 # pages' form-action policy.
@@ -90,8 +88,3 @@ def routes(web: Web) -> list[BaseRoute]:
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
     ]
-
-
-def _host(request: Request) -> str:
-    """The host (and port) the browser reached the UI at."""
-    return request.headers.get("host") or request.url.netloc

@@ -42,12 +42,19 @@ PageHandler = Callable[[Request, Caller], Awaitable[Response]]
 FormHandler = Callable[[Request, Caller, Form], Awaitable[Response]]
 
 
-class Web:
-    """What every page shares: the API it calls, the API's policy, the sessions and the templates."""
+def origin(request: Request) -> str:
+    """``https://HOST:PORT`` as the browser reached herder (its UI and API share the address)."""
+    return f"https://{request.headers.get('host') or request.url.netloc}"
 
-    def __init__(self, api: ASGIApp, policy: HerderPolicy) -> None:
+
+class Web:
+    """What every page shares: the API it calls, the API's policy, the sessions and the templates, and the
+    CA of herder's serving certificate (None: a public one)."""
+
+    def __init__(self, api: ASGIApp, policy: HerderPolicy, ca_pem: bytes | None) -> None:
         self.api = api
         self.policy = policy
+        self.ca_pem = ca_pem
         self.sessions = policy.sessions
         self.people = policy.people
         self.templates = Environment(

@@ -33,7 +33,7 @@ from herder.web.sessions import (
     set_cookie,
     set_sign_in_cookie,
 )
-from herder.web.site import SECURITY_HEADERS, Web
+from herder.web.site import SECURITY_HEADERS, Web, origin
 
 _SIGN_IN = Access("create", TOKEN)
 
@@ -45,8 +45,7 @@ def routes(web: Web) -> list[BaseRoute]:
 
     async def start(request: Request) -> Response:
         base = request.scope.get("root_path", "")
-        host = request.headers.get("host") or request.url.netloc
-        pending = Pending.new(f"https://{host}{base}{SIGN_IN_PATH}/callback")
+        pending = Pending.new(f"{origin(request)}{base}{SIGN_IN_PATH}/callback")
         sign_in_id = await web.sessions.begin(pending.to_dict())
         there = people.provider.authorization_url(pending, client_id=people.provider.settings.client_id)
         response = RedirectResponse(there, 303, headers=SECURITY_HEADERS)

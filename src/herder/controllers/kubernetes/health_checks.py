@@ -85,9 +85,9 @@ class HealthCheckController(Controller):
         Watch(CLUSTER_HEALTH_CHECK.kind, labelled_owner(CLUSTER.kind, CLUSTER_LABEL)),
     )
 
-    def __init__(self, keys: ClusterKeys) -> None:
+    def __init__(self, keys: ClusterKeys, clients: KubernetesClients | None = None) -> None:
         self._keys = keys
-        self._clients = KubernetesClients()
+        self._clients = clients or KubernetesClients()
         self._due: dict[tuple[str, str, str], float] = {}
         """When each check runs next (monotonic), by (namespace, cluster, check)."""
         self._running: dict[tuple[str, str, str], str] = {}

@@ -151,8 +151,6 @@ async def sync(
             applied = await api.apply(obj)
         except WorkloadError as exc:
             out.results.append(_result(ref, "Failed", str(exc)))
-            if ref in known:
-                kept[ref] = known[ref]
             continue
         metadata = applied.get("metadata") or {}
         version = str(metadata.get("resourceVersion", ""))
@@ -168,6 +166,10 @@ async def sync(
                 out.results.append(_result(ref, "Failed", message))
                 continue
         out.results.append(_result(ref, "Applied", message))
+    for failed in out.failed:
+        # An object that could not be looked up or applied this time is still the manifest's.
+        if failed.ref in known:
+            kept.setdefault(failed.ref, known[failed.ref])
     wanted = set(kept) | {r.ref for r in out.results}
     gone = [e for e in inventory if e.ref not in wanted]
     if spec.mode == "full" and not out.failed:

@@ -68,10 +68,12 @@ class ClusterManifestController(Controller):
     concurrency = 4
     watches = (Watch(CLUSTER_MANIFEST.kind),)
 
-    def __init__(self, keys: ClusterKeys, resync_every: float = RESYNC_EVERY) -> None:
+    def __init__(
+        self, keys: ClusterKeys, resync_every: float = RESYNC_EVERY, clients: KubernetesClients | None = None
+    ) -> None:
         self._keys = keys
         self._resync_every = resync_every
-        self._clients = KubernetesClients()
+        self._clients = clients or KubernetesClients()
         self._versions: dict[tuple[str, str], dict[ObjectRef, str]] = {}
 
     async def shutdown(self) -> None:

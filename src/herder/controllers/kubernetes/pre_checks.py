@@ -82,9 +82,9 @@ class UpgradePreChecksController(Controller):
     concurrency = 2
     watches = (Watch(CLUSTER.kind, cluster_changes("bootstrap", "endpoint")),)
 
-    def __init__(self, keys: ClusterKeys) -> None:
+    def __init__(self, keys: ClusterKeys, clients: KubernetesClients | None = None) -> None:
         self._keys = keys
-        self._clients = KubernetesClients()
+        self._clients = clients or KubernetesClients()
 
     async def shutdown(self) -> None:
         await self._clients.close()

@@ -3,6 +3,12 @@ recent Events, rollouts in progress, and what may be done to it: upgrade Talos o
 machine set, download its kubeconfig, talosconfig or support bundle, export its template, take a backup,
 delete it.
 
+The kubeconfig a person downloads reaches the cluster through herder's proxy as them: its user is the exec
+plugin ``herder auth exec-credential``, which their ``herder login`` keeps signed in, so it holds no token
+and access ends when theirs does. Someone signed in with a token uses ``herder cluster kubeconfig``
+instead (the page says so): a token is shown once, never handed out again in a download. Admins also get
+the break-glass kubeconfig, the cluster's own admin credentials (audited, and marked on the cluster).
+
 The versions offered for an upgrade are candidates (the next patches of the running minor, the next two
 minors) that herder's version policy (``herder.talos.versions``, which the cluster admission applies)
 allows for this cluster. Not dry runs through the API: each would be an audited write, and a page that
@@ -20,6 +26,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from herder.client.errors import NotFound
+from herder.client.kubeconfig import proxy_kubeconfig
+from herder.client.sign_in import exec_user
 from herder.resources import Resource
 from herder.talos.versions import check_kubernetes_upgrade, check_talos_upgrade
 from herder.templates.export import Unexportable, export_template
@@ -27,7 +35,8 @@ from herder.web.caller import Caller
 from herder.web.csrf import Form
 from herder.web.pages import revision
 from herder.web.pages.clusters import CLUSTER_LABEL, NAMESPACE
-from herder.web.site import SECURITY_HEADERS, Web
+from herder.web.sessions import Session
+from herder.web.site import SECURITY_HEADERS, Web, origin
 from herder.web.views import BadInput, integer, one
 
 SET_LABEL = "herder.dev/machine-set"
@@ -112,8 +121,10 @@ def routes(web: Web) -> list[BaseRoute]:
         cluster = context["cluster"]
         context["rv"] = str(max(int(context["rv"]), cluster.resource_version))
         upgrades = allowed_versions(cluster) if caller.can("update", "Cluster", cluster) else {}
+        session: Session = request.state.session
         context.update(
             upgrades=upgrades,
+            signed_in_by_provider=bool(session.id_token),
             watch=["clusters", "machinesets", "clustermachines", "events", "controlplanestatuses"],
         )
         return web.render(request, "cluster.html", context, caller=caller)
@@ -142,6 +153,20 @@ def routes(web: Web) -> list[BaseRoute]:
         patch = {"spec": {"machineClass": {"size": size}}}
         await caller.client.patch("machinesets", machine_set.name, patch, NAMESPACE)
         return web.done(request, f"/clusters/{name}", f"{machine_set.name} scaled to {size}")
+
+    async def kubeconfig(request: Request, caller: Caller, form: Form) -> Response:
+        name = request.path_params["name"]
+        session: Session = request.state.session
+        if not session.id_token:
+            raise BadInput(
+                f"signed in with a token: run herder cluster kubeconfig {name} with your token's kubeconfig"
+            )
+        await caller.client.get("clusters", name, NAMESPACE)  # it exists, and you may see it
+        server = origin(request)
+        body = proxy_kubeconfig(server, web.ca_pem, name, NAMESPACE, exec_user(server, "herder"))
+        disposition = f'attachment; filename="{name}.kubeconfig"'
+        headers = {**SECURITY_HEADERS, "Content-Disposition": disposition}
+        return Response(body, 200, media_type="application/yaml", headers=headers)
 
     def download(action: str, suffix: str = "", media_type: str = "application/yaml") -> Any:
         async def run(request: Request, caller: Caller, form: Form) -> Response:
@@ -193,7 +218,12 @@ def routes(web: Web) -> list[BaseRoute]:
         Route("/clusters/{name}", web.page(show), methods=["GET"]),
         Route("/clusters/{name}/upgrade", web.form(upgrade), methods=["POST"]),
         Route("/clusters/{name}/scale", web.form(scale), methods=["POST"]),
-        Route("/clusters/{name}/kubeconfig", web.form(download("kubeconfig")), methods=["POST"]),
+        Route("/clusters/{name}/kubeconfig", web.form(kubeconfig), methods=["POST"]),
+        Route(
+            "/clusters/{name}/kubeconfig-break-glass",
+            web.form(download("kubeconfig", "-break-glass.kubeconfig")),
+            methods=["POST"],
+        ),
         Route("/clusters/{name}/talosconfig", web.form(download("talosconfig")), methods=["POST"]),
         Route(
             "/clusters/{name}/support",
