@@ -1,6 +1,7 @@
 """``herder cluster import`` on the emulator: a cluster formed outside herder (``herder talos gen config``,
 ``apply-config``, ``bootstrap``) is taken over with no machine re-applied or rebooted, then unlocked (still
-nothing applied), then a config patch of herder's rolls out to it. Bad input is one line naming the option."""
+nothing applied), then a config patch of herder's rolls out to it; an abort then removes herder's objects and
+leaves the machines as they run, free to be imported again. Bad input is one line naming the option."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from tests.api.server import HERDER
-from tests.clusters.site import Site, running_site
+from tests.clusters.site import Site, cluster, running_site
 
 pytestmark = pytest.mark.steps
 
@@ -99,6 +100,19 @@ def test_bad_input_is_one_line_naming_the_option(site: Site) -> None:
         check=False,
     )
     assert context.returncode == 1 and "error: --context zz: not in" in context.stderr
+    both = site.run(
+        "herder",
+        "cluster",
+        "import",
+        "--abort",
+        "india",
+        "--talosconfig",
+        str(_talosconfig(site)),
+        check=False,
+    )
+    assert both.returncode == 1 and both.stderr.startswith("error: --abort: takes the cluster's name only")
+    unknown = site.run("herder", "cluster", "import", "--abort", "nope", check=False)
+    assert unknown.returncode == 1 and "error: --abort nope: no cluster of that name" in unknown.stderr
 
 
 def test_a_dry_run_prints_what_it_would_make_and_makes_nothing(site: Site) -> None:
@@ -155,3 +169,24 @@ def test_unlocking_applies_nothing_and_a_patch_then_rolls_out(site: Site) -> Non
         timeout=60,
         what="the patch applied once to each machine",
     )
+
+
+def test_an_abort_removes_herders_objects_and_leaves_the_machines_as_they_run(site: Site) -> None:
+    site.apply([cluster("juliet")])
+    made = site.run("herder", "cluster", "import", "--abort", "juliet", check=False)
+    assert made.returncode == 1 and "cluster juliet was not imported" in made.stderr
+    site.run("kubectl", "delete", "cluster", "juliet")
+    before = _machines(site)
+    done = site.run("herder", "cluster", "import", "--abort", "india")
+    assert "import of cluster india aborted" in done.stdout and "2 machines" in done.stdout
+    for kind in ("clusters", "machinesets", "clustermachines", "configpatches", "machines"):
+        assert site.get(kind)["items"] == [], kind
+    after = _machines(site)
+    for uuid, machine in before.items():
+        shown = (after[uuid]["boots"], after[uuid]["configApplies"], after[uuid]["bootID"])
+        assert shown == (machine["boots"], machine["configApplies"], machine["bootID"])
+        assert str(after[uuid]["stage"]).lower() == "running"
+    # Left as they were, the machines can be imported again.
+    site.run("herder", "cluster", "import", "--talosconfig", str(_talosconfig(site)))
+    site.wait("cluster", "india", "Imported", timeout=60)
+    assert _counts(site) == {uuid: (m["boots"], m["configApplies"]) for uuid, m in before.items()}

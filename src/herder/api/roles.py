@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from herder.krm.policy import Access
 from herder.resources import KindInfo
 from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX, Role
-from herder.resources.clusters import IMPORTED_ANNOTATION, LOCKED_ANNOTATION, MANAGED_BY_ANNOTATION
+from herder.resources.clusters import (
+    IMPORT_ABORTED_ANNOTATION,
+    IMPORTED_ANNOTATION,
+    LOCKED_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+)
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 from herder.resources.manifests import SKIP_PRE_CHECKS_ANNOTATION, SYNC_REQUESTED_ANNOTATION
 from herder.resources.provisioning import MACHINE_REQUEST_LABEL, MACHINE_REQUEST_SET_LABEL
@@ -57,6 +62,8 @@ ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {
     LOCKED_ANNOTATION: "Operator",
     # An Admin imports a running cluster (herder cluster import), whose secrets herder then does not make.
     IMPORTED_ANNOTATION: "Admin",
+    # Deleting it then leaves its machines as they run (herder cluster import --abort).
+    IMPORT_ABORTED_ANNOTATION: "Admin",
 }
 
 

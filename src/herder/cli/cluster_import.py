@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -27,6 +28,7 @@ from herder.cli.kubeconfigs import KubeconfigOption
 from herder.cli.quick import connect_rest, one_line_failures
 
 if TYPE_CHECKING:
+    from herder.client.rest import Kind, Rest
     from herder.talos.talosconfig import Talosconfig
 
 
@@ -182,7 +184,12 @@ def plan_import(machines: list[RunningMachine], name: str = "", namespace: str =
             {
                 "apiVersion": "herder.dev/v1alpha1",
                 "kind": "Machine",
-                "metadata": {"name": m.uuid, "namespace": namespace},
+                # An abort removes the Machines the import registered (not those herder knew before).
+                "metadata": {
+                    "name": m.uuid,
+                    "namespace": namespace,
+                    "annotations": {IMPORTED_ANNOTATION: plan.name},
+                },
                 "spec": {"endpoint": m.endpoint},
             }
             for m in machines
@@ -276,13 +283,36 @@ def import_cluster(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print what would be made; make nothing.")
     ] = False,
+    abort: Annotated[
+        str,
+        typer.Option(
+            "--abort",
+            metavar="NAME",
+            help="Remove herder's objects of imported cluster NAME, leaving its machines as they run.",
+            show_default=False,
+        ),
+    ] = "",
     namespace: Annotated[
         str, typer.Option("--namespace", "-n", help="Namespace of the cluster.")
     ] = "default",
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Take over a running Talos cluster herder did not make (Admin): its machines keep the configs they
-    run (nothing is applied, nothing reboots) and the cluster is locked until `herder cluster unlock`."""
+    run (nothing is applied, nothing reboots) and the cluster is locked until `herder cluster unlock`.
+    With --abort NAME, herder lets an imported cluster go again: its objects are removed, its machines
+    are neither reset nor changed."""
+    if abort:
+        if talosconfig is not None or dry_run or context is not None or name:
+            raise fail(
+                "--abort: takes the cluster's name only (no --talosconfig, --context, --name, --dry-run)"
+            )
+        with one_line_failures(), connect_rest(kubeconfig) as rest:
+            released = abort_import(rest, abort, namespace)
+        typer.echo(
+            f"import of cluster {abort} aborted: herder's objects removed ({released} machines registered "
+            "by the import with them), the machines left as they run"
+        )
+        return
     if talosconfig is None:
         raise fail("--talosconfig: required, the talosconfig of the cluster to import")
     with one_line_failures():
@@ -318,7 +348,7 @@ def _free(machine: dict[str, Any]) -> None:
         raise ValueError(f"machine {machine['metadata']['name']}: it is in cluster {cluster} already")
 
 
-def _create(rest: Any, plan: Plan, namespace: str) -> None:
+def _create(rest: Rest, plan: Plan, namespace: str) -> None:
     from herder.client.errors import AlreadyExists, ApiError, NotFound
 
     clusters = rest.kind("clusters")
@@ -328,7 +358,7 @@ def _create(rest: Any, plan: Plan, namespace: str) -> None:
         pass
     else:
         raise ValueError(f"--name {plan.name}: a cluster of that name exists already")
-    made: list[tuple[Any, str]] = []
+    made: list[tuple[Kind, str]] = []
     try:
         for obj in plan.objects:
             kind = rest.kind_of(obj["apiVersion"], obj["kind"])
@@ -340,22 +370,107 @@ def _create(rest: Any, plan: Plan, namespace: str) -> None:
                 _free(rest.request("GET", kind.path(namespace, obj["metadata"]["name"])))
                 continue  # registered already (herder machine add, a provider): it is taken as it is
             made.append((kind, obj["metadata"]["name"]))
-    except (ApiError, OSError, ValueError):
-        for kind, obj_name in reversed(made):
-            with contextlib.suppress(ApiError):
-                rest.request("DELETE", kind.path(namespace, obj_name))
-        raise
-    try:
         rest.request(
             "POST",
             clusters.path(namespace, plan.name, "import"),
             body={"bundle": plan.bundle, "talosContract": plan.contract},
         )
-    except ApiError as exc:
+    except (ApiError, OSError, ValueError) as exc:
+        said = f"{exc.reason or exc.code}: {exc.message}" if isinstance(exc, ApiError) else str(exc)
+        try:
+            _undo(rest, plan.name, namespace, made)
+        except (ApiError, OSError, ValueError) as undo:
+            raise ValueError(
+                f"{said}; and what the import made could not all be removed ({undo}): "
+                f"`herder cluster import --abort {plan.name}` removes it, the machines untouched"
+            ) from None
+        raise ValueError(f"{said} (what the import made was removed again)") from None
+
+
+def _undo(rest: Rest, name: str, namespace: str, made: list[tuple[Kind, str]]) -> None:
+    """What a failed import made goes again, in reverse; its Cluster as an abort does, its machines
+    untouched (a locked Cluster's plain delete would wait)."""
+    from herder.client.errors import NotFound
+
+    clusters = rest.kind("clusters")
+    if any(kind.kind == clusters.kind for kind, _ in made):
+        _abort_cluster(rest, clusters, name, namespace)
+    for kind, obj_name in reversed(made):
+        if kind.kind != clusters.kind:
+            with contextlib.suppress(NotFound):
+                rest.request("DELETE", kind.path(namespace, obj_name))
+
+
+ABORT_TIMEOUT = 120.0
+
+
+def _abort_cluster(
+    rest: Rest, clusters: Kind, name: str, namespace: str, timeout: float = ABORT_TIMEOUT
+) -> None:
+    """Mark the Cluster aborted (and locked, so that nothing acts on its machines meanwhile), delete it and
+    wait until its teardown, which lets its machines go without a reset, has removed it."""
+    from herder.client.errors import NotFound
+    from herder.client.rest import MERGE_PATCH
+    from herder.resources.clusters import IMPORT_ABORTED_ANNOTATION, LOCKED_ANNOTATION
+
+    marks = {LOCKED_ANNOTATION: "true", IMPORT_ABORTED_ANNOTATION: "true"}
+    rest.request(
+        "PATCH",
+        clusters.path(namespace, name),
+        body={"metadata": {"annotations": marks}},
+        content_type=MERGE_PATCH,
+    )
+    rest.request("DELETE", clusters.path(namespace, name))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            shown = rest.request("GET", clusters.path(namespace, name))
+        except NotFound:
+            return
+        if time.monotonic() > deadline:
+            waiting = (shown.get("status") or {}).get("teardown") or "its teardown has not begun"
+            raise ValueError(f"cluster {name}: still being removed after {timeout:.0f} s: {waiting}")
+        time.sleep(0.5)
+
+
+def abort_import(rest: Rest, name: str, namespace: str) -> int:
+    """Remove herder's objects of imported cluster ``name`` (its machines left as they run) and the Machines
+    its import registered; how many of those."""
+    from herder.client.errors import NotFound
+    from herder.resources.clusters import IMPORTED_ANNOTATION
+    from herder.resources.machines import CLUSTER_LABEL
+
+    clusters = rest.kind("clusters")
+    try:
+        cluster = rest.request("GET", clusters.path(namespace, name))
+    except NotFound:
+        raise ValueError(f"--abort {name}: no cluster of that name in namespace {namespace}") from None
+    if IMPORTED_ANNOTATION not in (cluster["metadata"].get("annotations") or {}):
         raise ValueError(
-            f"cluster {plan.name} was made but its secrets were refused ({exc.message}): it stays locked, "
-            "its machines untouched"
-        ) from None
+            f"--abort {name}: cluster {name} was not imported (no {IMPORTED_ANNOTATION}); "
+            f"`kubectl delete cluster {name}` tears it down, resetting its machines"
+        )
+    _abort_cluster(rest, clusters, name, namespace)
+    machines = rest.kind("machines")
+    released = 0
+    for machine in rest.request("GET", machines.path(namespace)).get("items", []):
+        meta = machine["metadata"]
+        if (meta.get("annotations") or {}).get(IMPORTED_ANNOTATION) != name or (meta.get("labels") or {}).get(
+            CLUSTER_LABEL
+        ):
+            continue
+        with contextlib.suppress(NotFound):
+            rest.request("DELETE", machines.path(namespace, meta["name"]))
+        released += 1
+    return released
 
 
-__all__ = ["Plan", "RunningMachine", "import_cluster", "load_context", "plan_import", "read_machines"]
+__all__ = [
+    "Plan",
+    "RunningMachine",
+    "abort_import",
+    "import_cluster",
+    "load_context",
+    "plan_import",
+    "read_machines",
+]

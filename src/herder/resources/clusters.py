@@ -35,7 +35,11 @@ CLUSTER_TEMPLATES = "cluster-templates"
 LOCKED_ANNOTATION = "herder.dev/locked"
 IMPORTED_ANNOTATION = "herder.dev/imported"
 """On a Cluster taken over from running machines (``herder cluster import``): its secrets are the ones read
-back out of their configs, and its machines keep the configs they run."""
+back out of their configs, and its machines keep the configs they run. On a Machine, the cluster whose import
+registered it (``herder cluster import --abort`` removes it again)."""
+IMPORT_ABORTED_ANNOTATION = "herder.dev/import-aborted"
+"""On an imported Cluster being deleted by ``herder cluster import --abort``: its objects go, and its machines
+are left as they run (not reset), locked or not."""
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 
@@ -53,6 +57,10 @@ def is_locked(cluster: Resource) -> bool:
 
 def is_imported(cluster: Resource) -> bool:
     return IMPORTED_ANNOTATION in cluster.metadata.annotations
+
+
+def is_import_aborted(cluster: Resource) -> bool:
+    return is_imported(cluster) and IMPORT_ABORTED_ANNOTATION in cluster.metadata.annotations
 
 
 def is_importing(cluster: Resource) -> bool:
