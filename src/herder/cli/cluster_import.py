@@ -109,7 +109,15 @@ def plan_import(machines: list[RunningMachine], name: str = "", namespace: str =
     endpoint = _find(cp_docs, "cluster.controlPlane.endpoint", "KubeClusterConfig", "endpoint")
     kubelet = _find(cp_docs, "machine.kubelet.image", "KubeletConfig", "image")
     kubernetes = kubelet.rpartition(":v")[2] if ":v" in kubelet else ""
-    plan.name = name or cluster_name
+    if name and name != cluster_name:
+        # The configs say the cluster's name (cluster.clusterName, in its certificates and discovery too),
+        # and herder's config of a Cluster says the Cluster's: another would change every machine's.
+        plan.errors.append(
+            f"--name {name}: the Talos cluster is named {cluster_name!r} (cluster.clusterName), and an "
+            "imported Cluster takes that name: leave --name out"
+        )
+        return plan
+    plan.name = cluster_name
     contract = VersionContract.parse(talos)
     plan.contract = str(contract)
     plan.bundle = dump_secrets(bundle)
@@ -278,7 +286,11 @@ def import_cluster(
     ] = None,
     name: Annotated[
         str,
-        typer.Option("--name", help="The Cluster's name (default: the Talos cluster's).", show_default=False),
+        typer.Option(
+            "--name",
+            help="The Cluster's name; it must be the Talos cluster's (cluster.clusterName), the default.",
+            show_default=False,
+        ),
     ] = "",
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print what would be made; make nothing.")

@@ -7,7 +7,6 @@ another key order or quoting are the same config.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from herder.talos import pki
@@ -16,10 +15,6 @@ from herder.talos.pki import CertificateAndKey
 from herder.talos.secrets import InvalidSecrets, SecretsBundle
 
 Documents = list[dict[str, Any]]
-
-
-class ConfigImportError(ValueError):
-    """A running config herder cannot take over; the message names the field."""
 
 
 def field_at(root: Any, path: str) -> Any:
@@ -234,14 +229,3 @@ def first_difference(generated: str, running: str) -> str:
     """The first field where two configs differ, '' when they say the same."""
     found = differences(load_documents(generated), load_documents(running))
     return found[0] if found else ""
-
-
-def check_same_everywhere(values: Sequence[tuple[str, str]], what: str) -> str:
-    """The value every machine has (``(machine, value)`` pairs); raises naming the first that differs."""
-    first_machine, first = values[0]
-    for machine, value in values[1:]:
-        if value != first:
-            raise ConfigImportError(
-                f"machine {machine}: {what} is {value!r}, machine {first_machine}'s {first!r}"
-            )
-    return first
