@@ -49,7 +49,13 @@ class Fleet:
         return self.endpoints.setdefault(uuid, f"127.0.9.{len(self.endpoints) + 1}:50000")
 
     async def cluster(
-        self, *, secrets: bool = True, bootstrapped: bool = True, etcd_healthy: bool = True, **spec: Any
+        self,
+        *,
+        secrets: bool = True,
+        bootstrapped: bool = True,
+        etcd_healthy: bool = True,
+        annotations: dict[str, str] | None = None,
+        **spec: Any,
     ) -> Resource:
         """The Cluster (with its ClusterSecrets), bootstrapped and with etcd healthy unless told not (a
         cluster not bootstrapped has no etcd to be healthy)."""
@@ -58,6 +64,7 @@ class Fleet:
                 "Cluster",
                 self.name,
                 spec={"talosVersion": TALOS, "kubernetesVersion": KUBERNETES, **spec},
+                metadata={"annotations": annotations or {}},
             )
         )
         if secrets:
