@@ -16,6 +16,12 @@ from herder.runtime.controller import ObjectKey
 from tests.controllers.site import API, Site, obj
 
 TALOS, KUBERNETES = "v1.13.0", "1.33.0"
+# The annotations of a cluster whose import ``herder cluster import --abort`` is taking back.
+ABORTED_IMPORT = {
+    "herder.dev/imported": "talosconfig",
+    "herder.dev/locked": "true",
+    "herder.dev/import-aborted": "true",
+}
 
 
 def ready(kind: str, ok: bool = True, reason: str = "", message: str = "") -> dict[str, Any]:

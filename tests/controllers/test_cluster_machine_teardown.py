@@ -10,7 +10,7 @@ from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 from herder.runtime.controller import ObjectKey
 from herder.talos.machine import EtcdMember, WipeMode
 from herder.talos.machine.pool import ClientPool
-from tests.controllers.fleet import Fleet, ready
+from tests.controllers.fleet import ABORTED_IMPORT, Fleet, ready
 from tests.controllers.site import Site
 
 KEY = ObjectKey("ClusterMachine", "default", "m1")
@@ -148,12 +148,7 @@ async def test_a_machine_never_configured_is_released_at_once(site: Site) -> Non
 
 async def test_a_member_of_an_aborted_import_is_released_untouched_although_locked(site: Site) -> None:
     fleet = Fleet(site)
-    aborted = {
-        "herder.dev/imported": "talosconfig",
-        "herder.dev/locked": "true",
-        "herder.dev/import-aborted": "true",
-    }
-    await fleet.cluster(annotations=aborted)
+    await fleet.cluster(annotations=ABORTED_IMPORT)
     await fleet.machine("m1")
     member = await fleet.leave(await fleet.member("m1", "controlplane", configHash="c1", etcdMember=True))
     assert await teardown(site, fleet) == (None, "gone")

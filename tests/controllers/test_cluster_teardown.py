@@ -10,7 +10,7 @@ from herder.controllers.clusters.cluster_teardown import CLUSTER_FINALIZER, Clus
 from herder.resources.meta import CONTROLLER_ANNOTATION
 from herder.runtime.controller import ObjectKey
 from herder.talos.machine.pool import ClientPool
-from tests.controllers.fleet import Fleet
+from tests.controllers.fleet import ABORTED_IMPORT, Fleet
 from tests.controllers.site import Site, names, obj
 
 
@@ -87,12 +87,7 @@ async def test_a_cluster_with_no_member_left_goes(site: Site) -> None:
 
 async def test_an_aborted_import_is_taken_down_although_locked_and_lets_its_machines_go(site: Site) -> None:
     fleet = Fleet(site)
-    aborted = {
-        "herder.dev/imported": "talosconfig",
-        "herder.dev/locked": "true",
-        "herder.dev/import-aborted": "true",
-    }
-    await fleet.cluster(annotations=aborted)
+    await fleet.cluster(annotations=ABORTED_IMPORT)
     await fleet.machine_set("workers")
     await fleet.member("w1")
     await deleted(site, fleet)
