@@ -1,16 +1,21 @@
 """What ``herder cluster import`` plans from the machines it read: the Machines (marked with the cluster
 they were registered for), the patches that make herder's configs the running ones, then the Cluster
-(locked, imported) and its static sets; or, creating nothing, why not, naming the machine and the field."""
+(locked, imported) and its static sets; or, creating nothing, why not, naming the machine and the field.
+A create the server refuses part way removes what it made, against a real server."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from herder.cli.cluster_import import RunningMachine, plan_import
+import pytest
+
+from herder.cli.cluster_import import RunningMachine, create_import, plan_import
+from herder.cli.quick import connect_rest
 from herder.cli.talos_gen import default_install_image
 from herder.talos.contracts import VersionContract
 from herder.talos.generate import ConfigInput, GeneratedBundle, generate_bundle
 from herder.talos.secrets import load_secrets
+from tests.api.server import Server
 from tests.controllers.site import secrets_bundle
 
 TALOS = "v1.13.9"
@@ -101,3 +106,28 @@ def test_machines_without_a_control_plane_or_on_mixed_versions_are_refused() -> 
     ]
     mixed = plan_import([cp, dataclasses.replace(worker, talos_version="v1.13.8")])
     assert mixed.errors == ["the machines run different Talos versions (v1.13.8, v1.13.9)"]
+
+
+def test_a_failed_import_removes_what_it_made_the_cluster_as_an_abort_does(server: Server) -> None:
+    plan = plan_import(_machines(_formed()))
+    # A second control plane set, which the server refuses after the Cluster and its sets were made.
+    refused = {
+        "apiVersion": "herder.dev/v1alpha1",
+        "kind": "MachineSet",
+        "metadata": {
+            "name": "india-refused",
+            "namespace": "default",
+            "labels": {"herder.dev/cluster": "india"},
+        },
+        "spec": {"role": "controlplane", "machines": ["cp-1"]},
+    }
+    plan.objects.append(refused)
+    with connect_rest(server.kubeconfig) as rest:
+        with pytest.raises(
+            ValueError,
+            match=r"a cluster has one control plane set\] \(what the import made was removed again\)$",
+        ):
+            create_import(rest, plan, "default")
+        for kind in ("clusters", "machinesets", "clustermachines", "configpatches", "machines"):
+            listed = rest.request("GET", rest.kind(kind).path("default"))["items"]
+            assert [o["metadata"]["name"] for o in listed] == [], kind

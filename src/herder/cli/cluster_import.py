@@ -344,7 +344,7 @@ def import_cluster(
             typer.echo(f"error: {error}", err=True)
         raise fail(plan.errors[-1] + " (nothing was created)")
     with one_line_failures(), connect_rest(kubeconfig) as rest:
-        _create(rest, plan, namespace)
+        create_import(rest, plan, namespace)
     typer.echo(
         f"cluster {plan.name} imported ({len(machines)} machines, locked): `herder cluster unlock {plan.name}` "
         "hands it to herder"
@@ -360,7 +360,9 @@ def _free(machine: dict[str, Any]) -> None:
         raise ValueError(f"machine {machine['metadata']['name']}: it is in cluster {cluster} already")
 
 
-def _create(rest: Rest, plan: Plan, namespace: str) -> None:
+def create_import(rest: Rest, plan: Plan, namespace: str) -> None:
+    """Create what ``plan`` says, the Cluster last but its sets, then hand the bundle in; on a failure,
+    remove what was made (the Cluster as an abort does) and raise a one-line ``ValueError``."""
     from herder.client.errors import AlreadyExists, ApiError, NotFound
 
     clusters = rest.kind("clusters")
