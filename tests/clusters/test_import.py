@@ -178,7 +178,7 @@ def test_an_abort_removes_herders_objects_and_leaves_the_machines_as_they_run(si
     site.run("kubectl", "delete", "cluster", "juliet")
     before = _machines(site)
     done = site.run("herder", "cluster", "import", "--abort", "india")
-    assert "import of cluster india aborted" in done.stdout and "2 machines" in done.stdout
+    assert "import of cluster india aborted" in done.stdout and "the 2 Machines" in done.stdout
     for kind in ("clusters", "machinesets", "clustermachines", "configpatches", "machines"):
         assert site.get(kind)["items"] == [], kind
     after = _machines(site)

@@ -4,11 +4,12 @@ The CLI reads every machine of the talosconfig's context through the Talos API (
 hardware and running config), rebuilds the secrets bundle from a control plane's config, generates each
 machine's config as herder's controllers will (``cluster_machine_config``) and derives the per-machine
 ConfigPatches that make it the running one, checking that the result says exactly what the machine runs.
-Only then does it create anything: the Cluster (``herder.dev/locked``, ``herder.dev/imported``), the
-Machines, the static MachineSets and the patches, and hands the bundle in (the Cluster's ``import``
-action). The API has no transaction over several objects: a failure part way deletes what was created, in
-reverse order. The Cluster is made last, so nothing acts on the others before; were the import action
-to fail after it, the Cluster stays locked (its delete waits), and says so.
+Only then does it create anything: the Machines, the patches, the Cluster (``herder.dev/locked``,
+``herder.dev/imported``) just before its static MachineSets (admission wants it first; nothing acts on
+the others before it), and it hands the bundle in (the Cluster's ``import`` action). The API has no
+transaction over several objects: a failure part way removes what was created, in reverse order, the
+Cluster as ``--abort`` does (marked ``herder.dev/import-aborted``, so that its teardown lets the machines
+go as they run: a locked Cluster's plain delete would wait).
 """
 
 from __future__ import annotations
@@ -321,8 +322,8 @@ def import_cluster(
         with one_line_failures(), connect_rest(kubeconfig) as rest:
             released = abort_import(rest, abort, namespace)
         typer.echo(
-            f"import of cluster {abort} aborted: herder's objects removed ({released} machines registered "
-            "by the import with them), the machines left as they run"
+            f"import of cluster {abort} aborted: herder's objects removed, with the {released} Machines the "
+            "import registered; the machines left as they run"
         )
         return
     if talosconfig is None:
