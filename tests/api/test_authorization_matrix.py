@@ -367,6 +367,26 @@ def test_pinned_entries_of_the_table(role: str, kind: str, verb: str, allowed: b
     assert roles.allows(role, Access(verb, REGISTRY.get(kind))) is allowed
 
 
+# (role, kind, action, allowed): object actions a mistake in the table would hurt most.
+PINNED_ACTIONS = [
+    ("Admin", "Cluster", "import", True),
+    ("Operator", "Cluster", "import", False),
+    ("Admin", "Cluster", "kubeconfig", True),
+    ("Operator", "Cluster", "kubeconfig", False),
+]
+
+
+@pytest.mark.parametrize(("role", "kind", "action", "allowed"), PINNED_ACTIONS)
+def test_pinned_actions_of_the_table(role: str, kind: str, action: str, allowed: bool) -> None:
+    assert roles.allows(role, Access("create", REGISTRY.get(kind), NAMESPACE, "x", action)) is allowed
+
+
+def test_an_import_and_its_abort_are_an_admins_to_mark() -> None:
+    # herder makes no secrets for an imported cluster, and lets an aborted one's machines go unreset.
+    for annotation in ("herder.dev/imported", "herder.dev/import-aborted"):
+        assert roles.ROLE_SETTABLE_ANNOTATIONS[annotation] == "Admin"
+
+
 async def test_infra_provider_sees_and_touches_only_its_own_objects(
     server: Server, tokens: dict[str, str], targets: dict[str, dict[str, Any]]
 ) -> None:

@@ -16,6 +16,12 @@ from herder.runtime.controller import ObjectKey
 from tests.controllers.site import API, Site, obj
 
 TALOS, KUBERNETES = "v1.13.0", "1.33.0"
+# The annotations of a cluster whose import ``herder cluster import --abort`` is taking back.
+ABORTED_IMPORT = {
+    "herder.dev/imported": "talosconfig",
+    "herder.dev/locked": "true",
+    "herder.dev/import-aborted": "true",
+}
 
 
 def ready(kind: str, ok: bool = True, reason: str = "", message: str = "") -> dict[str, Any]:
@@ -49,7 +55,13 @@ class Fleet:
         return self.endpoints.setdefault(uuid, f"127.0.9.{len(self.endpoints) + 1}:50000")
 
     async def cluster(
-        self, *, secrets: bool = True, bootstrapped: bool = True, etcd_healthy: bool = True, **spec: Any
+        self,
+        *,
+        secrets: bool = True,
+        bootstrapped: bool = True,
+        etcd_healthy: bool = True,
+        annotations: dict[str, str] | None = None,
+        **spec: Any,
     ) -> Resource:
         """The Cluster (with its ClusterSecrets), bootstrapped and with etcd healthy unless told not (a
         cluster not bootstrapped has no etcd to be healthy)."""
@@ -58,6 +70,7 @@ class Fleet:
                 "Cluster",
                 self.name,
                 spec={"talosVersion": TALOS, "kubernetesVersion": KUBERNETES, **spec},
+                metadata={"annotations": annotations or {}},
             )
         )
         if secrets:

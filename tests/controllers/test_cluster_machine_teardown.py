@@ -1,7 +1,7 @@
 """ClusterMachineTeardown's decisions: a leaving machine is reset and let go once it is back in maintenance;
 a control plane of a cluster that stays first leaves etcd, and only while etcd is healthy; an unreachable
 machine holds its member, saying why, until an Admin forces its release (which removes a control plane's
-etcd member through one that runs)."""
+etcd member through one that runs); a member of an aborted import goes at once, its machine untouched."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 from herder.runtime.controller import ObjectKey
 from herder.talos.machine import EtcdMember, WipeMode
 from herder.talos.machine.pool import ClientPool
-from tests.controllers.fleet import Fleet, ready
+from tests.controllers.fleet import ABORTED_IMPORT, Fleet, ready
 from tests.controllers.site import Site
 
 KEY = ObjectKey("ClusterMachine", "default", "m1")
@@ -144,3 +144,13 @@ async def test_a_machine_never_configured_is_released_at_once(site: Site) -> Non
     await fleet.leave(await fleet.member("m1"))
     assert await teardown(site, fleet) == (None, "gone")
     assert site.machines.calls == []
+
+
+async def test_a_member_of_an_aborted_import_is_released_untouched_although_locked(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster(annotations=ABORTED_IMPORT)
+    await fleet.machine("m1")
+    member = await fleet.leave(await fleet.member("m1", "controlplane", configHash="c1", etcdMember=True))
+    assert await teardown(site, fleet) == (None, "gone")
+    assert site.machines.calls == []
+    assert await site.told(member) == [("Normal", "Released", "machine m1 left as it runs (import aborted)")]

@@ -1,12 +1,16 @@
 """ClusterTeardown's decisions: a live cluster carries its finalizer; a deleted one has its sets, hand-made
 nodes and patches deleted (not another controller's outputs), says which machines it waits for (the
-unreachable ones by their own words), and goes once no member is left."""
+unreachable ones by their own words), and goes once no member is left; an aborted import goes although
+locked, its machines untouched."""
 
 from __future__ import annotations
 
+from herder.controllers.clusters.cluster_machine_teardown import ClusterMachineTeardownController
 from herder.controllers.clusters.cluster_teardown import CLUSTER_FINALIZER, ClusterTeardownController
 from herder.resources.meta import CONTROLLER_ANNOTATION
-from tests.controllers.fleet import Fleet
+from herder.runtime.controller import ObjectKey
+from herder.talos.machine.pool import ClientPool
+from tests.controllers.fleet import ABORTED_IMPORT, Fleet
 from tests.controllers.site import Site, names, obj
 
 
@@ -79,3 +83,23 @@ async def test_a_cluster_with_no_member_left_goes(site: Site) -> None:
     await site.reconcile(ClusterTeardownController(), fleet.key)
     assert await site.get("Cluster", fleet.name) is None
     assert ("Normal", "Destroyed", "every machine is back in maintenance mode") in await site.told()
+
+
+async def test_an_aborted_import_is_taken_down_although_locked_and_lets_its_machines_go(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster(annotations=ABORTED_IMPORT)
+    await fleet.machine_set("workers")
+    await fleet.member("w1")
+    await deleted(site, fleet)
+    await site.reconcile(ClusterTeardownController(), fleet.key)
+    assert await site.get("MachineSet", "workers") is None
+    assert (await site.status("Cluster", fleet.name))[
+        "teardown"
+    ] == "waiting for 1 machine(s) to be let go: w1"
+    # Its node's going deletes the member (garbage collection); its teardown lets it go at once.
+    await site.store.delete("ClusterMachine", "w1", "default")
+    members = ClusterMachineTeardownController(fleet.keys, ClientPool(dialer=site.machines, keep=0))
+    await site.reconcile(members, ObjectKey("ClusterMachine", "default", "w1"))
+    assert site.machines.calls == []
+    await site.reconcile(ClusterTeardownController(), fleet.key)
+    assert await site.get("Cluster", fleet.name) is None

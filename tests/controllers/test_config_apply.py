@@ -171,3 +171,36 @@ async def test_control_planes_update_one_at_a_time_and_only_while_etcd_is_health
     held = await site.reconcile(apply, key("cp2"))
     assert held is not None and held.requeue_after == ROLLOUT_WAIT
     assert len(site.machines.made("apply_configuration")) == 1
+
+
+async def test_a_configured_machine_that_runs_its_config_already_has_it_adopted_not_applied(
+    site: Site,
+) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster(annotations={"herder.dev/locked": "true"})  # adopting changes nothing: locked or not
+    await fleet.machine("w1")
+    member = await fleet.member("w1")
+    await fleet.config(member, "c1")
+    site.machines.answer("running_config", b"# config c1\n")
+    assert await site.reconcile(controller(site, fleet), key("w1")) is None
+    assert site.machines.made("apply_configuration") == []
+    (read,) = site.machines.made("running_config")
+    assert read.secure  # a configured machine is read with herder's certificate
+    status = await site.status("ClusterMachine", "w1")
+    assert status["configHash"] == "c1" and status["apply"]["appliedAt"].startswith("2026-01-01T00:00:00")
+    told = await site.told(member)
+    assert ("Normal", "ConfigAdopted", "config c1 is the one the machine runs") in told
+
+
+async def test_a_configured_machine_that_runs_another_config_gets_its_own(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()
+    await fleet.machine("w1")
+    member = await fleet.member("w1")
+    await fleet.config(member, "c1")
+    site.machines.answer("running_config", b"version: v1alpha1\nmachine: {type: worker}\n")
+    applies(site)
+    await site.reconcile(controller(site, fleet), key("w1"))
+    (call,) = site.machines.made("apply_configuration")
+    assert call.secure and call.args == ("# config c1\n",)
+    assert (await site.status("ClusterMachine", "w1"))["configHash"] == "c1"

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 
 from herder.controllers.clusters.machine_link import MachineLinkController
 from herder.runtime.controller import ObjectKey
-from herder.talos.machine import MachineAPIError, MachineStage
+from herder.talos.machine import MachineAPIError, MachineStage, Unauthenticated
 from herder.talos.machine.pool import ClientPool
 from herder.talos.machine.resources import (
     MACHINE_STATUS,
@@ -98,5 +98,39 @@ async def test_a_passing_stage_that_stands_is_read_afresh_and_counted_unchanged(
             await asyncio.sleep(0.05)
         assert _resyncs("unchanged") > unchanged
         assert (await site.status("Machine", "m1"))["stage"] == "Booting"
+    finally:
+        await controller.shutdown()
+
+
+async def test_a_configured_member_whose_secrets_come_later_is_reached_with_herders_certificate(
+    site: Site,
+) -> None:
+    # An imported cluster's machines run their configs before herder has the cluster's secrets.
+    fleet = Fleet(site)
+    cluster = await fleet.cluster(secrets=False)
+    machine = await fleet.machine("m1", connected=False, stage="Unknown")
+
+    def version(call: Call) -> Any:
+        if not call.secure:
+            raise Unauthenticated("TLS with 127.0.9.1:50000 failed: TLSV13_ALERT_CERTIFICATE_REQUIRED")
+        return SimpleNamespace(tag="v1.13.0")
+
+    site.machines.answer("version", version)
+    site.machines.fail("system_information", MachineAPIError("not answered here"))
+    site.machines.answer("watch_resources", _stalling_streams([MachineStage.RUNNING]))
+    controller = MachineLinkController(fleet.keys, clients=ClientPool(dialer=site.machines, keep=0))
+    try:
+        await site.reconcile(controller, ObjectKey.of(machine))
+        member = await fleet.member("m1")
+        # A new member is news to its machine's link, and so are its cluster's secrets when they come.
+        assert await site.show(controller, member) == [ObjectKey.of(machine)]
+        await site.reconcile(controller, ObjectKey.of(machine))
+        secrets = await site.cluster_secrets(cluster)
+        assert await site.show(controller, secrets) == [ObjectKey.of(machine)]
+        await site.reconcile(controller, ObjectKey.of(machine))
+        await _stage_becomes(site, "m1", "Running")
+        status = await site.status("Machine", "m1")
+        assert status["connected"] is True and status["maintenance"] is False
+        assert site.machines.made("version")[-1].secure
     finally:
         await controller.shutdown()

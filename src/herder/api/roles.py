@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from herder.krm.policy import Access
 from herder.resources import KindInfo
 from herder.resources.access import HIDDEN_LABEL, INFRA_PROVIDER_LABEL, RESERVED_PREFIX, Role
-from herder.resources.clusters import LOCKED_ANNOTATION, MANAGED_BY_ANNOTATION
+from herder.resources.clusters import (
+    IMPORT_ABORTED_ANNOTATION,
+    IMPORTED_ANNOTATION,
+    LOCKED_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+)
 from herder.resources.machines import FORCE_RELEASE_ANNOTATION
 from herder.resources.manifests import SKIP_PRE_CHECKS_ANNOTATION, SYNC_REQUESTED_ANNOTATION
 from herder.resources.provisioning import MACHINE_REQUEST_LABEL, MACHINE_REQUEST_SET_LABEL
@@ -55,6 +60,10 @@ ROLE_SETTABLE_ANNOTATIONS: dict[str, Role] = {
     SYNC_REQUESTED_ANNOTATION: "Operator",
     SKIP_PRE_CHECKS_ANNOTATION: "Operator",
     LOCKED_ANNOTATION: "Operator",
+    # An Admin imports a running cluster (herder cluster import), whose secrets herder then does not make.
+    IMPORTED_ANNOTATION: "Admin",
+    # Deleting it then leaves its machines as they run (herder cluster import --abort).
+    IMPORT_ABORTED_ANNOTATION: "Admin",
 }
 
 
@@ -184,6 +193,8 @@ POLICY: dict[str, Rule] = {
             "talosconfig-break-glass": "Admin",
             "backup": "Operator",
             "support": "Reader",
+            # The secrets bundle of an imported cluster (herder cluster import), which makes Machines too.
+            "import": "Admin",
         },
     ),
     # etcd backups: stores are an Admin's (S3 credentials); herder writes the backups, which outlive

@@ -37,6 +37,11 @@ app = typer.Typer(
                 "Clusters as Omni cluster templates: validate and render offline; sync, diff, status, delete, "
                 "export.",
             ),
+            "import": Lazy(
+                "herder.cli.cluster_import",
+                "import_cluster",
+                "Take over a running Talos cluster herder did not make; its machines keep their configs.",
+            ),
             "kubernetes": Lazy(
                 "herder.cli.cluster_kubernetes",
                 "app",

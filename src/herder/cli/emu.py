@@ -221,8 +221,8 @@ def list_machines(
     """List the emulated machines, one per line under a header: UUID, ENDPOINT (where its Talos API
     answers), HOSTNAME, STAGE, POWER (on or off), VERSION (of Talos) and FAULTS (injected, or -). With -o
     json or yaml, everything the control API shows of each (also node, ready, installed, machine_type,
-    cluster_id, last_error, hardware, and boots and configApplies: how many times its system booted and how
-    many configs it took), for scripts."""
+    cluster_id, last_error, hardware, and boots, bootID and configApplies: how many times its system booted,
+    the current boot's ID, and how many configs it took), for scripts."""
     machines = _request("GET", _base_url(url, data_dir), "/machines")
     if output is Format.json:
         typer.echo(json.dumps(machines, indent=2))

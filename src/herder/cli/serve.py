@@ -174,9 +174,11 @@ def object_actions(
     from herder.controllers.catalog import (
         backup_requests,
         cluster_credentials,
+        import_secrets,
         machine_request_release,
         support_bundles,
     )
+    from herder.controllers.clusters.cluster_import import ImportRefused
     from herder.controllers.clusters.credentials import CredentialsUnavailable
     from herder.controllers.provisioning.release import ReleaseRefused
 
@@ -192,6 +194,8 @@ def object_actions(
                 raise ActionFailed(409, str(exc)) from None
             except ReleaseRefused as exc:
                 raise ActionFailed(400, str(exc)) from None
+            except ImportRefused as exc:
+                raise ActionFailed(exc.code, str(exc)) from None
 
         return ObjectAction(kind, name, run, media_type)
 
@@ -202,6 +206,7 @@ def object_actions(
         action("backup", backup_requests(store).request, "application/json"),
         action("support", support_bundles(store, logs).bundle, "application/zip"),
         action("release", machine_request_release(store), kind="MachineRequest"),
+        action("import", import_secrets(store).give, "application/json"),
     ]
 
 

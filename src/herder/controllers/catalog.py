@@ -19,6 +19,7 @@ from herder.controllers.backups.stores import BackupStores
 from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.admission import ClusterAdmission
 from herder.controllers.clusters.bootstrap import BootstrapController
+from herder.controllers.clusters.cluster_import import ClusterImportController, ImportSecrets
 from herder.controllers.clusters.cluster_lock import ClusterLockController
 from herder.controllers.clusters.cluster_machine_config import ClusterMachineConfigController
 from herder.controllers.clusters.cluster_machine_readiness import ClusterMachineReadinessController
@@ -112,6 +113,11 @@ def backup_requests(store: Store) -> BackupRequests:
     return BackupRequests(store)
 
 
+def import_secrets(store: Store) -> ImportSecrets:
+    """The Cluster's ``import`` action: an imported cluster's secrets bundle becomes its ClusterSecrets."""
+    return ImportSecrets(store)
+
+
 def support_bundles(store: Store, logs: MachineLogs | None) -> SupportBundles:
     """What makes a cluster's support bundle (the Cluster's ``support`` action)."""
     return SupportBundles(store, ClusterKeys(store), logs)
@@ -140,6 +146,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         ClusterSecretsController(KeyPool(options.spare_keys), make_keys_now=options.spare_keys_now),
         ClusterTeardownController(),
         ClusterLockController(),
+        ClusterImportController(),
         balancer,
         MachineSetAllocationController(),
         MachineSetStatusController(),

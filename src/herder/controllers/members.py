@@ -13,6 +13,7 @@ from herder.resources.clusters import (
     MACHINE_SET_NODE,
     ClusterMachineSpec,
     MachineSetSpec,
+    is_import_aborted,
     is_locked,
 )
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_SET_LABEL, MachineSpec, MachineStatus
@@ -47,7 +48,11 @@ def lock_changes(mapper: Mapper) -> Mapper:
     def changed(event: WatchEvent) -> Iterable[ObjectKey]:
         if event.type != "MODIFIED" or event.previous is None:
             return ()
-        if is_locked(event.previous) == is_locked(event.object):
+        # An aborted import lets its members go although the cluster is locked.
+        if (is_locked(event.previous), is_import_aborted(event.previous)) == (
+            is_locked(event.object),
+            is_import_aborted(event.object),
+        ):
             return ()
         return mapper(event)
 

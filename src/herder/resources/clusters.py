@@ -19,7 +19,7 @@ from herder.resources.machines import CLUSTER_LABEL, MACHINE_SET_LABEL, Stage
 from herder.resources.manifests import HealthCheckResult
 from herder.resources.object import Resource
 from herder.resources.registry import KindInfo, PrinterColumn, label_path
-from herder.resources.status import WithConditions, condition_column, condition_reason_column
+from herder.resources.status import WithConditions, condition_column, condition_reason_column, status_of
 
 _STRICT = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
@@ -33,6 +33,13 @@ CLUSTER_TEMPLATES = "cluster-templates"
 # A locked cluster: herder changes nothing on its machines (no config apply, upgrade, allocation change,
 # teardown, reset) until the annotation goes; its status is still observed. Operator on the cluster sets it.
 LOCKED_ANNOTATION = "herder.dev/locked"
+IMPORTED_ANNOTATION = "herder.dev/imported"
+"""On a Cluster taken over from running machines (``herder cluster import``): its secrets are the ones read
+back out of their configs, and its machines keep the configs they run. On a Machine, the cluster whose import
+registered it (``herder cluster import --abort`` removes it again)."""
+IMPORT_ABORTED_ANNOTATION = "herder.dev/import-aborted"
+"""On an imported Cluster being deleted by ``herder cluster import --abort``: its objects go, and its machines
+are left as they run (not reset), locked or not."""
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 
@@ -46,6 +53,19 @@ def is_locked(cluster: Resource) -> bool:
     """Whether a Cluster is locked: it carries ``herder.dev/locked`` with any value but ``false``."""
     value = cluster.metadata.annotations.get(LOCKED_ANNOTATION)
     return value is not None and value.strip().lower() != "false"
+
+
+def is_imported(cluster: Resource) -> bool:
+    return IMPORTED_ANNOTATION in cluster.metadata.annotations
+
+
+def is_import_aborted(cluster: Resource) -> bool:
+    return is_imported(cluster) and IMPORT_ABORTED_ANNOTATION in cluster.metadata.annotations
+
+
+def is_importing(cluster: Resource) -> bool:
+    """An imported cluster whose machines herder has not all taken over yet (no ``Imported`` condition)."""
+    return is_imported(cluster) and not status_of(cluster, ClusterStatus).condition_true("Imported")
 
 
 _EXAMPLES = {"Talos": "v1.13.2", "Kubernetes": "1.33.0"}

@@ -43,6 +43,7 @@ from herder.resources.machines import (
     MACHINE,
     MACHINE_LABEL,
     MACHINE_SET_LABEL,
+    Hardware,
     MachineStatus,
 )
 from herder.resources.provisioning import JOIN_CONFIG, MACHINE_REQUEST_LABEL, JoinConfigSpec
@@ -66,7 +67,8 @@ from herder.talos.patch_layers import LayeredPatch, PatchLayer, apply_layers
 from herder.talos.patches import PatchError
 from herder.talos.siderolink.kernel_args import JoinArgsError
 from herder.talos.siderolink.kernel_args import parse as parse_join_args
-from herder.talos.system_patches import disk_encryption, inline_manifest, siderolink
+from herder.talos.system_patches import disk_encryption as _disk_encryption
+from herder.talos.system_patches import inline_manifest, siderolink
 from herder.talos.validate import ConfigInvalid, validate_config
 
 DEFAULT_DISK = "/dev/sda"
@@ -246,13 +248,12 @@ class ClusterMachineConfigController(Controller):
             if len(self._bases) > _CACHE:
                 self._bases.popitem(last=False)
         layers = await self._patches(ctx, cluster, member)
-        if spec.features.disk_encryption:
-            layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-disk-encryption", disk_encryption(contract)))
-        if wanted.role == "controlplane":
-            layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-readers", _readers_binding(contract)))
-        joined = await _siderolink_patch(ctx, member)
-        if joined:
-            layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-siderolink", joined))
+        layers += system_layers(
+            contract,
+            wanted.role,
+            disk_encryption=spec.features.disk_encryption,
+            joined=await _siderolink_patch(ctx, member),
+        )
         # Machines of one role usually share every patch: their config is made and validated once.
         final_key = (base_key, tuple(sorted((p.layer, p.name, p.text) for p in layers)))
         known = self._finals.get(final_key)
@@ -288,6 +289,30 @@ class ClusterMachineConfigController(Controller):
                 text = CONFIG_PATCH.spec_of(patch, ConfigPatchSpec).data
                 out[patch.name] = LayeredPatch(layer, patch.name, text)
         return list(out.values())
+
+
+def system_layers(
+    contract: VersionContract, role: str, *, disk_encryption: bool = False, joined: str = ""
+) -> list[LayeredPatch]:
+    """herder's own patches of a machine's config: disk encryption, the Readers' binding on control planes,
+    a joined machine's SideroLink settings (``joined``)."""
+    layers = []
+    if disk_encryption:
+        layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-disk-encryption", _disk_encryption(contract)))
+    if role == "controlplane":
+        layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-readers", _readers_binding(contract)))
+    if joined:
+        layers.append(LayeredPatch(PatchLayer.SYSTEM, "000-siderolink", joined))
+    return layers
+
+
+def default_disk(hardware: Hardware | None) -> str:
+    """The install disk when a MachineSetNode names none: the machine's first disk, as Talos's installer
+    would pick."""
+    for disk in hardware.disks if hardware is not None else ():
+        if disk.name:
+            return disk.name if disk.name.startswith("/dev/") else f"/dev/{disk.name}"
+    return DEFAULT_DISK
 
 
 async def _siderolink_patch(ctx: Context, member: Resource) -> str:
@@ -333,10 +358,4 @@ def _layer(patch: Resource, machine_set: str | None, uuid: str) -> PatchLayer | 
 
 
 def _disk_of(machine: Resource | None) -> str:
-    """The install disk when its MachineSetNode names none: the machine's first disk, as Talos's
-    installer would pick."""
-    hardware = status_of(machine, MachineStatus).hardware if machine is not None else None
-    for disk in hardware.disks if hardware is not None else ():
-        if disk.name:
-            return disk.name if disk.name.startswith("/dev/") else f"/dev/{disk.name}"
-    return DEFAULT_DISK
+    return default_disk(status_of(machine, MachineStatus).hardware if machine is not None else None)

@@ -8,7 +8,8 @@ and in a Warning event, until it comes back or an Admin lets it go with ``herder
 --force`` (annotation ``herder.dev/force-release`` on the Machine). A control plane let go so (gone,
 unreachable) first has its etcd member removed through a control plane that runs, so that no stray
 member is left in a cluster that stays. A member of a locked cluster (``herder.dev/locked``) is neither
-reset nor released until the cluster is unlocked; ``status.teardown`` says so.
+reset nor released until the cluster is unlocked; ``status.teardown`` says so. A member of an aborted import
+(``herder.dev/import-aborted``) is released at once, its machine left as it runs: herder never made it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from herder.controllers.members import (
     running_control_planes,
 )
 from herder.resources import Resource
-from herder.resources.clusters import CLUSTER, CLUSTER_MACHINE, ClusterMachineStatus, ClusterStatus
+from herder.resources.clusters import (
+    CLUSTER,
+    CLUSTER_MACHINE,
+    ClusterMachineStatus,
+    ClusterStatus,
+    is_import_aborted,
+)
 from herder.resources.machines import (
     CLUSTER_LABEL,
     FORCE_RELEASE_ANNOTATION,
@@ -95,6 +102,13 @@ class ClusterMachineTeardownController(Controller):
             return None
         machine = await machine_of(ctx, member)
         status = status_of(member, ClusterMachineStatus)
+        cluster = await cluster_of(ctx, member)
+        if cluster is not None and is_import_aborted(cluster):
+            await ctx.event(
+                member, "Normal", "Released", f"machine {member.name} left as it runs (import aborted)"
+            )
+            await ctx.remove_finalizer(member, TEARDOWN_FINALIZER)
+            return None
         locked = await locked_cluster(ctx, member)
         if locked:
             await self._waiting(ctx, member, status, "waiting: " + locked_message(locked))
@@ -118,7 +132,6 @@ class ClusterMachineTeardownController(Controller):
             return Result(requeue_after=30)
         if reached.stage in ("Resetting", "Rebooting", "Booting", "ShuttingDown"):
             return None  # on its way back to maintenance: its events bring us back
-        cluster = await cluster_of(ctx, member)
         view = await self._keys.of(cluster) if cluster is not None else None
         staying = cluster is not None and not cluster.metadata.deletion_timestamp
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint

@@ -2,7 +2,9 @@
 
 The bundle's version contract is the one of the Talos version the cluster is created with, and it is
 never changed afterwards, so an upgrade never rewrites the config format under a running machine. The
-contract and that first version are also shown on the Cluster's status.
+contract and that first version are also shown on the Cluster's status. An imported cluster
+(``herder.dev/imported``) gets none generated: its bundle is the one its machines run, which the import
+gives (``cluster_import``).
 
 A cluster restored from an etcd backup (its control plane set's ``bootstrapSpec``) runs with the backup's
 Kubernetes encryption secrets instead of its own, so that the Secrets in the snapshot read back: they are
@@ -21,7 +23,7 @@ from herder.controllers.backups.restore import backup_encryption_secrets, bootst
 from herder.controllers.clusters.key_pool import KeyPool
 from herder.resources import Resource
 from herder.resources.cluster_secrets import CLUSTER_SECRETS, ClusterSecretsSpec
-from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterSpec, ClusterStatus
+from herder.resources.clusters import CLUSTER, MACHINE_SET, ClusterSpec, ClusterStatus, is_imported
 from herder.resources.machines import CLUSTER_LABEL
 from herder.resources.status import status_of
 from herder.runtime.controller import (
@@ -73,6 +75,8 @@ class ClusterSecretsController(Controller):
         if cluster is None or cluster.metadata.deletion_timestamp:
             return None
         stored = await ctx.get(ObjectKey(CLUSTER_SECRETS.kind, key.namespace, key.name))
+        if stored is None and is_imported(cluster):
+            return None  # the import brings the bundle its machines run; its creation brings us back
         if stored is None:
             spec = CLUSTER.spec_of(cluster, ClusterSpec)
             contract = VersionContract.parse(spec.talos_version)

@@ -6,7 +6,9 @@ machine set nodes and config patches are deleted; each machine leaves through it
 teardown (reset, then released); when no member is left the finalizer goes, and what the cluster owns
 (its secrets, generated configs) is garbage-collected. While machines hold it up, the Cluster's ``Ready``
 condition names them and says why. A locked cluster (``herder.dev/locked``) is not taken down: its
-delete waits, with the finalizer kept and ``status.teardown`` saying so, until it is unlocked.
+delete waits, with the finalizer kept and ``status.teardown`` saying so, until it is unlocked. An
+aborted import (``herder.dev/import-aborted``, ``herder cluster import --abort``) is taken down locked or
+not, and its machines are left as they run (``cluster_machine_teardown``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from herder.resources.clusters import (
     MACHINE_SET_NODE,
     ClusterMachineStatus,
     ClusterStatus,
+    is_import_aborted,
     is_locked,
 )
 from herder.resources.configuration import CONFIG_PATCH
@@ -64,7 +67,8 @@ class ClusterTeardownController(Controller):
         if CLUSTER_FINALIZER not in cluster.metadata.finalizers:
             return None
         first = not status_of(cluster, ClusterStatus).teardown
-        if is_locked(cluster):
+        aborted = is_import_aborted(cluster)
+        if is_locked(cluster) and not aborted:
             await self._record(ctx, key, "the delete waits: " + locked_message(key.name))
             return None
         for kind_objects in (
@@ -82,15 +86,17 @@ class ClusterTeardownController(Controller):
         if members:
             waits = [status_of(m, ClusterMachineStatus).teardown for m in members]
             blocked = [why for why in waits if "unreachable" in why]
-            message = f"waiting for {len(members)} machine(s) to be reset: " + ", ".join(
-                sorted(m.name for m in members)[:10]
+            message = (
+                f"waiting for {len(members)} machine(s) to be {'let go' if aborted else 'reset'}: "
+                + ", ".join(sorted(m.name for m in members)[:10])
             )
             if blocked:
                 message = "; ".join(blocked[:3])
             await self._record(ctx, key, message)
             return None
         await ctx.remove_finalizer(cluster, CLUSTER_FINALIZER)
-        await ctx.event(cluster, "Normal", "Destroyed", "every machine is back in maintenance mode")
+        left = "left as they run (import aborted)" if aborted else "back in maintenance mode"
+        await ctx.event(cluster, "Normal", "Destroyed", f"every machine is {left}")
         return None
 
     async def _record(self, ctx: Context, key: ObjectKey, message: str) -> None:

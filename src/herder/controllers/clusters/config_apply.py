@@ -8,6 +8,10 @@ itself, as a redacted diff, in the machine's MachineConfigHistory (``config_hist
 apply keeps its error and attempt count on ``status.apply`` (and in a Warning event) and is retried with
 backoff until an attempt succeeds; nothing wipes the error before that.
 
+A configured machine that runs its generated config already (a machine of an imported cluster) is not
+given it again: its running config is read first and, when it says the same, recorded as applied
+("adopted"), locked cluster or not, as that changes nothing on the machine.
+
 Nothing is applied to the machines of a locked cluster (``herder.dev/locked``) until it is unlocked.
 A changed config rolls out: a locked machine gets no updates; a machine waiting for its Talos upgrade
 gets its new config after it; control planes take theirs one at a time while etcd is healthy, and
@@ -19,6 +23,8 @@ it is ready, is ``cluster_machine_readiness``'s.)
 from __future__ import annotations
 
 import asyncio
+
+import yaml
 
 from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters import config_history
@@ -53,6 +59,7 @@ from herder.runtime.controller import (
 )
 from herder.runtime.index import LabelIndex
 from herder.runtime.outputs import Writes
+from herder.talos.config_import import same_config
 from herder.talos.machine import ApplyMode, MachineAPIError
 from herder.talos.machine.pool import ClientPool
 from herder.workqueue import retry_delay
@@ -113,6 +120,12 @@ class ConfigApplyController(Controller):
         if config is None or not reached.connected:
             return None
         wanted = CLUSTER_MACHINE_CONFIG.spec_of(config, ClusterMachineConfigSpec)
+        if (
+            not status.config_hash
+            and not reached.maintenance
+            and await self._adopt(ctx, member, machine, wanted)
+        ):
+            return None
         if wanted.hash == status.config_hash or await locked_cluster(ctx, member):
             return None
         if not status.config_hash:
@@ -120,6 +133,41 @@ class ConfigApplyController(Controller):
         else:
             retry = await self._update(ctx, member, status, machine, reached, wanted)
         return Result(requeue_after=retry) if retry is not None else None
+
+    async def _adopt(
+        self, ctx: Context, member: Resource, machine: Resource, config: ClusterMachineConfigSpec
+    ) -> bool:
+        """Record ``config`` as applied when the machine runs it already; whether it does."""
+        cluster = await cluster_of(ctx, member)
+        view = await self._keys.of(cluster) if cluster is not None else None
+        if view is None:
+            return False
+        try:
+            async with self._clients.client(
+                MACHINE.spec_of(machine, MachineSpec).endpoint, view.talos
+            ) as client:
+                running = (await client.running_config()).decode("utf-8", "replace")
+        except MachineAPIError:
+            return False  # then it is applied as to any configured machine
+        try:
+            if not same_config(running, config.config):
+                return False
+        except yaml.YAMLError:
+            return False
+        adopted = ApplyStatus(applied_at=ctx.clock.micro())
+
+        def record(_: Resource, current: ClusterMachineStatus) -> None:
+            current.config_hash = config.hash
+            current.apply = adopted
+
+        await config_history.record_applied(
+            ctx, member, config.config, config.hash, config.talos_version, "adopted"
+        )
+        await ctx.mutate_status(ObjectKey.of(member), ClusterMachineStatus, record)
+        await ctx.event(
+            member, "Normal", "ConfigAdopted", f"config {config.hash[:12]} is the one the machine runs"
+        )
+        return True
 
     async def _update(
         self,

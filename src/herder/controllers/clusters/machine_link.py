@@ -26,9 +26,10 @@ from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.clusters.machine_facts import read_facts
 from herder.controllers.members import cluster_of
 from herder.resources import Resource
+from herder.resources.cluster_secrets import CLUSTER_SECRETS
 from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineStatus
 from herder.resources.join import SIDERO_LINK, SideroLinkStatus
-from herder.resources.machines import MACHINE, MachineSpec, MachineStatus
+from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
 from herder.resources.status import status_of
 from herder.runtime.clock import REAL_CLOCK, Clock
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, same_name
@@ -99,6 +100,8 @@ class _Link:
     """Read afresh because a passing stage stood too long: the next stage read tells whether it had moved."""
     tunnel_down: str = ""
     """Why the machine's SideroLink tunnel carries nothing, while it does not (a joined machine)."""
+    cluster: str = ""
+    """The cluster the machine is a member of ('' for none): its secrets' changes reach the link."""
 
 
 class MachineLinkController(Controller):
@@ -145,6 +148,7 @@ class MachineLinkController(Controller):
             Watch(MACHINE.kind, self._spec_changed),
             Watch(CLUSTER_MACHINE.kind, self._config_applied),
             Watch(SIDERO_LINK.kind, self._tunnel_changed),
+            Watch(CLUSTER_SECRETS.kind, self._secrets_changed),
         )
 
     @staticmethod
@@ -173,11 +177,27 @@ class MachineLinkController(Controller):
 
     @staticmethod
     def _config_applied(event: WatchEvent) -> Iterable[ObjectKey]:
+        # A new member may be configured already (an imported cluster's): it is reached with herder's
+        # certificate from the start.
         before = event.previous
-        applied = status_of(before, ClusterMachineStatus).config_hash if before is not None else ""
-        if event.type != "DELETED" and applied == status_of(event.object, ClusterMachineStatus).config_hash:
+        if (
+            before is not None
+            and event.type != "DELETED"
+            and status_of(before, ClusterMachineStatus).config_hash
+            == status_of(event.object, ClusterMachineStatus).config_hash
+        ):
             return ()
         return same_name(MACHINE.kind)(event)
+
+    def _secrets_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
+        # A cluster's secrets may come after its members (an imported cluster's are handed in by the
+        # import): its links take herder's certificate then.
+        secrets = event.object
+        return [
+            key
+            for key, link in self._links.items()
+            if link.cluster == secrets.name and key.namespace == secrets.namespace
+        ]
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         self._ctx = ctx
@@ -189,7 +209,7 @@ class MachineLinkController(Controller):
                 del self._links[key]
             return None
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
-        secure, configured = await self._credentials(ctx, machine)
+        cluster, secure, configured = await self._credentials(ctx, machine)
         if link is not None and link.endpoint != endpoint:
             await self._stop(link)
             link = None
@@ -199,6 +219,7 @@ class MachineLinkController(Controller):
         elif (link.secure, link.prefer_secure) != (secure, configured):
             link.secure, link.prefer_secure = secure, configured
             link.changed.set()
+        link.cluster = cluster
         tunnel_down = await self._tunnel_down(ctx, key)
         if tunnel_down != link.tunnel_down:
             link.tunnel_down = tunnel_down
@@ -212,16 +233,18 @@ class MachineLinkController(Controller):
         """The clock of the reconciles that started the links."""
         return self._ctx.clock if self._ctx is not None else REAL_CLOCK
 
-    async def _credentials(self, ctx: Context, machine: Resource) -> tuple[Credentials | None, bool]:
-        """herder's credentials for the machine's cluster, and whether it has been given its config."""
+    async def _credentials(self, ctx: Context, machine: Resource) -> tuple[str, Credentials | None, bool]:
+        """The machine's cluster, herder's credentials for it, and whether the machine has been given its
+        config."""
         member = await ctx.get(ObjectKey(CLUSTER_MACHINE.kind, machine.namespace, machine.name))
         if member is None:
-            return None, False
+            return "", None, False
+        name = member.metadata.labels.get(CLUSTER_LABEL, "")
         cluster = await cluster_of(ctx, member)
         view = await self._keys.of(cluster) if cluster is not None else None
         if view is None:
-            return None, False
-        return view.talos, bool(status_of(member, ClusterMachineStatus).config_hash)
+            return name, None, False
+        return name, view.talos, bool(status_of(member, ClusterMachineStatus).config_hash)
 
     @staticmethod
     async def _tunnel_down(ctx: Context, key: ObjectKey) -> str:

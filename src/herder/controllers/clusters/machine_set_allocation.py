@@ -6,7 +6,8 @@ them. The node's name being the machine's UUID is what keeps a machine in one se
 set cannot create the same node. Shrinking deletes nodes (their machines are then torn down): workers
 by the set's ``deleteStrategy``, control planes one at a time and only while etcd is healthy. A set
 short of machines says which and why on ``status.allocation``. The sets of a locked cluster
-(``herder.dev/locked``) neither bind nor release a machine until it is unlocked.
+(``herder.dev/locked``) neither bind nor release a machine until it is unlocked, but those of an imported
+one (``herder.dev/imported``) bind the machines it runs on until they are taken over.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from herder.resources.clusters import (
     ClusterStatus,
     MachineSetSpec,
     MachineSetStatus,
+    is_importing,
     is_locked,
 )
 from herder.resources.machines import (
@@ -133,7 +135,9 @@ class MachineSetAllocationController(Controller):
         spec = MACHINE_SET.spec_of(machine_set, MachineSetSpec)
         nodes = await set_nodes(ctx, machine_set)
         live = [n for n in nodes if not n.metadata.deletion_timestamp]
-        if is_locked(cluster):
+        # An imported cluster's sets take their machines while it is locked: that takes over configs they
+        # run already, and changes nothing on them.
+        if is_locked(cluster) and not is_importing(cluster):
             # Held back: a set with a change pending says why it waits (one without has nothing to say).
             pending = await _pending(ctx, machine_set, spec, live)
             held = AllocationStatus(reason="waiting: " + locked_message(cluster.name)) if pending else None

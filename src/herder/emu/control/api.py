@@ -6,9 +6,10 @@
                                           https://IP:6443, and whether it serves there now
     GET    /clusters/{cluster}            one of them, by id or name
     GET    /machines                      every machine's summary (uuid, endpoint, node, stage, power, …,
-                                          boots and configApplies: how many times its system booted and how
-                                          many configs it took; with --bmc: bmc, its BMC's Redfish System URL,
-                                          media, and boots as its firmware counts them)
+                                          boots, bootID (new at each boot) and configApplies: how many
+                                          times its system booted and how many configs it took; with
+                                          --bmc: bmc, its BMC's Redfish System URL, media, and boots as
+                                          its firmware counts them)
     POST   /machines                      {"count": N, "talos_version": "v1.x.y", "uuid": "…",
                                            "hardware": {"cpus": N, "memory_mib": N, "disk_gib": N}}
                                           → the new machines

@@ -387,7 +387,10 @@ def _files(machine: Machine) -> dict[str, machine_files.File]:
         f"cpu MHz\t\t: {c.cpu_mhz}\ncpu cores\t: {c.cpu_cores}\nflags\t\t: {' '.join(c.flags)}\n"
         for c in system.cpu_info(host)
     )
-    return machine_files.files(host, now, memory_text=meminfo, loadavg_text=loadavg, cpuinfo_text=cpuinfo)
+    config = machine.config.raw if machine.config is not None else None
+    return machine_files.files(
+        host, now, memory_text=meminfo, loadavg_text=loadavg, cpuinfo_text=cpuinfo, config=config
+    )
 
 
 _MEMINFO_NAMES = {

@@ -40,6 +40,8 @@ def _binary(name: str, size: int) -> bytes:
     return b"\x7fELF\x02\x01\x01" + b"\x00" * 57 + body
 
 
+CONFIG_PATH = "/system/state/config.yaml"
+
 BINARIES = {
     "/usr/bin/containerd-shim-runc-v2": 10 * MIB,
     "/usr/bin/runc": 12 * MIB,
@@ -48,10 +50,17 @@ BINARIES = {
 
 
 def files(
-    host: Host, now: float, *, memory_text: str, loadavg_text: str, cpuinfo_text: str
+    host: Host,
+    now: float,
+    *,
+    memory_text: str,
+    loadavg_text: str,
+    cpuinfo_text: str,
+    config: bytes | None = None,
 ) -> dict[str, File]:
     """The files of the machine ``talosctl read``, ``list`` and ``usage`` see, by absolute path. What a file
-    holds is made when it is read."""
+    holds is made when it is read. ``config`` is the running config, which Talos keeps (and serves to
+    ``os:admin``) as ``/system/state/config.yaml``."""
     booted = host.booted_at
     built = booted - 86400 * 30
 
@@ -81,6 +90,8 @@ def files(
             f"Linux version 6.12.18-talos (@buildkitsandbox) #1 SMP {host.talos_version}\n", 0o444, now
         ),
     }
+    if config is not None:
+        out[CONFIG_PATH] = File(len(config), 0o600, booted, lambda: config)
     for path, size in BINARIES.items():
         out[path] = File(size, 0o755, built, functools.partial(_binary, path, size))
     out["/usr/bin/containerd"] = File(

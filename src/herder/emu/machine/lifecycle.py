@@ -240,6 +240,7 @@ class Machine:
             "last_error": self.last_error,
             "hardware": vars(self.record.hardware),
             "boots": self.record.boots,
+            "bootID": self.record.boot_id,
             "configApplies": self.record.config_applies,
         }
 
@@ -403,6 +404,7 @@ class Machine:
 
     def _count_boot(self) -> None:
         self.record.boots += 1
+        self.record.boot_id = str(uuidlib.uuid4())
         self._persist()
 
     async def _boot(self) -> None:

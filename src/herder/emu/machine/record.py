@@ -35,6 +35,8 @@ class MachineRecord:
     """The Image Factory schematic of the Talos it runs (booted from an ISO of it), or empty."""
     boots: int = 0
     """How many times its system booted (power-ons and reboots), so a test can tell nothing rebooted it."""
+    boot_id: str = ""
+    """A new one each boot, as Linux's ``/proc/sys/kernel/random/boot_id``."""
     config_applies: int = 0
     """How many configs it took (in maintenance mode or applied), so a test can tell nothing re-applied one."""
 
@@ -56,6 +58,7 @@ class MachineRecord:
             "powered_on": self.powered_on,
             "schematic": self.schematic,
             "boots": self.boots,
+            "boot_id": self.boot_id,
             "config_applies": self.config_applies,
         }
 
@@ -77,5 +80,6 @@ class MachineRecord:
             powered_on=bool(raw.get("powered_on", True)),
             schematic=str(raw.get("schematic") or ""),
             boots=int(raw.get("boots") or 0),
+            boot_id=str(raw.get("boot_id") or ""),
             config_applies=int(raw.get("config_applies") or 0),
         )

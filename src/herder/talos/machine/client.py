@@ -69,6 +69,9 @@ SNAPSHOT_CHUNK = 1 << 20
 _T = TypeVar("_T")
 
 
+RUNNING_CONFIG_PATH = "/system/state/config.yaml"
+
+
 @dataclass(frozen=True)
 class _Stubs:
     """The services of one connection to apid."""
@@ -611,6 +614,10 @@ class MachineClient:
         """A file's bytes as they stream (``talosctl read``)."""
         async for message in self._stream("Read", pb.ReadRequest(path=path), node):
             yield message.bytes
+
+    async def running_config(self, *, node: str | None = None) -> bytes:
+        """The config the machine runs, as Talos keeps it (``/system/state/config.yaml``; ``os:admin``)."""
+        return b"".join([chunk async for chunk in self.read(RUNNING_CONFIG_PATH, node=node)])
 
     async def list_files(
         self, root: str = "/", *, recurse: bool = False, depth: int = 0, node: str | None = None
