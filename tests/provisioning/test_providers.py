@@ -163,7 +163,13 @@ def test_providers_see_and_touch_only_their_own_requests(site: Site) -> None:
     assert as_(emu_kubeconfig, "get", "joinconfig", "other").returncode != 0
     # Users see requests and their status, but nobody writes it but the provider, Admins included.
     reader = _account(site, "mr-reader", "Reader")
-    assert json.loads(as_(reader, "get", "mr", mine, "-o", "json").stdout)["status"]["stage"]
+    # The provider writes the request's first status when it takes the request up, which may be now.
+    site.until(
+        lambda: (
+            json.loads(as_(reader, "get", "mr", mine, "-o", "json").stdout).get("status", {}).get("stage")
+        ),
+        what=f"{mine}'s status, as a Reader reads it",
+    )
     for who in (reader, site.server.kubeconfig):
         refused = as_(
             who,

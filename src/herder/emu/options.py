@@ -4,10 +4,12 @@ timings) and the faults it can inject: light enough for the CLI to import withou
 from __future__ import annotations
 
 import random
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from herder.emu.timings import Timings
+from herder.state.free_ports import claim
 
 DEFAULT_TALOS_VERSION = "v1.13.9"
 DEFAULT_MACHINE_CIDR = "127.100.0.0/16"
@@ -16,9 +18,24 @@ DEFAULT_MACHINE_PORT = 50000
 
 def spare_network() -> str:
     """A random /16 of 127.0.0.0/8 for an emulator run beside others (the benchmarks'): never the default
-    network, which a user's ``herder demo`` or ``herder emu run`` holds."""
+    network, which a user's ``herder demo`` or ``herder emu run`` holds, nor one another picker has just
+    taken (``claim``) or an emulator serves (its first machine's address is in use)."""
     default = int(DEFAULT_MACHINE_CIDR.split(".")[1])
-    return f"127.{random.choice([n for n in range(64, 251) if n != default])}.0.0/16"
+    spare = [n for n in range(64, 251) if n != default]
+    for _ in range(100):
+        second = random.choice(spare)
+        if claim(f"network-127.{second}") and _free(f"127.{second}.0.1", DEFAULT_MACHINE_PORT):
+            return f"127.{second}.0.0/16"
+    raise RuntimeError("no spare /16 of 127.0.0.0/8 for the emulator's machines")
+
+
+def _free(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 FAULTS = ("crash", "partition", "heal", "slow-boot", "fail-upgrade", "fail-install", "vanish")

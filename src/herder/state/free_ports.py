@@ -1,10 +1,12 @@
-"""Loopback ports free now, for the servers that tests, benchmarks and throwaway etcd members start.
+"""Loopback ports (and networks) free now, for the servers that tests, benchmarks and throwaway etcd
+members start.
 
 A port the system picks (binding port 0) is one of its ephemeral ports, which any process's outgoing
 connection may take at any moment: often before the server it was picked for listened on it. These
-ports come from a range below the ephemeral ones (Linux: 32768 up), and each is claimed for a minute
+ports come from a range below the ephemeral ones (Linux: 32768 up), and each is claimed for two minutes
 with a file of its number in a directory every picker shares, so that two processes starting servers at
-once (pytest's workers) never pick the same one.
+once (pytest's workers) never pick the same one; ``claim`` does the same for anything else picked at
+random (an emulator's network).
 """
 
 from __future__ import annotations
@@ -26,11 +28,9 @@ CLAIM_SECONDS = 120
 
 def free_port(first: int = FIRST, last: int = LAST) -> int:
     """A port of ``first``-``last`` free on 127.0.0.1 now and claimed by no other picker."""
-    claims = Path(tempfile.gettempdir()) / "herder-port-claims"
-    claims.mkdir(exist_ok=True)
     for _ in range(1000):
         port = random.randint(first, last)
-        if not _claim(claims / str(port)):
+        if not claim(str(port)):
             continue
         with socket.socket() as probe:
             try:
@@ -39,6 +39,13 @@ def free_port(first: int = FIRST, last: int = LAST) -> int:
                 continue
         return port
     raise RuntimeError(f"no free port between {first} and {last} on 127.0.0.1")
+
+
+def claim(name: str) -> bool:
+    """Claim ``name`` for ``CLAIM_SECONDS``; False if another picker holds it."""
+    claims = Path(tempfile.gettempdir()) / "herder-port-claims"
+    claims.mkdir(exist_ok=True)
+    return _claim(claims / name)
 
 
 def _claim(path: Path) -> bool:
