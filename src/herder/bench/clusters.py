@@ -174,9 +174,14 @@ def new_object(info: Any, name: str, spec: dict[str, Any], labels: dict[str, str
 
 
 async def create_all(client: Client, objects: list[Resource], width: int = 50) -> None:
-    """Create objects ``width`` at a time, as a busy client would."""
-    for i in range(0, len(objects), width):
-        await asyncio.gather(*(client.create(obj) for obj in objects[i : i + width]))
+    """Create objects ``width`` at a time, as a busy client would: the Clusters first, which their machine
+    sets' admission wants to exist."""
+    for batch in (
+        [o for o in objects if o.kind == CLUSTER.kind],
+        [o for o in objects if o.kind != CLUSTER.kind],
+    ):
+        for i in range(0, len(batch), width):
+            await asyncio.gather(*(client.create(obj) for obj in batch[i : i + width]))
 
 
 @dataclass

@@ -212,9 +212,10 @@ class KubeProxy:
         groups: tuple[str, ...],
     ) -> None:
         body = await media.read_body(request, MAX_BODY)
-        outgoing = upstream.client.build_request(request.method, target.url, headers=headers, content=body)
+        client = upstream.client
+        outgoing = client.build_request(request.method, target.url, headers=headers, content=body)
         try:
-            answer = await upstream.client.send(outgoing, stream=True)
+            answer = await client.send(outgoing, stream=True)
         except httpx.HTTPError as exc:
             error = ApiError(
                 503, f"cluster {target.name}'s Kubernetes API is unreachable: {exc or type(exc).__name__}"

@@ -1,12 +1,15 @@
 """Where the proxy sends a cluster's requests: the cluster's Kubernetes API endpoint, verified against the
 cluster's Kubernetes CA, with a client certificate herder issues itself from that CA (``system:masters``,
 allowed to impersonate), renewed at half its life and made again when the cluster's secrets change.
-One HTTP client per cluster keeps connections open between requests.
+A few HTTP clients per cluster, taken in turn, keep connections open between requests: httpcore's pool
+scans every connection it holds for every request it places (a system call each), so one pool of 50
+connections spent more than the requests themselves when 50 callers used the proxy at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import ssl
 import time
 from collections import OrderedDict
@@ -27,6 +30,8 @@ from herder.talos.secrets import load_secrets
 _LIFETIME = timedelta(days=7)
 # The certificate's name in the clusters' audit logs: herder's proxy, whoever it impersonates.
 PROXY_IDENTITY = "herder:kubernetes-proxy"
+CLIENTS = 8
+"""HTTP clients (connection pools) per cluster."""
 RETIRE_AFTER = 30.0
 """Seconds a replaced client stays open for the requests still under way on it."""
 KEEP = 256
@@ -40,10 +45,20 @@ class NoUpstream(Exception):
 @dataclass
 class Upstream:
     endpoint: str
-    client: httpx.AsyncClient
+    clients: tuple[httpx.AsyncClient, ...]
     context: ssl.SSLContext
     revision: str
     made: float = field(default_factory=time.monotonic)
+    _turn: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The next of the cluster's clients."""
+        return self.clients[next(self._turn) % len(self.clients)]
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
 
 
 class Upstreams:
@@ -78,13 +93,13 @@ class Upstreams:
                         self._retire(known)
                     known = self._known[key] = made
                     while len(self._known) > self._keep:
-                        await self._known.popitem(last=False)[1].client.aclose()
+                        await self._known.popitem(last=False)[1].aclose()
         assert known is not None
         self._known.move_to_end(key)
         return known
 
     def _retire(self, upstream: Upstream) -> None:
-        task = asyncio.get_running_loop().create_task(_close_later(upstream.client))
+        task = asyncio.get_running_loop().create_task(_close_later(upstream))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
@@ -100,16 +115,16 @@ class Upstreams:
     async def close(self) -> None:
         known, self._known = list(self._known.values()), OrderedDict()
         for upstream in known:
-            await upstream.client.aclose()
+            await upstream.aclose()
         for task in list(self._retiring):
             task.cancel()
 
 
-async def _close_later(client: httpx.AsyncClient) -> None:
+async def _close_later(upstream: Upstream) -> None:
     try:
         await asyncio.sleep(RETIRE_AFTER)
     finally:
-        await client.aclose()
+        await upstream.aclose()
 
 
 def _upstream(secrets: Resource, endpoint: str, revision: str) -> Upstream:
@@ -121,11 +136,14 @@ def _upstream(secrets: Resource, endpoint: str, revision: str) -> Upstream:
     context = ssl.create_default_context(cadata=trusted.decode("ascii"))
     context.set_alpn_protocols(["http/1.1"])
     load_cert_chain(context, issued.crt, issued.key)
-    client = httpx.AsyncClient(
-        base_url=endpoint,
-        verify=context,
-        # Watches and followed logs go on as long as their callers keep them.
-        timeout=httpx.Timeout(connect=10.0, read=None, write=30.0, pool=30.0),
-        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+    clients = tuple(
+        httpx.AsyncClient(
+            base_url=endpoint,
+            verify=context,
+            # Watches and followed logs go on as long as their callers keep them.
+            timeout=httpx.Timeout(connect=10.0, read=None, write=30.0, pool=30.0),
+            limits=httpx.Limits(max_connections=256 // CLIENTS, max_keepalive_connections=64 // CLIENTS),
+        )
+        for _ in range(CLIENTS)
     )
-    return Upstream(endpoint, client, context, revision)
+    return Upstream(endpoint, clients, context, revision)
