@@ -212,7 +212,7 @@ class KubeProxy:
         groups: tuple[str, ...],
     ) -> None:
         body = await media.read_body(request, MAX_BODY)
-        client = upstream.client
+        client = upstream.next_client()
         outgoing = client.build_request(request.method, target.url, headers=headers, content=body)
         try:
             answer = await client.send(outgoing, stream=True)

@@ -51,9 +51,8 @@ class Upstream:
     made: float = field(default_factory=time.monotonic)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
-    @property
-    def client(self) -> httpx.AsyncClient:
-        """The next of the cluster's clients."""
+    def next_client(self) -> httpx.AsyncClient:
+        """The next of the cluster's clients, in turn."""
         return self.clients[next(self._turn) % len(self.clients)]
 
     async def aclose(self) -> None:
