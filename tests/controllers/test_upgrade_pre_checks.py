@@ -1,6 +1,6 @@
 """UpgradePreChecks' decisions, against a workload cluster's API in process: before a minor Kubernetes
 upgrade, an object served only in an API version the target removes holds it, named with its
-replacement, for the generation it was decided at; the skip annotation lets the upgrade go (told once as a
+replacement (where the replacement is served too, only if it was last written in the removed version), for the generation it was decided at; the skip annotation lets the upgrade go (told once as a
 Warning); a patch upgrade is not held (nor its cluster asked); an API that cannot be reached holds the
 upgrade saying why, until a later check succeeds."""
 
@@ -113,6 +113,34 @@ async def test_an_object_in_a_removed_api_version_holds_a_minor_upgrade_naming_i
         f"no objects in API versions removed by {TARGET}",
     )
     assert pre_checks_passed(await _cluster(site))
+
+
+async def test_where_the_replacement_is_served_too_only_objects_last_written_in_the_removed_version_hold(
+    site: Site, cluster_api: Workload
+) -> None:
+    # kube-apiserver 1.31 serves every FlowSchema in v1beta3 and v1 alike: it is the version an object was
+    # last written in (its managedFields) that a 1.32 client would stumble on.
+    await cluster_api.put(_definition(FLOW, "v1beta3", "FlowSchema"))
+    cluster_api.also_serve(f"{FLOW}/v1", "FlowSchema")
+    for name, written_in in (("moved", "v1"), ("left-behind", "v1beta3")):
+        await cluster_api.put(
+            {
+                "apiVersion": f"{FLOW}/v1beta3",
+                "kind": "FlowSchema",
+                "metadata": {
+                    "name": name,
+                    "managedFields": [
+                        {"manager": "kubectl", "operation": "Update", "apiVersion": f"{FLOW}/{written_in}"}
+                    ],
+                },
+            }
+        )
+    fleet = await _upgrading(site)
+    await site.reconcile(_controller(fleet, cluster_api), fleet.key)
+    assert (await _verdict(site))["message"] == (
+        f"the upgrade from {CURRENT} to {TARGET} would strand 1 object(s): "
+        f"FlowSchema left-behind ({FLOW}/v1beta3): use {FLOW}/v1"
+    )
 
 
 async def test_a_namespaced_object_is_named_with_its_namespace(site: Site, cluster_api: Workload) -> None:

@@ -41,7 +41,21 @@ class Workload(KubernetesClients):
         self.store = store
         self.endpoints: list[str] = []
         self.down = False
-        self._http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(store.registry, store)))
+        self._app = httpx.ASGITransport(app=build_app(store.registry, store))
+        self._also: dict[str, list[dict[str, Any]]] = {}
+        self._http = httpx.AsyncClient(transport=httpx.MockTransport(self._serve))
+
+    def also_serve(self, api_version: str, kind: str) -> None:
+        """Discovery of ``api_version`` lists ``kind`` too, as kube-apiserver lists a built-in kind in every
+        version it serves (the emulator serves a definition's storage version only)."""
+        plural = kind.lower() + "s"
+        self._also.setdefault(api_version, []).append({"name": plural, "kind": kind, "namespaced": False})
+
+    async def _serve(self, request: httpx.Request) -> httpx.Response:
+        version = request.url.path.removeprefix("/apis/")
+        if request.method == "GET" and version in self._also:
+            return httpx.Response(200, json={"groupVersion": version, "resources": self._also[version]})
+        return await self._app.handle_async_request(request)
 
     def client(self, endpoint: str, credentials: KubernetesCredentials) -> httpx.AsyncClient:
         self.endpoints.append(endpoint)

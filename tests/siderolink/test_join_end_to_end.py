@@ -81,7 +81,8 @@ class Story:
         return made
 
 
-def until(check: Any, timeout: float = 90, what: str = "") -> Any:
+def until(check: Any, timeout: float = 90, what: str = "", shown: Any = None) -> Any:
+    """Wait for ``check`` to answer something true; on a timeout, say what ``shown`` (or the check) saw."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -89,7 +90,8 @@ def until(check: Any, timeout: float = 90, what: str = "") -> Any:
         if last:
             return last
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}; last: {last!r}")
+    seen = shown() if shown is not None else last
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}; last: {seen!r}")
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -131,14 +133,30 @@ def test_three_machines_join_with_the_kernel_args_of_a_join_config(story: Story)
     story.machines = [m["uuid"] for m in story.emulator.published()]
     prefix = ipaddress.ip_network(story.site.prefix)
 
-    def joined() -> bool:
+    def waiting() -> dict[str, Any]:
+        """The machines not connected yet, with what their Connected condition says."""
         machines = {m["metadata"]["name"]: m for m in story.get("machines")["items"]}
-        return all(
-            uuid in machines and condition(machines[uuid], "Connected").get("status") == "True"
+        return {
+            uuid: condition(machines[uuid], "Connected") if uuid in machines else "no Machine"
             for uuid in story.machines or []
-        )
+            if uuid not in machines or condition(machines[uuid], "Connected").get("status") != "True"
+        }
 
-    until(joined, what="three joined machines connected")
+    def seen() -> dict[str, Any]:
+        """What herder and the emulator say of the machines not connected yet (a timeout's message)."""
+        assert story.emulator is not None
+        emulated = {m["uuid"]: m for m in asyncio.run(story.emulator.control("GET", "/machines"))}
+        links = {link["metadata"]["name"]: link for link in story.get("siderolinks")["items"]}
+        return {
+            uuid: {
+                "machine": connected,
+                "link": (links.get(uuid) or {}).get("status"),
+                "emulator": {k: emulated.get(uuid, {}).get(k) for k in ("stage", "node", "last_error")},
+            }
+            for uuid, connected in waiting().items()
+        }
+
+    until(lambda: not waiting(), what="three joined machines connected", shown=seen)
     until(
         lambda: all(
             condition(story.get("siderolink", uuid), "Connected").get("status") == "True"

@@ -15,12 +15,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import ctypes
-import ctypes.util
 import ipaddress
 import os
 import shutil
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +31,11 @@ MTU = 1280
 KEEPALIVE = 25
 """Talos's persistent keepalive towards the server, in seconds."""
 START_TIMEOUT = 10.0
-PR_SET_PDEATHSIG = 1
+END_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM")
+"""wireguard-go is sent SIGTERM when the process that started it dies, however it died (kill -9 included),
+so that no interface outlives its owner. util-linux's ``setpriv`` sets that, not a ``preexec_fn``: one makes
+Python fork instead of vfork, and in a process that uses gRPC the fork runs gRPC's fork handlers, whose
+restarted poller can kill the child before it runs wireguard-go (seen under load as "did not start")."""
 
 
 class WireGuardError(RuntimeError):
@@ -79,18 +80,11 @@ def _b64(hex_key: str) -> str:
     return base64.b64encode(bytes.fromhex(hex_key)).decode()
 
 
-def _end_with_parent() -> None:
-    """In the child before it runs wireguard-go: be sent SIGTERM when the process that started it dies,
-    however it died (kill -9 included), so that no interface outlives its owner."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def missing() -> str | None:
     """What is missing to run WireGuard here (wireguard-go, iproute2), or None."""
-    for tool in ("wireguard-go", "ip"):
+    for tool in ("wireguard-go", "ip", "setpriv"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (Debian: apt-get install wireguard-go iproute2)"
+            return f"{tool} is not installed (Debian: apt-get install wireguard-go iproute2 util-linux)"
     return None
 
 
@@ -143,13 +137,13 @@ class WireGuard:
             self.socket_path.unlink()  # left by a wireguard-go killed with -9
         env = {**os.environ, "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD": "1", "LOG_LEVEL": "error"}
         self._process = await asyncio.create_subprocess_exec(
+            *END_WITH_PARENT,
             *self._in_netns("wireguard-go", "-f", self.name),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             env=env,
             start_new_session=True,
-            preexec_fn=_end_with_parent,
         )
         deadline = time.monotonic() + START_TIMEOUT
         while not self.socket_path.exists():
