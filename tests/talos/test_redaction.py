@@ -62,6 +62,10 @@ def test_what_looks_like_a_secret_of_any_cluster_is_taken_out() -> None:
     assert redact("joined with token abcdef.0123456789abcdef ok") == f"joined with token {REDACTED} ok"
     assert redact("Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.x.y") == f"Authorization: Bearer {REDACTED}"
     assert redact("token hdr_t-abc_" + "0" * 64) == f"token {REDACTED}"
+    cmdline = "Command line: siderolink.api=grpc://[fd00::1]:8099?jointoken=hjt_edge_" + "f" * 64
+    assert redact(f"{cmdline} console=ttyS0") == (
+        f"Command line: siderolink.api=grpc://[fd00::1]:8099?jointoken={REDACTED} console=ttyS0"
+    )
     key = base64.b64encode(
         b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n"
     ).decode()

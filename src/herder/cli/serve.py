@@ -88,6 +88,9 @@ def controller_manager(options: ControllerOptions) -> BackgroundFactory:
 
 log = logging.getLogger("herder.serve")
 
+LoggingService = Callable[["MachineLogs"], "ServiceFactory"]
+"""A service the server runs that keeps machine logs (SideroLink's kernel log sink): given the logs."""
+
 
 def cluster_metrics(options: ServeOptions, controller_options: ControllerOptions) -> ScrapeFactory:
     """The metrics of clusters computed from the store at each scrape of /metrics, with the expiry of
@@ -218,7 +221,7 @@ def _run(
     talos_listen: str | None = None,
     around: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     machine_log_bytes: int | None = None,
-    services: Sequence[ServiceFactory] = (),
+    services: Sequence[LoggingService] = (),
 ) -> None:
     """Serve until SIGTERM or SIGINT; ``around`` is started before the server and stopped after it (the
     demo's emulator), so that a failure to start it ends the start."""
@@ -265,7 +268,7 @@ def _run(
                     ready=started,
                     prepare=[lambda store: register_admission(store, controller_options)],
                     actions=lambda store: object_actions(store, gateway.talosconfigs(store), logs),
-                    services=[gateway.service, *services],
+                    services=[gateway.service, *(service(logs) for service in services)],
                     ui=web_ui,
                     mounts=[KubeProxy],
                     machine_logs=logs,
@@ -555,10 +558,10 @@ class SideroLinkFlags:
         host, port = self.options.listen
         return f"grpc://[{host}]:{port}" if ":" in host else f"grpc://{host}:{port}"
 
-    def service(self, data_dir: Path) -> ServiceFactory:
+    def service(self, data_dir: Path) -> LoggingService:
         from herder.siderolink.server import SideroLinkServer
 
-        return lambda store, audit: SideroLinkServer(store, audit, data_dir, self.options)
+        return lambda logs: lambda store, audit: SideroLinkServer(store, audit, data_dir, self.options, logs)
 
 
 def providers(data_dir: Path, flags: list[str]) -> list[BackgroundFactory]:

@@ -28,9 +28,11 @@ import grpc
 from herder.api.audit import AuditLog
 from herder.resources.join import SIDERO_LINK, SideroLinkSpec, SideroLinkStatus
 from herder.siderolink.addresses import server_address
+from herder.siderolink.kernel_logs import KernelLogs
 from herder.siderolink.provision import NAMESPACE, ProvisionService, Tunnel
 from herder.siderolink.records import mutate_status
 from herder.siderolink.sinks import Sinks
+from herder.state.machine_logs import MachineLogs
 from herder.state.store import Store
 from herder.talos.api.siderolink import provision_pb2_grpc as pb_grpc
 from herder.talos.siderolink.wireguard import WireGuard, WireGuardError, generate_keys, public_key_of
@@ -94,7 +96,9 @@ class _Seen:
 class SideroLinkServer:
     """Listens (Provision) from the moment it is made; the interface comes up in ``run``."""
 
-    def __init__(self, store: Store, audit: AuditLog, data_dir: Path, options: SideroLinkOptions) -> None:
+    def __init__(
+        self, store: Store, audit: AuditLog, data_dir: Path, options: SideroLinkOptions, logs: MachineLogs
+    ) -> None:
         self._store = store
         self._options = options
         self._private = server_key(data_dir)
@@ -119,7 +123,7 @@ class SideroLinkServer:
             ) from None
         self._seen: dict[str, _Seen] = {}
         self._by_address: dict[str, str] = {}
-        self.sinks = Sinks(data_dir, self._by_address.get)
+        self.sinks = Sinks(KernelLogs(store, logs, NAMESPACE), self._by_address.get)
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
 

@@ -3,9 +3,10 @@
 JSON object a line), both on herder's tunnel address only, so that only joined machines reach them.
 
 A sender is known by its tunnel address (the tunnel checks it: WireGuard takes from each peer only its own
-address). Events are counted and the last one kept for the machine's SideroLink status; kernel log lines are
-kept in the data directory, one file per machine (``siderolink/kmsg/<uuid>.log``, the previous megabyte in
-``.log.1``). Anything from an address no machine holds is dropped.
+address). Events are counted and the last one kept for the machine's SideroLink status; kernel log lines go
+to the machine's logs (``herder.siderolink.kernel_logs``), written as machined's Dmesg writes them
+(``facility: priority: [time]: message``), so ``herder machine dmesg`` reads the same either way. Anything
+from an address no machine holds is dropped.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import grpc
 
+from herder.siderolink.kernel_logs import KernelLogs
 from herder.talos.api.siderolink import events_pb2 as pb
 from herder.talos.api.siderolink import events_pb2_grpc as pb_grpc
 from herder.talos.machine.client import EVENT_TYPE_PREFIX
@@ -31,8 +33,6 @@ log = logging.getLogger("herder.siderolink")
 
 EVENTS_PORT = 8090
 KERNEL_LOG_PORT = 8092
-KEEP_BYTES = 1 << 20
-"""A machine's kernel log file is rotated past this size (one previous file kept)."""
 MAX_LINE = 64 << 10
 
 
@@ -44,10 +44,6 @@ class Received:
     last_event: str = ""
     last_event_at: float = 0.0
     kernel_lines: int = 0
-
-
-def kmsg_path(data_dir: Path, uuid: str) -> Path:
-    return data_dir / "siderolink" / "kmsg" / f"{uuid}.log"
 
 
 def _peer_address(peer: str) -> str:
@@ -62,8 +58,8 @@ def _peer_address(peer: str) -> str:
 class Sinks:
     """The two listeners; ``machine_at(address)`` names the machine (UUID) that holds a tunnel address."""
 
-    def __init__(self, data_dir: Path, machine_at: Callable[[str], str | None]) -> None:
-        self._data_dir = data_dir
+    def __init__(self, kernel_logs: KernelLogs, machine_at: Callable[[str], str | None]) -> None:
+        self._kernel_logs = kernel_logs
         self._machine_at = machine_at
         self.received: dict[str, Received] = {}
         self._events = grpc.aio.server()
@@ -85,6 +81,7 @@ class Sinks:
             self._kmsg.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._kmsg.wait_closed(), 1)
+        await self._kernel_logs.close()
 
     def _of(self, uuid: str) -> Received:
         return self.received.setdefault(uuid, Received())
@@ -106,33 +103,31 @@ class Sinks:
         try:
             if uuid is None:
                 return
-            path = kmsg_path(self._data_dir, uuid)
-            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
             while line := await reader.readline():
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue
-                text = message.get("msg") if isinstance(message, dict) else None
-                if not isinstance(text, str):
-                    continue
-                stamp = str(message.get("talos-time") or "")
-                await asyncio.to_thread(_append, path, f"{stamp} {message.get('facility', '')}: {text}\n")
-                seen = self._of(uuid)
-                seen.kernel_lines += 1
+                text = _dmesg_line(line)
+                if text is not None:
+                    await self._kernel_logs.keep(uuid, [text])
+                    self._of(uuid).kernel_lines += 1
         except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
             log.info("kernel log of %s ended: %s", uuid, exc)
         finally:
             self._senders.discard(writer)
             writer.close()
+            if uuid is not None:
+                self._kernel_logs.forget(uuid)
 
 
-def _append(path: Path, line: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if path.stat().st_size > KEEP_BYTES:
-            path.replace(path.with_suffix(".log.1"))
-    with path.open("a", encoding="utf-8") as out:
-        out.write(line)
+def _dmesg_line(line: bytes) -> str | None:
+    """A kernel message of Talos's JSON (one a line) as machined's Dmesg writes it; None if it is none."""
+    try:
+        message: Any = json.loads(line)
+    except ValueError:
+        return None
+    text = message.get("msg") if isinstance(message, dict) else None
+    if not isinstance(text, str):
+        return None
+    facility, priority = message.get("facility") or "kern", message.get("priority") or "info"
+    return f"{facility}: {priority}: [{message.get('talos-time') or ''}]: {text}"
 
 
 class _EventSink(pb_grpc.EventSinkServiceServicer):

@@ -38,6 +38,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from herder.resources import Resource
+from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
+from herder.resources.machines import CLUSTER_LABEL
+
 log = logging.getLogger(__name__)
 
 KERNEL = "kernel"
@@ -90,6 +94,17 @@ class LogScope:
             bool(data.get("hidden")),
             bool(data.get("managed")),
         )
+
+
+def scope_of(machine: Resource) -> LogScope:
+    """The scope a machine's lines are written in now."""
+    labels, annotations = machine.metadata.labels, machine.metadata.annotations
+    return LogScope(
+        machine.namespace or "default",
+        labels.get(CLUSTER_LABEL, ""),
+        HIDDEN_LABEL in labels,
+        READ_ONLY_ANNOTATION in annotations,
+    )
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 cluster that herder knows — its bundle's tokens, encryption secrets and CA and service account keys, in
 every form a Talos config or a program prints them (PEM, base64 of PEM, the lines of a PEM body) — and
 whatever looks like a secret of any cluster: private key blocks, base64 of them, bootstrap-style tokens
-(``[a-z0-9]{6}.[a-z0-9]{16}``), herder's bearer tokens (``hdr_NAME_SECRET``) and ``Bearer`` credentials.
+(``[a-z0-9]{6}.[a-z0-9]{16}``), herder's bearer tokens (``hdr_NAME_SECRET``), ``Bearer`` credentials and
+SideroLink join tokens (``jointoken=…`` of a kernel command line, as a joined machine's kernel prints it).
 
 A ``Redactor`` works on whole texts; a ``LineRedactor`` on the lines of one log as they come, carrying a
 private key block that spans lines from one line to the next.
@@ -30,6 +31,7 @@ _B64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]+")
 _TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
 _HERDER_TOKEN = re.compile(r"\bhdr_[A-Za-z0-9.-]+_[0-9a-f]{64}\b")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
+_JOIN_TOKEN = re.compile(r"\b(jointoken=)[^&\s\"']+")
 
 
 def bundle_secrets(bundle: SecretsBundle) -> list[str]:
@@ -90,6 +92,8 @@ class Redactor:
             text = _TOKEN.sub(REDACTED, text)
         if "hdr_" in text:
             text = _HERDER_TOKEN.sub(REDACTED, text)
+        if "jointoken=" in text:
+            text = _JOIN_TOKEN.sub(lambda m: m.group(1) + REDACTED, text)
         return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
 
 

@@ -1,6 +1,8 @@
 """Following machines' logs: while herder is connected to a configured machine, it follows the machine's
 kernel log (``Dmesg``) and each of its services' logs (``Logs``) through the Talos API, takes out the
-secrets it knows, and keeps the lines in the machine's ring (``herder.state.machine_logs``).
+secrets it knows, and keeps the lines in the machine's ring (``herder.state.machine_logs``). A machine that
+joined over SideroLink sends its kernel log to herder's sink itself (``herder.siderolink.kernel_logs``
+keeps it): its services' logs only are followed.
 
 Cost: one connection per machine (its own, beside the machine link's status stream), over which every
 follow is a stream of that one HTTP/2 connection: the Talos API has no call that streams every service's
@@ -22,15 +24,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from herder.controllers.cluster_keys import ClusterKeys
 from herder.controllers.members import cluster_of
 from herder.resources import Resource
-from herder.resources.access import HIDDEN_LABEL, READ_ONLY_ANNOTATION
 from herder.resources.clusters import CLUSTER_MACHINE, ClusterMachineStatus
-from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, MachineStatus
+from herder.resources.join import SIDERO_LINK
+from herder.resources.machines import MACHINE, MachineSpec, MachineStatus
 from herder.resources.status import status_of
 from herder.runtime.controller import (
     Context,
@@ -42,8 +44,8 @@ from herder.runtime.controller import (
     own_key,
     same_name,
 )
-from herder.state.machine_logs import KERNEL, LogScope, MachineLogs
-from herder.state.store import Store
+from herder.state.machine_logs import KERNEL, LogScope, MachineLogs, scope_of
+from herder.state.store import Store, WatchEvent
 from herder.talos.machine import Credentials, MachineAPIError, MachineClient, NotFound, Unimplemented
 from herder.talos.machine.pool import ClientPool
 from herder.talos.redaction import LineRedactor, Redactor, bundle_secrets
@@ -93,6 +95,8 @@ class _Follower:
     credentials: Credentials
     scope: LogScope
     redactor: Redactor
+    joined: bool
+    """It joined over SideroLink: it sends its kernel log to herder's sink itself (``herder.siderolink``)."""
     task: asyncio.Task[None] | None = None
 
 
@@ -125,6 +129,7 @@ class MachineLogController(Controller):
             ),
             # A machine is followed once it has its cluster's config (herder's credentials then work).
             Watch(CLUSTER_MACHINE.kind, on_change(same_name(MACHINE.kind), "status.configHash")),
+            Watch(SIDERO_LINK.kind, _joined_or_left),
         )
 
     def started(self) -> None:
@@ -139,11 +144,16 @@ class MachineLogController(Controller):
                 await self._stop(self._followers.pop(key))
             return None
         endpoint, credentials, scope, redactor = wanted
-        if follower is not None and (follower.endpoint, follower.credentials) != (endpoint, credentials):
+        joined = await ctx.get(ObjectKey(SIDERO_LINK.kind, key.namespace, key.name)) is not None
+        if follower is not None and (follower.endpoint, follower.credentials, follower.joined) != (
+            endpoint,
+            credentials,
+            joined,
+        ):
             await self._stop(self._followers.pop(key))
             follower = None
         if follower is None:
-            follower = self._followers[key] = _Follower(key, endpoint, credentials, scope, redactor)
+            follower = self._followers[key] = _Follower(key, endpoint, credentials, scope, redactor, joined)
         follower.scope, follower.redactor = scope, redactor
         if follower.task is None or follower.task.done():
             follower.task = asyncio.create_task(self._follow(follower), name=f"logs-{key.name}")
@@ -171,14 +181,7 @@ class MachineLogController(Controller):
         known = self._redactors.get(where)
         if known is None or known[0] != view.revision:
             known = self._redactors[where] = (view.revision, Redactor(bundle_secrets(view.bundle)))
-        labels, annotations = machine.metadata.labels, machine.metadata.annotations
-        scope = LogScope(
-            machine.namespace or "default",
-            labels.get(CLUSTER_LABEL, ""),
-            HIDDEN_LABEL in labels,
-            READ_ONLY_ANNOTATION in annotations,
-        )
-        return endpoint, view.talos, scope, known[1]
+        return endpoint, view.talos, scope_of(machine), known[1]
 
     async def shutdown(self) -> None:
         followers, self._followers = list(self._followers.values()), {}
@@ -215,18 +218,20 @@ class MachineLogController(Controller):
             await asyncio.sleep(delay)
 
     async def _session(self, follower: _Follower) -> None:
-        """Follow every log of the machine over one connection until the kernel's stream ends (a reboot)
-        or the connection fails."""
+        """Follow every log of the machine over one connection until the kernel's stream ends (a reboot;
+        for a joined machine, whose kernel log comes by the sink, until every stream ended) or the
+        connection fails."""
         client = self._clients.dial(
             follower.endpoint, follower.credentials, timeout=10, connect_timeout=5, retries=0
         )
         async with client:
             services = [s.id for s in await client.service_list()]
-            kernel = asyncio.create_task(self._source(follower, client, KERNEL))
-            others = {asyncio.create_task(self._source(follower, client, s)) for s in services}
+            sources = services if follower.joined else [KERNEL, *services]
+            tasks = [asyncio.create_task(self._source(follower, client, s)) for s in sources]
+            anchor = tasks[0] if not follower.joined and tasks else None
             try:
-                pending: set[asyncio.Task[None]] = {kernel, *others}
-                while kernel in pending:
+                pending: set[asyncio.Task[None]] = set(tasks)
+                while pending and (anchor is None or anchor in pending):
                     done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                     for task in done:
                         error = task.exception()
@@ -234,9 +239,9 @@ class MachineLogController(Controller):
                         if error is not None and not isinstance(error, NotFound | Unimplemented):
                             raise error
             finally:
-                for task in (kernel, *others):
+                for task in tasks:
                     task.cancel()
-                await asyncio.gather(kernel, *others, return_exceptions=True)
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _source(self, follower: _Follower, client: MachineClient, source: str) -> None:
         """Keep one log's new lines as they come, its backlog first (what was kept already left out)."""
@@ -289,6 +294,13 @@ class MachineLogController(Controller):
                     log.info("logs of machine %s/%s removed: gone since long", namespace, uuid)
             except Exception:
                 log.exception("pruning machine logs failed")
+
+
+def _joined_or_left(event: WatchEvent) -> Iterable[ObjectKey]:
+    """A machine joined (its SideroLink is made) or its link went: where its kernel log comes from changed."""
+    if event.type == "MODIFIED":
+        return ()
+    return same_name(MACHINE.kind)(event)
 
 
 async def _lines_of(client: MachineClient, source: str) -> AsyncIterator[list[str]]:
