@@ -10,10 +10,12 @@ the test ends, passing or failing. Skipped where they cannot run (not root, no w
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.server import Server, free_port, running
+from herder.api.tls import ensure_tls
+from herder.emu.control.process import EmulatorProcess
+from tests.api.server import Server, free_port, random_cidr, running
 
 
 def _reason() -> str | None:
@@ -49,6 +53,28 @@ def free_udp_port() -> int:
     with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
         s.bind(("::", 0))
         return int(s.getsockname()[1])
+
+
+# A Provision call made from inside a namespace (the machines' side of the uplink): Python with grpc, run by
+# ``ip netns exec``, printing the answer as JSON or the gRPC error code. Over TLS when given a CA to trust.
+CALL = """
+import json, sys
+import grpc
+from herder.talos.api.siderolink import provision_pb2 as pb, provision_pb2_grpc as pb_grpc
+target, fields, ca = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+channel = (
+    grpc.secure_channel(target, grpc.ssl_channel_credentials(open(ca, "rb").read())) if ca
+    else grpc.insecure_channel(target)
+)
+with channel:
+    try:
+        answer = pb_grpc.ProvisionServiceStub(channel).Provision(pb.ProvisionRequest(**fields), timeout=20)
+    except grpc.RpcError as e:
+        print(json.dumps({"code": e.code().name, "details": e.details()}))
+    else:
+        print(json.dumps({"code": "OK", "endpoints": list(answer.server_endpoint), "key": answer.server_public_key,
+                          "address": answer.node_address_prefix, "server": answer.server_address}))
+"""
 
 
 @dataclass
@@ -95,6 +121,8 @@ class JoinServer:
     wireguard_port: int
     interface: str
     prefix: str
+    ca: Path | None = None
+    """The CA of the Provision API's certificate (None: plaintext)."""
 
     def herder(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         from tests.api.server import HERDER
@@ -111,12 +139,24 @@ class JoinServer:
 
 
 @contextmanager
-def join_server(workdir: Path, *serve_args: str) -> Iterator[JoinServer]:
-    """``herder serve`` with SideroLink on an uplink of its own."""
+def join_server(workdir: Path, *serve_args: str, tls: bool = False) -> Iterator[JoinServer]:
+    """``herder serve`` with SideroLink on an uplink of its own; with ``tls``, its Provision API serves TLS
+    with a certificate of its uplink address from a CA of the test's (``JoinServer.ca``)."""
     with uplink() as link:
         port, wireguard = free_port(), free_udp_port()
         interface = f"hsl{secrets.token_hex(4)}"
         prefix = f"fd{secrets.token_hex(1)}:{secrets.token_hex(2)}:{secrets.token_hex(2)}::/64"
+        ca: Path | None = None
+        if tls:
+            files = ensure_tls(workdir, [link.herder_address], prefix="provision-")
+            ca = files.ca
+            serve_args = (
+                *serve_args,
+                "--siderolink-tls-cert",
+                str(files.cert),
+                "--siderolink-tls-key",
+                str(files.key),
+            )
         with running(
             workdir / "server",
             "--siderolink-listen", f"[{link.herder_address}]:{port}",
@@ -125,8 +165,8 @@ def join_server(workdir: Path, *serve_args: str) -> Iterator[JoinServer]:
             "--siderolink-interface", interface,
             *serve_args,
         ) as server:  # fmt: skip
-            api = f"grpc://[{link.herder_address}]:{port}"
-            made = JoinServer(server, link, api, wireguard, interface, prefix)
+            api = f"{'https' if tls else 'grpc'}://[{link.herder_address}]:{port}"
+            made = JoinServer(server, link, api, wireguard, interface, prefix, ca)
             _wait_interface(made)
             yield made
 
@@ -144,3 +184,58 @@ def _wait_interface(made: JoinServer) -> None:
     raise AssertionError(
         f"herder made no WireGuard interface {made.interface}:\n{made.server.log.read_text()}"
     )
+
+
+def joined_emulator(site: JoinServer, data_dir: Path, machines: int, join: str) -> EmulatorProcess:
+    """``herder emu run --join`` on the machines' side of the uplink, started and ready; machines trust the
+    site's CA, as a real machine trusts its system's roots."""
+    import asyncio
+
+    trust = ["env", f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={site.ca}"] if site.ca is not None else []
+    made = EmulatorProcess(
+        data_dir=data_dir,
+        machines=machines,
+        machine_cidr=random_cidr(),
+        listen=f"[{site.uplink.far_address}]:0",
+        # Its network namespace only (``ip netns exec`` would give it a mount namespace of its own too,
+        # where the namespaces it makes for its machines would not be seen from here).
+        prefix=["nsenter", f"--net=/var/run/netns/{site.uplink.netns}", *trust],
+        extra_args=["--join", join],
+    )
+    made.data_dir.mkdir(parents=True)
+    made.start()
+    asyncio.run(made.wait_ready())
+    return made
+
+
+def provision(site: JoinServer, *, plaintext: bool = False, **fields: object) -> dict[str, object]:
+    """Provision as a machine on the uplink's far side calls it (over TLS where the site serves it, unless
+    ``plaintext``): the answer's fields, or the gRPC error code."""
+    target = site.api.partition("://")[2]
+    ca = "" if plaintext or site.ca is None else str(site.ca)
+    result = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            site.uplink.netns,
+            sys.executable,
+            "-c",
+            CALL,
+            target,
+            json.dumps(fields),
+            ca,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    answer: dict[str, object] = json.loads(result.stdout)
+    return answer
+
+
+def token(site: JoinServer, name: str, *flags: str) -> str:
+    made = site.herder("jointoken", "create", name, *flags)
+    assert "shown this once only" in made.stderr
+    return made.stdout.strip()

@@ -25,9 +25,9 @@ import yaml
 
 from herder.emu.control.process import EmulatorProcess
 from herder.emu.machine.join import Joiner
-from tests.api.server import random_cidr, stop
+from tests.api.server import stop
 from tests.clusters.site import cluster, machine_set
-from tests.siderolink.join_site import JoinServer, join_server, needs_netns, sh
+from tests.siderolink.join_site import JoinServer, join_server, joined_emulator, needs_netns, sh
 
 pytestmark = [needs_netns, pytest.mark.steps]
 
@@ -65,20 +65,7 @@ class Story:
         self.kubectl("apply", "-f", str(path))
 
     def emulator_on(self, name: str, machines: int, join: str) -> EmulatorProcess:
-        made = EmulatorProcess(
-            data_dir=self.workdir / name,
-            machines=machines,
-            machine_cidr=random_cidr(),
-            listen=f"[{self.site.uplink.far_address}]:0",
-            # Its network namespace only (``ip netns exec`` would give it a mount namespace of its own too,
-            # where the namespaces it makes for its machines would not be seen from here).
-            prefix=["nsenter", f"--net=/var/run/netns/{self.site.uplink.netns}"],
-            extra_args=["--join", join],
-        )
-        made.data_dir.mkdir(parents=True)
-        made.start()
-        asyncio.run(made.wait_ready())
-        return made
+        return joined_emulator(self.site, self.workdir / name, machines, join)
 
 
 def until(check: Any, timeout: float = 90, what: str = "", shown: Any = None) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
-import sys
 import time
 import uuid as uuidlib
 from collections.abc import Iterator
@@ -19,51 +18,15 @@ from pathlib import Path
 import pytest
 
 from herder.talos.siderolink.wireguard import generate_keys, public_key_of
-from tests.siderolink.join_site import JoinServer, join_server, needs_netns
+from tests.siderolink.join_site import JoinServer, join_server, needs_netns, provision, token
 
 pytestmark = needs_netns
-
-# A Provision call made from inside a namespace (the machines' side of the uplink): Python with grpc, run by
-# ``ip netns exec``, printing the answer as JSON or the gRPC error code.
-CALL = """
-import json, sys
-import grpc
-from herder.talos.api.siderolink import provision_pb2 as pb, provision_pb2_grpc as pb_grpc
-target, fields = sys.argv[1], json.loads(sys.argv[2])
-with grpc.insecure_channel(target) as channel:
-    try:
-        answer = pb_grpc.ProvisionServiceStub(channel).Provision(pb.ProvisionRequest(**fields), timeout=20)
-    except grpc.RpcError as e:
-        print(json.dumps({"code": e.code().name, "details": e.details()}))
-    else:
-        print(json.dumps({"code": "OK", "endpoints": list(answer.server_endpoint), "key": answer.server_public_key,
-                          "address": answer.node_address_prefix, "server": answer.server_address}))
-"""
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinServer]:
     with join_server(tmp_path_factory.mktemp("provision")) as made:
         yield made
-
-
-def provision(site: JoinServer, **fields: object) -> dict[str, object]:
-    target = site.api.removeprefix("grpc://")
-    result = subprocess.run(
-        ["ip", "netns", "exec", site.uplink.netns, sys.executable, "-c", CALL, target, json.dumps(fields)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    answer: dict[str, object] = json.loads(result.stdout)
-    return answer
-
-
-def token(site: JoinServer, name: str, *flags: str) -> str:
-    made = site.herder("jointoken", "create", name, *flags)
-    assert "shown this once only" in made.stderr
-    return made.stdout.strip()
 
 
 def until(check: object, timeout: float = 30) -> object:

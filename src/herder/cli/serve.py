@@ -436,6 +436,22 @@ def serve_command(
             help="Seconds without a packet from a joined machine before its tunnel is reported down.",
         ),
     ] = 90.0,
+    siderolink_tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--siderolink-tls-cert",
+            help="Serve the Provision API over TLS with this certificate (PEM, its chain after it): one the "
+            "machines trust (Talos checks it against its system roots), for siderolink.api=https://... "
+            "Without it the Provision API is plaintext gRPC and the join token travels in the clear.",
+            show_default=False,
+        ),
+    ] = None,
+    siderolink_tls_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--siderolink-tls-key", help="The private key of --siderolink-tls-cert (PEM).", show_default=False
+        ),
+    ] = None,
     provider: Annotated[
         list[str] | None,
         typer.Option(
@@ -497,6 +513,8 @@ def serve_command(
         siderolink_prefix,
         siderolink_interface,
         siderolink_peer_timeout,
+        siderolink_tls_cert,
+        siderolink_tls_key,
     )
     controller_options = replace(
         _controller_options(cluster_endpoints, options.data_dir, listen, spare_keys),
@@ -520,16 +538,24 @@ def serve_command(
 
 
 def _siderolink(
-    listen: str | None, wireguard: str | None, prefix: str, interface: str, peer_timeout: float
+    listen: str | None,
+    wireguard: str | None,
+    prefix: str,
+    interface: str,
+    peer_timeout: float,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
 ) -> SideroLinkFlags | None:
     """What ``--siderolink-*`` ask for, checked (None: no SideroLink)."""
     if listen is None and wireguard is None:
+        if tls_cert is not None or tls_key is not None:
+            raise fail("--siderolink-tls-cert and --siderolink-tls-key need --siderolink-listen")
         return None
     if listen is None or wireguard is None:
         raise fail("--siderolink-listen and --siderolink-wireguard go together: give both, or neither")
     from herder.api.serve import parse_listen
     from herder.siderolink.addresses import parse_prefix, server_address
-    from herder.siderolink.server import SideroLinkOptions
+    from herder.siderolink.server import ProvisionTls, SideroLinkOptions
 
     try:
         options = SideroLinkOptions(
@@ -538,6 +564,7 @@ def _siderolink(
             prefix=parse_prefix(prefix),
             interface=interface,
             peer_timeout=peer_timeout,
+            tls=ProvisionTls.read(tls_cert, tls_key),
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -554,9 +581,11 @@ class SideroLinkFlags:
 
     @property
     def api_url(self) -> str:
-        """``siderolink.api`` without its token: plaintext gRPC, as Talos dials ``grpc://``."""
+        """``siderolink.api`` without its token: ``https://`` where the Provision API serves TLS, else
+        ``grpc://`` (plaintext), as Talos dials them."""
         host, port = self.options.listen
-        return f"grpc://[{host}]:{port}" if ":" in host else f"grpc://{host}:{port}"
+        scheme = "https" if self.options.tls is not None else "grpc"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     def service(self, data_dir: Path) -> LoggingService:
         from herder.siderolink.server import SideroLinkServer

@@ -1,5 +1,6 @@
 """The SideroLink server as ``herder serve --siderolink-listen HOST:PORT --siderolink-wireguard HOST:PORT``
-runs it: the Provision API (plaintext gRPC, as ``siderolink.api=grpc://…`` asks), herder's WireGuard
+runs it: the Provision API (over TLS with ``--siderolink-tls-cert``, as ``siderolink.api=https://…`` asks;
+else plaintext gRPC, as ``grpc://…`` asks), herder's WireGuard
 interface (wireguard-go, the prefix's first address, one peer per joined machine), and a watch over the
 peers that tells on each machine's SideroLink whether its tunnel carries anything.
 
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from herder.api.audit import AuditLog
 from herder.resources.join import SIDERO_LINK, SideroLinkSpec, SideroLinkStatus
@@ -48,6 +51,47 @@ CAP_NET_ADMIN = 12
 
 
 @dataclass(frozen=True)
+class ProvisionTls:
+    """The certificate (its chain after it) and key the Provision API serves TLS with."""
+
+    chain: bytes
+    key: bytes
+
+    @classmethod
+    def read(cls, cert: Path | None, key: Path | None) -> ProvisionTls | None:
+        """From ``--siderolink-tls-cert`` and ``--siderolink-tls-key`` (None: neither); ValueError naming the
+        flag and what is wrong."""
+        if cert is None and key is None:
+            return None
+        if cert is None or key is None:
+            raise ValueError(
+                "--siderolink-tls-cert and --siderolink-tls-key go together: give both, or neither"
+            )
+        chain, private = _read(cert, "--siderolink-tls-cert"), _read(key, "--siderolink-tls-key")
+        try:
+            leaf = x509.load_pem_x509_certificate(chain)
+        except ValueError:
+            raise ValueError(f"--siderolink-tls-cert {cert}: not a PEM certificate") from None
+        try:
+            loaded = serialization.load_pem_private_key(private, None)
+        except (ValueError, TypeError):
+            raise ValueError(f"--siderolink-tls-key {key}: not an unencrypted PEM private key") from None
+        public = serialization.PublicFormat.SubjectPublicKeyInfo
+        if loaded.public_key().public_bytes(
+            serialization.Encoding.DER, public
+        ) != leaf.public_key().public_bytes(serialization.Encoding.DER, public):
+            raise ValueError(f"--siderolink-tls-key {key}: not the key of --siderolink-tls-cert {cert}")
+        return cls(chain, private)
+
+
+def _read(path: Path, flag: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: {exc.strerror or exc}") from None
+
+
+@dataclass(frozen=True)
 class SideroLinkOptions:
     listen: tuple[str, int]
     """Where the Provision API listens."""
@@ -58,6 +102,8 @@ class SideroLinkOptions:
     interface: str = "siderolink"
     peer_timeout: float = PEER_TIMEOUT
     poll: float = POLL
+    tls: ProvisionTls | None = None
+    """None: the Provision API is plaintext gRPC (``siderolink.api=grpc://``)."""
 
 
 def has_net_admin() -> bool:
@@ -116,7 +162,11 @@ class SideroLinkServer:
         )
         target = _host_port(*options.listen)
         try:
-            self._server.add_insecure_port(target)
+            if options.tls is not None:
+                credentials = grpc.ssl_server_credentials([(options.tls.key, options.tls.chain)])
+                self._server.add_secure_port(target, credentials)
+            else:
+                self._server.add_insecure_port(target)
         except RuntimeError:
             raise OSError(
                 f"--siderolink-listen {target}: cannot listen there (is the port in use?)"
@@ -153,9 +203,15 @@ class SideroLinkServer:
                 "SideroLink: the events and kernel log sinks cannot listen on %s: %s", self._address.ip, exc
             )
         self._ready.set()
+        if self._options.tls is None:
+            log.warning(
+                "SideroLink: the Provision API is plaintext gRPC: join tokens travel in the clear to it "
+                "(--siderolink-tls-cert and --siderolink-tls-key serve it over TLS)"
+            )
         log.info(
-            "SideroLink: Provision API on %s, WireGuard %s on %s (interface %s, %s)",
+            "SideroLink: Provision API on %s (%s), WireGuard %s on %s (interface %s, %s)",
             _host_port(*self._options.listen),
+            "TLS" if self._options.tls is not None else "plaintext",
             self.tunnel.public_key,
             self.tunnel.endpoints[0],
             self._options.interface,
