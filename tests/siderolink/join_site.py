@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,6 +124,17 @@ class JoinServer:
     prefix: str
     ca: Path | None = None
     """The CA of the Provision API's certificate (None: plaintext)."""
+
+    def kubectl_json(self, *args: str) -> Any:
+        """``kubectl ARGS -o json`` as the site's admin: what it printed, decoded."""
+        result = subprocess.run(
+            ["/usr/bin/kubectl", "--kubeconfig", str(self.server.kubeconfig), *args, "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
 
     def herder(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         from tests.api.server import HERDER

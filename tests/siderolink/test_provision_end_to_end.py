@@ -39,18 +39,6 @@ def until(check: object, timeout: float = 30) -> object:
     raise AssertionError(f"timed out waiting for {check}")
 
 
-def kubectl_json(site: JoinServer, *args: str) -> dict[str, object]:
-    result = subprocess.run(
-        ["/usr/bin/kubectl", "--kubeconfig", str(site.server.kubeconfig), *args, "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    found: dict[str, object] = json.loads(result.stdout)
-    return found
-
-
 def test_a_machine_with_a_valid_token_joins_and_becomes_its_machine(site: JoinServer) -> None:
     joined = token(site, "rack-1", "--description", "the first rack")
     node, keys = str(uuidlib.uuid4()), generate_keys()
@@ -66,7 +54,7 @@ def test_a_machine_with_a_valid_token_joins_and_becomes_its_machine(site: JoinSe
     # herder's interface has the machine as a peer, and its own address.
     shown = subprocess.run(["ip", "-6", "address", "show", site.interface], capture_output=True, text=True)
     assert f"{prefix.network_address + 1}/64" in shown.stdout
-    link = kubectl_json(site, "get", "siderolink", node)
+    link = site.kubectl_json("get", "siderolink", node)
     assert link["spec"] == {  # type: ignore[comparison-overlap]
         "nodePublicKey": keys.public,
         "nodeAddress": str(address),
@@ -132,7 +120,7 @@ def test_revoked_unknown_and_missing_tokens_are_refused_and_audited(site: JoinSe
     assert _machine(site, node) is None
     listed = site.herder("jointoken", "list").stdout
     assert [row.split()[1] for row in listed.splitlines() if row.startswith("old-rack")] == ["revoked"]
-    events = kubectl_json(site, "get", "auditevents")["items"]
+    events = site.kubectl_json("get", "auditevents")["items"]
     refusals = [
         e["spec"]["message"]  # type: ignore[index]
         for e in events  # type: ignore[attr-defined]

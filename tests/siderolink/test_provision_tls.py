@@ -6,7 +6,6 @@ connected Machine); a plaintext call is not answered; bad flags are refused nami
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 import uuid as uuidlib
@@ -41,17 +40,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JoinServer]:
         yield made
 
 
-def _kubectl(site: JoinServer, *args: str) -> Any:
-    result = subprocess.run(
-        ["/usr/bin/kubectl", "--kubeconfig", str(site.server.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout) if "-o" in args else result.stdout
-
-
 def _until(check: Any, timeout: float = 60, what: str = "") -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -83,9 +71,9 @@ def test_an_emulated_machine_joins_with_the_https_kernel_args_of_a_join_config(
         "spec": {"displayName": "machines that check herder's certificate"},
     }
     (tmp_path / "provider.yaml").write_text(yaml.safe_dump(provider))
-    _kubectl(site, "apply", "-f", str(tmp_path / "provider.yaml"))
+    site.herder("apply", "-f", str(tmp_path / "provider.yaml"))
     args = _until(
-        lambda: _kubectl(site, "get", "joinconfig", "tls-edge", "-o", "json")["spec"].get("kernelArgs"),
+        lambda: site.kubectl_json("get", "joinconfig", "tls-edge")["spec"].get("kernelArgs"),
         what="a JoinConfig",
     )
     assert args[0].startswith(f"siderolink.api={site.api}?jointoken=")
@@ -94,7 +82,7 @@ def test_an_emulated_machine_joins_with_the_https_kernel_args_of_a_join_config(
     try:
 
         def connected() -> bool:
-            found = _kubectl(site, "get", "machines", "-o", "json")["items"]
+            found = site.kubectl_json("get", "machines")["items"]
             return any(
                 m["metadata"]["name"] == machine
                 and any(
