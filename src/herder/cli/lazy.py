@@ -49,7 +49,7 @@ def lazy_group(commands: Mapping[str, Lazy]) -> type[TyperGroup]:
     """A group class (for ``typer.Typer(cls=…)``) with ``commands`` besides the group's own."""
 
     class LazyGroup(TyperGroup):
-        # Typer 0.29 carries its own click (typer._click), whose types are private: Any stands for them.
+        # Typer (0.26 and later) carries its own click (typer._click), whose types are private: Any stands for them.
         def list_commands(self, ctx: Any) -> list[str]:
             return sorted({*super().list_commands(ctx), *commands})
 
