@@ -48,7 +48,12 @@ async def test_a_set_makes_its_requests_and_counts_them_provisioned(site: Site) 
         assert each.metadata.controller_ref().name == "pool"  # type: ignore[union-attr]
         assert "machineCount" not in (each.spec or {})
         assert await site.show(controller, each) == [ObjectKey.of(pool)]  # its creation wakes the set
+    # The requests are counted in the status written with them: waking on them writes nothing more.
+    first = await site.get("MachineRequestSet", "pool")
+    assert first is not None and (await _set_status(site))["requests"] == 2
     await site.reconcile(controller, ObjectKey.of(pool))
+    again = await site.get("MachineRequestSet", "pool")
+    assert again is not None and again.metadata.resource_version == first.metadata.resource_version
     status = await _set_status(site)
     assert (status["requests"], status["provisioned"]) == (2, 0)
     ready = condition(status, "Ready")

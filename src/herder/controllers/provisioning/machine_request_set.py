@@ -131,7 +131,9 @@ class MachineRequestSetController(Controller):
         live = [r for r in requests if not r.failed]
         problem = ""
         if len(live) < wanted:
-            problem = await self._grow(ctx, request_set, spec, wanted - len(live))
+            made, problem = await self._grow(ctx, request_set, spec, wanted - len(live))
+            # Counted now: the status says them in this write, not in one more once the watch shows them.
+            live += [_Request.of(r) for r in made]
         elif len(live) > wanted:
             await self._shrink(ctx, request_set, live, len(live) - wanted)
         provisioned = sum(r.provisioned for r in live)
@@ -162,12 +164,12 @@ class MachineRequestSetController(Controller):
 
     async def _grow(
         self, ctx: Context, request_set: Resource, spec: MachineRequestSetSpec, count: int
-    ) -> str:
-        """Create ``count`` requests; why they could not be, if they could not."""
+    ) -> tuple[list[Resource], str]:
+        """Create ``count`` requests: those made, and why the others could not be, if they could not."""
         request_spec = spec.model_dump(
             mode="json", by_alias=True, exclude_none=True, exclude={"machine_count"}
         )
-        made: list[str] = []
+        made: list[Resource] = []
         labels = {MACHINE_REQUEST_SET_LABEL: request_set.name}
         if HIDDEN_LABEL in request_set.metadata.labels:
             labels[HIDDEN_LABEL] = "true"
@@ -189,7 +191,7 @@ class MachineRequestSetController(Controller):
                 }
             )
             try:
-                made.append((await _create(ctx, request_set, request)).name)
+                made.append(await _create(ctx, request_set, request))
             except InvalidObject as exc:
                 why = "; ".join(f"{c.field}: {c.message}" for c in exc.causes) or str(exc)
                 told = status_of(request_set, MachineRequestSetStatus).condition("Ready")
@@ -200,11 +202,11 @@ class MachineRequestSetController(Controller):
             why = ""
         if made:
             # One event for the lot, not one per request: a set of thousands stays readable.
-            shown = ", ".join(made[:3]) + (", …" if len(made) > 3 else "")
+            shown = ", ".join(r.name for r in made[:3]) + (", …" if len(made) > 3 else "")
             await ctx.event(
                 request_set, "Normal", "Requested", f"{len(made)} machine request(s) created: {shown}"
             )
-        return why
+        return made, why
 
     async def _shrink(self, ctx: Context, request_set: Resource, live: list[_Request], count: int) -> None:
         owned_by_set = (
