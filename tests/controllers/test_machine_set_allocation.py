@@ -197,3 +197,41 @@ async def resize(site: Site, machine_set: object, spec: dict[str, object]) -> No
     changed = current.clone()
     changed.spec = {**(current.spec or {}), **spec}
     await site.store.update(changed)
+
+
+async def test_a_set_of_a_request_set_names_it_while_it_provisions_and_tells_its_refusals(site: Site) -> None:
+    await site.create(cluster())
+    await site.create(obj("InfraProvider", "emu", namespaced=False, spec={}))
+    (pool,) = await site.create(
+        obj(
+            "MachineRequestSet",
+            "pool",
+            spec={"providerID": "emu", "talosVersion": "v1.13.0", "machineCount": 2},
+        )
+    )
+    (workers,) = await site.create(
+        obj(
+            "MachineSet",
+            "workers",
+            spec={"role": "worker", "machineRequestSet": "pool"},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    allocation = MachineSetAllocationController()
+    provisioning = "2 more machine(s) wanted from machine request set pool: being provisioned "
+    provisioning += "(machine request set pool says how far)"
+    for told in ("0/2 provisioned; pool-a: Pending", "1/2 provisioned; pool-b: Provisioning: booting"):
+        # Its progress is the request set's to tell: the machine set is not written at each step.
+        pool = await site.set_status(pool, conditions=[ready_condition(False, "Provisioning", told)])
+        await site.reconcile(allocation, ObjectKey.of(workers))
+        assert (await site.status("MachineSet", "workers"))["allocation"]["reason"] == provisioning
+    refused = "spec.talosVersion: not offered"
+    await site.set_status(pool, conditions=[ready_condition(False, "RequestsRefused", refused)])
+    await site.reconcile(allocation, ObjectKey.of(workers))
+    assert (await site.status("MachineSet", "workers"))["allocation"]["reason"] == (
+        f"2 more machine(s) wanted from machine request set pool: {refused}"
+    )
+
+
+def ready_condition(ok: bool, reason: str, message: str) -> dict[str, str]:
+    return {"type": "Ready", "status": str(ok), "reason": reason, "message": message}

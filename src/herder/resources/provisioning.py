@@ -359,6 +359,10 @@ class MachineRequestStatus(WithConditions):
         return self.last_error.message if self.last_error is not None else self.message
 
 
+# A MachineRequestSet's Ready reason while its requests are on their way (none refused, some not done).
+PROVISIONING = "Provisioning"
+
+
 class MachineRequestSetStatus(WithConditions):
     model_config = _STRICT
 

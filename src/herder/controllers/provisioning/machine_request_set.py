@@ -23,6 +23,7 @@ from herder.resources.provisioning import (
     MACHINE_REQUEST_SET,
     MACHINE_REQUEST_SET_LABEL,
     PROVIDER_FINALIZER,
+    PROVISIONING,
     RELEASE_FINALIZER,
     MachineRequestSetSpec,
     MachineRequestSetStatus,
@@ -156,7 +157,7 @@ class MachineRequestSetController(Controller):
             status.provisioned = provisioned
             status.failed = len(failed)
             status.observed_generation = request_set.metadata.generation or 0
-            reason = "Provisioned" if ready else ("RequestsRefused" if problem else "Provisioning")
+            reason = "Provisioned" if ready else ("RequestsRefused" if problem else PROVISIONING)
             status.set_condition("Ready", ready, reason, message, now=ctx.clock.rfc3339())
 
         await ctx.mutate_status(key, MachineRequestSetStatus, record)
