@@ -225,12 +225,16 @@ async def test_a_set_of_a_request_set_names_it_while_it_provisions_and_tells_its
         pool = await site.set_status(pool, conditions=[ready_condition(False, "Provisioning", told)])
         await site.reconcile(allocation, ObjectKey.of(workers))
         assert (await site.status("MachineSet", "workers"))["allocation"]["reason"] == provisioning
-    refused = "spec.talosVersion: not offered"
-    await site.set_status(pool, conditions=[ready_condition(False, "RequestsRefused", refused)])
-    await site.reconcile(allocation, ObjectKey.of(workers))
-    assert (await site.status("MachineSet", "workers"))["allocation"]["reason"] == (
-        f"2 more machine(s) wanted from machine request set pool: {refused}"
-    )
+    # What can keep the set waiting for good is told as the request set tells it.
+    for reason, told in (
+        ("RequestsFailing", "0/2 provisioned; pool-a: Provisioning: the cloud is out of capacity"),
+        ("RequestsRefused", "spec.talosVersion: not offered"),
+    ):
+        pool = await site.set_status(pool, conditions=[ready_condition(False, reason, told)])
+        await site.reconcile(allocation, ObjectKey.of(workers))
+        assert (await site.status("MachineSet", "workers"))["allocation"]["reason"] == (
+            f"2 more machine(s) wanted from machine request set pool: {told}"
+        )
 
 
 def ready_condition(ok: bool, reason: str, message: str) -> dict[str, str]:

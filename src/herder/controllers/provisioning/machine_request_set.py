@@ -19,12 +19,14 @@ from herder.resources.access import HIDDEN_LABEL
 from herder.resources.clusters import MACHINE_SET, MACHINE_SET_NODE
 from herder.resources.machines import MACHINE_SET_LABEL
 from herder.resources.provisioning import (
+    CONFLICT,
     MACHINE_REQUEST,
     MACHINE_REQUEST_SET,
     MACHINE_REQUEST_SET_LABEL,
     PROVIDER_FINALIZER,
     PROVISIONING,
     RELEASE_FINALIZER,
+    REQUESTS_FAILING,
     MachineRequestSetSpec,
     MachineRequestSetStatus,
     MachineRequestStatus,
@@ -64,6 +66,11 @@ class _Request:
         status = request_status(request)
         going = bool(request.metadata.deletion_timestamp)
         return cls(request, status, status.stage == "Failed", status.provisioned, going)
+
+    @property
+    def troubled(self) -> bool:
+        """Whether an error holds it up: its provider's last one, or another request holding its machine."""
+        return self.status.last_error is not None or self.status.condition_true(CONFLICT)
 
     @property
     def counted(self) -> tuple[str, str, bool, bool]:
@@ -145,7 +152,11 @@ class MachineRequestSetController(Controller):
             message = f"{wanted} machine(s) provisioned"
         else:
             message = f"{provisioned}/{wanted} provisioned"
-            pending = min((r for r in live if not r.provisioned), key=_named, default=None)
+            waiting = [r for r in live if not r.provisioned]
+            # A request held up by an error is the one to tell of (and what a machine set waiting for
+            # the set tells too, where it says no more than "being provisioned" of plain progress).
+            failing = [r for r in waiting if r.troubled]
+            pending = min(failing or waiting, key=_named, default=None)
             if pending is not None:
                 detail = pending.status.detail
                 message += f"; {pending.request.name}: {pending.status.stage}" + (
@@ -157,7 +168,10 @@ class MachineRequestSetController(Controller):
             status.provisioned = provisioned
             status.failed = len(failed)
             status.observed_generation = request_set.metadata.generation or 0
-            reason = "Provisioned" if ready else ("RequestsRefused" if problem else PROVISIONING)
+            if ready:
+                reason = "Provisioned"
+            else:
+                reason = "RequestsRefused" if problem else (REQUESTS_FAILING if failing else PROVISIONING)
             status.set_condition("Ready", ready, reason, message, now=ctx.clock.rfc3339())
 
         await ctx.mutate_status(key, MachineRequestSetStatus, record)
