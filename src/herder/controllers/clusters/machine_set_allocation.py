@@ -362,13 +362,12 @@ async def _size(ctx: Context, machine_set: Resource, spec: MachineSetSpec) -> in
 async def _requests_progress(
     ctx: Context, machine_set: Resource, request_set: str, short: int, source: str
 ) -> str:
-    """Why ``short`` machines are missing, as the MachineRequestSet they come from says unless it plainly
-    provisions (a request held up by an error, its refusals, its machines provisioned but not yet here)
-    — unless it is hidden (a
-    managed control plane's), which users may not know of: then only that the platform is at it.
+    """Why ``short`` machines are missing, as the MachineRequestSet they come from says it (a request
+    held up by an error, its refusals, its machines provisioned but not yet here) — unless it is hidden
+    (a managed control plane's), which users may not know of: then only that the platform is at it.
 
-    While it plainly provisions, the set names it rather than repeat its progress: that changes at every step of
-    every request, and each change would be two writes of the MachineSet (this and its Ready)."""
+    While it plainly provisions, the set names it rather than repeat its progress: that changes at every
+    step of every request, and each change would be two writes of the MachineSet (this and its Ready)."""
     made = await ctx.get(ObjectKey(MACHINE_REQUEST_SET.kind, machine_set.namespace, request_set))
     if made is not None and HIDDEN_LABEL in made.metadata.labels:
         return f"{short} more machine(s) wanted: the platform is provisioning them"
