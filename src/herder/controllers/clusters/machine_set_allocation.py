@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from herder.controllers.clusters.cluster_machines import NODE_FINALIZER
 from herder.controllers.members import (
     cluster_of,
     labelled,
@@ -298,6 +299,9 @@ class MachineSetAllocationController(Controller):
                         ROLE_LABEL: spec.role,
                     },
                     "annotations": read_only_of(machine_set),
+                    # Membership's, from the start: a write less per machine (it adds it all the same
+                    # to a node made by hand, and lets it go once the machine has left the cluster).
+                    "finalizers": [NODE_FINALIZER],
                 },
             }
         )
