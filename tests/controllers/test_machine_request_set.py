@@ -48,7 +48,12 @@ async def test_a_set_makes_its_requests_and_counts_them_provisioned(site: Site) 
         assert each.metadata.controller_ref().name == "pool"  # type: ignore[union-attr]
         assert "machineCount" not in (each.spec or {})
         assert await site.show(controller, each) == [ObjectKey.of(pool)]  # its creation wakes the set
+    # The requests are counted in the status written with them: waking on them writes nothing more.
+    first = await site.get("MachineRequestSet", "pool")
+    assert first is not None and (await _set_status(site))["requests"] == 2
     await site.reconcile(controller, ObjectKey.of(pool))
+    again = await site.get("MachineRequestSet", "pool")
+    assert again is not None and again.metadata.resource_version == first.metadata.resource_version
     status = await _set_status(site)
     assert (status["requests"], status["provisioned"]) == (2, 0)
     ready = condition(status, "Ready")
@@ -92,7 +97,8 @@ async def test_a_request_whose_machine_another_holds_is_not_provisioned(site: Si
     status = await _set_status(site)
     assert status["provisioned"] == 1
     ready = condition(status, "Ready")
-    assert ready["status"] == "False"
+    # Held up by an error, not mere progress: what a machine set allocating from the set tells too.
+    assert (ready["status"], ready["reason"]) == ("False", "RequestsFailing")
     assert ready["message"] == (
         f"1/2 provisioned; {second.name}: Provisioned: machine m1 is request {first.name}'s: "
         "the provider reported it for both"

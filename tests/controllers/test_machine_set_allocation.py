@@ -26,6 +26,12 @@ async def free(site: Site, *uuids: str, **labels: str) -> None:
         await site.set_status(made, connected=True, stage="Maintenance")
 
 
+async def staying(site: Site) -> list[str]:
+    """The names of the set's nodes not being deleted (a released one waits for membership's finalizer)."""
+    listed = (await site.store.list("MachineSetNode", "default")).items
+    return names([n for n in listed if not n.metadata.deletion_timestamp])
+
+
 async def test_a_static_set_binds_the_machines_it_lists_and_says_which_are_missing(site: Site) -> None:
     await site.create(cluster())
     await free(site, "m1")
@@ -42,6 +48,8 @@ async def test_a_static_set_binds_the_machines_it_lists_and_says_which_are_missi
     nodes = (await site.store.list("MachineSetNode", "default")).items
     assert names(nodes) == ["m1"]
     assert nodes[0].metadata.controller_ref().name == "alpha-workers"  # type: ignore[union-attr]
+    # Membership's finalizer comes with the node: no second write adds it.
+    assert nodes[0].metadata.finalizers == ["herder.dev/cluster-machine"]
     assert (await site.status("MachineSet", "alpha-workers"))["allocation"] == {
         "missing": ["m2"],
         "reason": "machine m2 is still being released from cluster beta",
@@ -63,7 +71,7 @@ async def test_a_class_set_takes_free_matching_machines_up_to_its_size(site: Sit
         )
     )
     await site.reconcile(MachineSetAllocationController(), ObjectKey.of(workers))
-    assert names((await site.store.list("MachineSetNode", "default")).items) == ["m1", "m2"]
+    assert await staying(site) == ["m1", "m2"]
     assert "allocation" not in await site.status("MachineSet", "alpha-workers")
 
 
@@ -82,7 +90,7 @@ async def test_an_unlimited_class_set_takes_every_free_matching_machine(site: Si
         )
     )
     await site.reconcile(MachineSetAllocationController(), ObjectKey.of(workers))
-    assert names((await site.store.list("MachineSetNode", "default")).items) == ["m1", "m2", "m3"]
+    assert await staying(site) == ["m1", "m2", "m3"]
     assert "allocation" not in await site.status("MachineSet", "alpha-workers")
 
 
@@ -102,7 +110,7 @@ async def test_a_set_short_of_machines_says_how_many_and_why(site: Site) -> None
     )
     allocation = MachineSetAllocationController()
     await site.reconcile(allocation, ObjectKey.of(workers))
-    assert names((await site.store.list("MachineSetNode", "default")).items) == ["m1"]
+    assert await staying(site) == ["m1"]
     assert (await site.status("MachineSet", "alpha-workers"))["allocation"] == {
         "missing": [],
         "reason": "2 more machine(s) wanted from class pool-a: 2 match its selector, 0 of them free "
@@ -134,7 +142,7 @@ async def test_a_shrunk_class_set_releases_its_newest_machines(site: Site) -> No
     await resize(site, workers, {"machineClass": {"name": "pool-a", "size": 1}})
     assert await site.reconcile(allocation, ObjectKey.of(workers)) is None
     # The newest go (m3 and m2, bound last), both at once: the set's delete strategy is Unset.
-    assert names((await site.store.list("MachineSetNode", "default")).items) == ["m1"]
+    assert await staying(site) == ["m1"]
     told = await site.told(workers)
     assert ("Normal", "Releasing", "machine m3 leaves the set") in told
     assert ("Normal", "Releasing", "machine m2 leaves the set") in told
@@ -171,13 +179,13 @@ async def test_a_control_plane_leaves_only_while_etcd_is_healthy_and_the_others_
     await site.set_status(alpha, conditions=[etcd_healthy(True)])
     gated = await site.reconcile(allocation, key)  # cp2, which stays, is not ready
     assert gated is not None and gated.requeue_after == 2.0
-    assert names((await site.store.list("MachineSetNode", "default")).items) == ["cp1", "cp2", "cp3"]
+    assert await staying(site) == ["cp1", "cp2", "cp3"]
 
     cp2 = await site.get("ClusterMachine", "cp2")
     assert cp2 is not None
     await site.set_status(cp2, ready=True)
     assert await site.reconcile(allocation, key) is None
-    assert names((await site.store.list("MachineSetNode", "default")).items) == ["cp1", "cp2"]
+    assert await staying(site) == ["cp1", "cp2"]
 
 
 def etcd_healthy(ok: bool) -> dict[str, str]:
@@ -197,3 +205,45 @@ async def resize(site: Site, machine_set: object, spec: dict[str, object]) -> No
     changed = current.clone()
     changed.spec = {**(current.spec or {}), **spec}
     await site.store.update(changed)
+
+
+async def test_a_set_of_a_request_set_names_it_while_it_provisions_and_tells_its_refusals(site: Site) -> None:
+    await site.create(cluster())
+    await site.create(obj("InfraProvider", "emu", namespaced=False, spec={}))
+    (pool,) = await site.create(
+        obj(
+            "MachineRequestSet",
+            "pool",
+            spec={"providerID": "emu", "talosVersion": "v1.13.0", "machineCount": 2},
+        )
+    )
+    (workers,) = await site.create(
+        obj(
+            "MachineSet",
+            "workers",
+            spec={"role": "worker", "machineRequestSet": "pool"},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    allocation = MachineSetAllocationController()
+    provisioning = "2 more machine(s) wanted from machine request set pool: being provisioned "
+    provisioning += "(machine request set pool says how far)"
+    for told in ("0/2 provisioned; pool-a: Pending", "1/2 provisioned; pool-b: Provisioning: booting"):
+        # Its progress is the request set's to tell: the machine set is not written at each step.
+        pool = await site.set_status(pool, conditions=[ready_condition(False, "Provisioning", told)])
+        await site.reconcile(allocation, ObjectKey.of(workers))
+        assert (await site.status("MachineSet", "workers"))["allocation"]["reason"] == provisioning
+    # What can keep the set waiting for good is told as the request set tells it.
+    for reason, told in (
+        ("RequestsFailing", "0/2 provisioned; pool-a: Provisioning: the cloud is out of capacity"),
+        ("RequestsRefused", "spec.talosVersion: not offered"),
+    ):
+        pool = await site.set_status(pool, conditions=[ready_condition(False, reason, told)])
+        await site.reconcile(allocation, ObjectKey.of(workers))
+        assert (await site.status("MachineSet", "workers"))["allocation"]["reason"] == (
+            f"2 more machine(s) wanted from machine request set pool: {told}"
+        )
+
+
+def ready_condition(ok: bool, reason: str, message: str) -> dict[str, str]:
+    return {"type": "Ready", "status": str(ok), "reason": reason, "message": message}

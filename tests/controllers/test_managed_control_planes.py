@@ -71,6 +71,29 @@ async def test_the_cluster_says_ready_once_its_control_plane_set_is(site: Site) 
     assert [e[1] for e in await site.told(cluster)] == ["ProvisioningControlPlanes", "ControlPlanesReady"]
 
 
+async def test_getting_the_machines_is_one_message_of_the_cluster(site: Site) -> None:
+    controller = ManagedControlPlaneController()
+    cluster = await managed_site(site)
+    await site.reconcile(controller, ObjectKey.of(cluster))
+    first = await site.get("Cluster", "alpha")
+    machine_set = await site.get("MachineSet", "alpha-control-planes")
+    assert first is not None and machine_set is not None
+    for reason, told in (
+        ("ScalingUp", "0/1 machines allocated"),
+        ("MachinesMissing", "1 more machine(s) wanted: the platform is provisioning them"),
+    ):
+        # The set's steps while it gets its machines all say the same on the cluster: no write each.
+        waiting = {"type": "Ready", "status": "False", "reason": reason, "message": told}
+        machine_set = await site.set_status(
+            machine_set, conditions=[{**waiting, "lastTransitionTime": site.clock.rfc3339()}]
+        )
+        await site.reconcile(controller, ObjectKey.of(cluster))
+        now = await site.get("Cluster", "alpha")
+        assert now is not None and now.metadata.resource_version == first.metadata.resource_version
+    managed = condition(await site.status("Cluster", "alpha"), "ManagedControlPlane")
+    assert managed["message"] == "size xs: control plane machines are being provisioned"
+
+
 async def test_each_control_plane_step_is_not_written_on_the_cluster_again(site: Site) -> None:
     controller = ManagedControlPlaneController()
     cluster = await managed_site(site)

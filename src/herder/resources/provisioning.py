@@ -359,6 +359,12 @@ class MachineRequestStatus(WithConditions):
         return self.last_error.message if self.last_error is not None else self.message
 
 
+# A MachineRequestSet's Ready reasons while its requests are on their way (none refused, some not done):
+# with no error, or with one of them held up by an error (retried, or another request holds its machine).
+PROVISIONING = "Provisioning"
+REQUESTS_FAILING = "RequestsFailing"
+
+
 class MachineRequestSetStatus(WithConditions):
     model_config = _STRICT
 

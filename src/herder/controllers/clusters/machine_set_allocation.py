@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from herder.controllers.clusters.cluster_machines import NODE_FINALIZER
 from herder.controllers.members import (
     cluster_of,
     labelled,
@@ -51,6 +52,7 @@ from herder.resources.machines import (
 from herder.resources.provisioning import (
     MACHINE_REQUEST_SET,
     MACHINE_REQUEST_SET_LABEL,
+    PROVISIONING,
     RELEASING_ANNOTATION,
     MachineRequestSetStatus,
 )
@@ -297,6 +299,9 @@ class MachineSetAllocationController(Controller):
                         ROLE_LABEL: spec.role,
                     },
                     "annotations": read_only_of(machine_set),
+                    # Membership's, from the start: a write less per machine (it adds it all the same
+                    # to a node made by hand, and lets it go once the machine has left the cluster).
+                    "finalizers": [NODE_FINALIZER],
                 },
             }
         )
@@ -361,16 +366,22 @@ async def _size(ctx: Context, machine_set: Resource, spec: MachineSetSpec) -> in
 async def _requests_progress(
     ctx: Context, machine_set: Resource, request_set: str, short: int, source: str
 ) -> str:
-    """Why ``short`` machines are missing, as the MachineRequestSet they come from says (its provider's
-    progress, errors, refusals) — unless it is hidden (a managed control plane's), which users may not
-    know of: then only that the platform is at it."""
+    """Why ``short`` machines are missing, as the MachineRequestSet they come from says it (a request
+    held up by an error, its refusals, its machines provisioned but not yet here) — unless it is hidden
+    (a managed control plane's), which users may not know of: then only that the platform is at it.
+
+    While it plainly provisions, the set names it rather than repeat its progress: that changes at every
+    step of every request, and each change would be two writes of the MachineSet (this and its Ready)."""
     made = await ctx.get(ObjectKey(MACHINE_REQUEST_SET.kind, machine_set.namespace, request_set))
     if made is not None and HIDDEN_LABEL in made.metadata.labels:
         return f"{short} more machine(s) wanted: the platform is provisioning them"
     ready = find_condition(status_of(made, MachineRequestSetStatus).conditions, "Ready") if made else None
-    return f"{short} more machine(s) wanted from {source}: " + (
-        str(ready.get("message") or "") if ready else "its machine requests are not made yet"
-    )
+    if ready is None or ready.get("reason") == PROVISIONING:
+        return (
+            f"{short} more machine(s) wanted from {source}: being provisioned "
+            f"(machine request set {request_set} says how far)"
+        )
+    return f"{short} more machine(s) wanted from {source}: {ready.get('message') or ''}"
 
 
 def _shrink_order(nodes: list[Resource]) -> list[Resource]:

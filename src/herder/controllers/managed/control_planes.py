@@ -50,6 +50,8 @@ READY = "ControlPlanesReady"
 PROVISIONING = "ProvisioningControlPlanes"
 # The reason of a machine set's Ready condition while its machines are allocated but not all ready.
 _MACHINES_NOT_READY = "MachinesNotReady"
+# Its reasons while it gets them: of the platform's set, all the platform provisioning them.
+_GETTING_MACHINES = ("ScalingUp", "MachinesMissing")
 # The system patches, by what they are about (``herder-<cluster>-<what>``).
 KUBESPAN = "kubespan"
 CONTROL_PLANES = "control-planes"
@@ -134,7 +136,7 @@ class ManagedControlPlaneController(Controller):
             await _condition(ctx, cluster, True, READY, f"{size.machines} managed control plane(s) ready")
         else:
             why = (
-                ready.message if ready is not None else ""
+                ready.message if ready is not None and ready.reason not in _GETTING_MACHINES else ""
             ) or "control plane machines are being provisioned"
             if shown is not None and ready is not None and ready.reason == _MACHINES_NOT_READY:
                 # Each machine's progress is the Cluster's ControlPlaneReady condition's to tell: repeated

@@ -19,11 +19,14 @@ from herder.resources.access import HIDDEN_LABEL
 from herder.resources.clusters import MACHINE_SET, MACHINE_SET_NODE
 from herder.resources.machines import MACHINE_SET_LABEL
 from herder.resources.provisioning import (
+    CONFLICT,
     MACHINE_REQUEST,
     MACHINE_REQUEST_SET,
     MACHINE_REQUEST_SET_LABEL,
     PROVIDER_FINALIZER,
+    PROVISIONING,
     RELEASE_FINALIZER,
+    REQUESTS_FAILING,
     MachineRequestSetSpec,
     MachineRequestSetStatus,
     MachineRequestStatus,
@@ -63,6 +66,11 @@ class _Request:
         status = request_status(request)
         going = bool(request.metadata.deletion_timestamp)
         return cls(request, status, status.stage == "Failed", status.provisioned, going)
+
+    @property
+    def troubled(self) -> bool:
+        """Whether an error holds it up: its provider's last one, or another request holding its machine."""
+        return self.status.last_error is not None or self.status.condition_true(CONFLICT)
 
     @property
     def counted(self) -> tuple[str, str, bool, bool]:
@@ -131,7 +139,9 @@ class MachineRequestSetController(Controller):
         live = [r for r in requests if not r.failed]
         problem = ""
         if len(live) < wanted:
-            problem = await self._grow(ctx, request_set, spec, wanted - len(live))
+            made, problem = await self._grow(ctx, request_set, spec, wanted - len(live))
+            # Counted now: the status says them in this write, not in one more once the watch shows them.
+            live += [_Request.of(r) for r in made]
         elif len(live) > wanted:
             await self._shrink(ctx, request_set, live, len(live) - wanted)
         provisioned = sum(r.provisioned for r in live)
@@ -142,7 +152,11 @@ class MachineRequestSetController(Controller):
             message = f"{wanted} machine(s) provisioned"
         else:
             message = f"{provisioned}/{wanted} provisioned"
-            pending = min((r for r in live if not r.provisioned), key=_named, default=None)
+            waiting = [r for r in live if not r.provisioned]
+            # A request held up by an error is the one to tell of (and what a machine set waiting for
+            # the set tells too, where it says no more than "being provisioned" of plain progress).
+            failing = [r for r in waiting if r.troubled]
+            pending = min(failing or waiting, key=_named, default=None)
             if pending is not None:
                 detail = pending.status.detail
                 message += f"; {pending.request.name}: {pending.status.stage}" + (
@@ -154,7 +168,10 @@ class MachineRequestSetController(Controller):
             status.provisioned = provisioned
             status.failed = len(failed)
             status.observed_generation = request_set.metadata.generation or 0
-            reason = "Provisioned" if ready else ("RequestsRefused" if problem else "Provisioning")
+            if ready:
+                reason = "Provisioned"
+            else:
+                reason = "RequestsRefused" if problem else (REQUESTS_FAILING if failing else PROVISIONING)
             status.set_condition("Ready", ready, reason, message, now=ctx.clock.rfc3339())
 
         await ctx.mutate_status(key, MachineRequestSetStatus, record)
@@ -162,12 +179,12 @@ class MachineRequestSetController(Controller):
 
     async def _grow(
         self, ctx: Context, request_set: Resource, spec: MachineRequestSetSpec, count: int
-    ) -> str:
-        """Create ``count`` requests; why they could not be, if they could not."""
+    ) -> tuple[list[Resource], str]:
+        """Create ``count`` requests: those made, and why the others could not be, if they could not."""
         request_spec = spec.model_dump(
             mode="json", by_alias=True, exclude_none=True, exclude={"machine_count"}
         )
-        made: list[str] = []
+        made: list[Resource] = []
         labels = {MACHINE_REQUEST_SET_LABEL: request_set.name}
         if HIDDEN_LABEL in request_set.metadata.labels:
             labels[HIDDEN_LABEL] = "true"
@@ -189,7 +206,7 @@ class MachineRequestSetController(Controller):
                 }
             )
             try:
-                made.append((await _create(ctx, request_set, request)).name)
+                made.append(await _create(ctx, request_set, request))
             except InvalidObject as exc:
                 why = "; ".join(f"{c.field}: {c.message}" for c in exc.causes) or str(exc)
                 told = status_of(request_set, MachineRequestSetStatus).condition("Ready")
@@ -200,11 +217,11 @@ class MachineRequestSetController(Controller):
             why = ""
         if made:
             # One event for the lot, not one per request: a set of thousands stays readable.
-            shown = ", ".join(made[:3]) + (", …" if len(made) > 3 else "")
+            shown = ", ".join(r.name for r in made[:3]) + (", …" if len(made) > 3 else "")
             await ctx.event(
                 request_set, "Normal", "Requested", f"{len(made)} machine request(s) created: {shown}"
             )
-        return why
+        return made, why
 
     async def _shrink(self, ctx: Context, request_set: Resource, live: list[_Request], count: int) -> None:
         owned_by_set = (
