@@ -259,7 +259,7 @@ def _cluster_id(machine: Machine) -> str:
     return machine.config.cluster_id if machine.config is not None else ""
 
 
-class _Counted(grpc.aio.ServerInterceptor):
+class _Counted(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio has no type stubs
     """Counts every call the Talos API serves, whatever its service: what following the machines costs
     them (a benchmark reads it from the control API's ``/summary``)."""
 
