@@ -25,6 +25,7 @@ def test_steady_benchmark_small(capsys: pytest.CaptureFixture[str]) -> None:
     measured = {line["name"]: line for line in lines[1:]}
     assert all(line["clusters"] == 2 and line["value"] >= 0 for line in measured.values())
     assert [measured[n]["unit"] for n in measured] == ["%", "MiB", "writes/min", "calls/min", "MiB"]
+    assert isinstance(measured["steady.cpu_percent"]["reconciles_per_minute"], dict)
     assert 0 < measured["steady.rss_mib"]["value"] < 2048
     assert 0 < measured["steady.emulator_rss_mib"]["value"] < 2048
     # Nothing changed, so nothing is written: well under the goal of one write per cluster a minute.
