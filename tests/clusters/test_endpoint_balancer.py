@@ -1,10 +1,12 @@
 """herder's per-cluster TCP load balancer on real loopback sockets: it forwards to healthy backends only,
 spreads connections over them, notices a backend that comes and goes, and keeps checking while its
-backends change."""
+backends change; while every backend answers it checks less often, but a connection that cannot reach
+one makes it look again at once."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -80,6 +82,35 @@ async def test_backends_changing_while_checked_keep_the_checks_going(balancer: E
     await _healthy(balancer, 6)
     for server, _ in servers:
         server.close()
+
+
+async def test_healthy_backends_are_checked_less_often_until_one_fails_a_connection() -> None:
+    checks = 0
+
+    async def count(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal checks
+        checks += 1
+        writer.close()
+
+    server = await asyncio.start_server(count, "127.0.0.1", 0)
+    lb = EndpointBalancer("127.0.0.1", free_port(), check_every=0.05, quiet_every=30, check_timeout=0.5)
+    await lb.start()
+    try:
+        lb.set_backends([f"127.0.0.1:{server.sockets[0].getsockname()[1]}"])
+        await _healthy(lb, 1)
+        await asyncio.sleep(2)
+        # Every 0.05 s that would be 40 checks; doubling the wait while all is well, a handful.
+        assert checks < 10
+        server.close()
+        await server.wait_closed()
+        # The wait between checks is seconds by now: the connection that found no backend ends it.
+        with contextlib.suppress(ConnectionResetError):  # closed at once, maybe before "hi" was read
+            assert await _ask(lb) == b""
+        async with asyncio.timeout(1):
+            while lb.healthy:  # noqa: ASYNC110 - the balancer offers nothing to wait on
+                await asyncio.sleep(0.02)
+    finally:
+        await lb.stop()
 
 
 async def test_stopping_with_open_connections_ends_them_without_an_error() -> None:

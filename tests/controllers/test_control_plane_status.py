@@ -1,13 +1,20 @@
 """ControlPlaneStatus's decisions: a bootstrapped cluster's etcd is measured through its running control
 planes — members, leader, quorum, each member's own word — and shown with reasons; the control planes
-learn whether they are etcd members; a probe that finds nothing new writes nothing but a checkedAt
-refreshed once a minute."""
+learn whether they are etcd members; a probe that finds nothing new writes nothing (etcd's figures that
+move on their own, every ten minutes); a healthy control plane is probed less often while nothing
+changes."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from herder.controllers.clusters.control_plane_status import ControlPlaneStatusController
+from herder.controllers.clusters.control_plane_status import (
+    QUIET_EVERY,
+    REFRESH_FIGURES_AFTER,
+    ControlPlaneStatusController,
+    next_wait,
+)
 from herder.talos.machine import EtcdMember, EtcdMemberStatus, Unavailable
 from tests.controllers.fleet import Fleet
 from tests.controllers.site import Site
@@ -118,19 +125,41 @@ async def test_etcd_that_cannot_be_listed_says_why_and_leaves_membership_as_it_w
     assert (await site.status("ClusterMachine", "cp1"))["etcdMember"] is True
 
 
-async def test_an_unchanged_probe_writes_only_a_refreshed_check_time(site: Site) -> None:
+async def test_an_unchanged_probe_writes_nothing(site: Site) -> None:
     fleet = Fleet(site)
     await fleet.cluster()
     await control_planes(site, fleet)
     probe = controller(site, fleet)
+
+    async def written() -> str:
+        return (await site.get("ControlPlaneStatus", fleet.name)).metadata.resource_version  # type: ignore[union-attr]
+
     first = await measured(site, fleet, probe)
-    written = (await site.get("ControlPlaneStatus", fleet.name)).metadata.resource_version  # type: ignore[union-attr]
+    version = await written()
+    # etcd's raft index moves with every write to it: that alone is written only every ten minutes.
+    for uuid, member_id in IDS.items():
+        moved = dataclasses.replace(etcd_status(member_id, IDS["cp1"]), raft_index=43)
+        site.machines.answer("etcd_status", moved, fleet.endpoint(uuid))
     site.clock.advance(30)
     assert await measured(site, fleet, probe) == first
-    same = (await site.get("ControlPlaneStatus", fleet.name)).metadata.resource_version  # type: ignore[union-attr]
-    assert same == written
-    site.clock.advance(31)
-    assert (await measured(site, fleet, probe))["checkedAt"] == "2026-01-01T00:01:01Z"
+    assert await written() == version
+    site.clock.advance(REFRESH_FIGURES_AFTER)
+    refreshed = await measured(site, fleet, probe)
+    assert [m["raftIndex"] for m in refreshed["etcd"]["members"]] == [43, 43]
+    assert refreshed["checkedAt"] == "2026-01-01T00:10:30Z"
+    # Nothing new however long after: nothing written, checkedAt included.
+    version = await written()
+    site.clock.advance(2 * REFRESH_FIGURES_AFTER)
+    assert await measured(site, fleet, probe) == refreshed
+    assert await written() == version
+
+
+def test_a_healthy_control_plane_is_probed_less_often_until_it_changes() -> None:
+    waits = [next_wait(None, False, 10)]
+    for _ in range(4):
+        waits.append(next_wait(waits[-1], False, 10))
+    assert waits == [10, 20, 40, QUIET_EVERY, QUIET_EVERY]
+    assert next_wait(QUIET_EVERY, True, 10) == 10
 
 
 async def test_a_new_leader_is_counted(site: Site) -> None:

@@ -10,7 +10,7 @@ import yaml
 
 from herder.emu.control.api import ControlAPI
 from herder.emu.control.emulator import Emulator
-from herder.talos.machine import ApplyMode, MachineStage
+from herder.talos.machine import ApplyMode, MachineClient, MachineStage
 from tests.emu.clusters import form_cluster
 from tests.emu.support import admin, herder_cli, wait_stage
 
@@ -49,6 +49,23 @@ async def test_control_api(emulator: Emulator) -> None:
             assert (await http.delete(f"/machines/{machine.uuid}")).status_code == 200
             assert machine.uuid not in emulator.machines
             assert len((await http.get("/machines")).json()) == 5
+    finally:
+        await control.stop()
+
+
+async def test_the_summary_counts_every_talos_api_call_the_machines_answer(emulator: Emulator) -> None:
+    control = ControlAPI(emulator)
+    url = await control.start("127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            machine = next(iter(emulator.machines.values()))
+            await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
+            before = (await http.get("/summary")).json()
+            assert before["machines"] == 4 and before["clusters"] == 0
+            async with MachineClient.insecure(machine.record.endpoint) as client:
+                await client.version()
+                await client.version()
+            assert (await http.get("/summary")).json()["apiCalls"] == before["apiCalls"] + 2
     finally:
         await control.stop()
 

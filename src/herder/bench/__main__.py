@@ -19,6 +19,7 @@ BENCHMARKS = {
     "gateway": "herder.bench.gateway",
     "cli": "herder.bench.cli",
     "proxy": "herder.bench.proxy",
+    "steady": "herder.bench.steady",
 }
 
 

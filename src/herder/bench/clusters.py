@@ -192,10 +192,12 @@ class Fleet:
     server: Server
     emulator: EmulatorProcess
     uuids: list[str]
-    """The machines' UUIDs, sorted: cluster ``i`` takes ``uuids[5 * i : 5 * i + 5]``."""
+    """The machines' UUIDs, sorted: cluster ``i`` takes the ``i``-th run of ``control_planes + workers``."""
+    control_planes: int = CONTROL_PLANES
+    workers: int = WORKERS
 
     def machines_of(self, i: int) -> list[str]:
-        per = CONTROL_PLANES + WORKERS
+        per = self.control_planes + self.workers
         return self.uuids[i * per : i * per + per]
 
     async def counters(self) -> tuple[dict[str, float], dict[str, float]]:
@@ -250,11 +252,18 @@ async def processes(
 
 @asynccontextmanager
 async def fleet(
-    prefix: str, clusters: int, timeout: float, *, serve: Sequence[str] = ()
+    prefix: str,
+    clusters: int,
+    timeout: float,
+    *,
+    serve: Sequence[str] = (),
+    control_planes: int = CONTROL_PLANES,
+    workers: int = WORKERS,
 ) -> AsyncIterator[Fleet]:
-    """A server (with the flags ``serve``) and an emulator with machines for ``clusters`` clusters,
-    registered (as ``herder machine add`` registers them) and connected."""
-    machines = clusters * (CONTROL_PLANES + WORKERS)
+    """A server (with the flags ``serve``) and an emulator with machines for ``clusters`` clusters of
+    ``control_planes`` and ``workers``, registered (as ``herder machine add`` registers them) and
+    connected."""
+    machines = clusters * (control_planes + workers)
     async with processes(prefix, machines=machines, clusters=clusters, serve=serve) as running:
         started = time.monotonic()
         client = running.client
@@ -281,7 +290,14 @@ async def fleet(
             lambda: _spare_keys(client, clusters),
         )
         emit("spare_keys_ready_after_start", time.monotonic() - started, "s", keys=clusters)
-        yield Fleet(client, running.server, running.emulator, sorted(m["uuid"] for m in published))
+        yield Fleet(
+            client,
+            running.server,
+            running.emulator,
+            sorted(m["uuid"] for m in published),
+            control_planes,
+            workers,
+        )
 
 
 async def _spare_keys(client: Client, keys: int) -> bool:
@@ -326,41 +342,45 @@ def _cpu(site: Fleet) -> tuple[float, float]:
     return site.server.cpu_seconds(), site.emulator.cpu_seconds()
 
 
+async def form(site: Fleet, clusters: int, timeout: float) -> None:
+    """Create ``clusters`` clusters through the API, each a control plane set and a worker set of its own
+    machines, as users would ask for them, and wait until every one is Ready."""
+    created: list[Resource] = []
+    sets: list[Resource] = []
+    for i in range(clusters):
+        name = f"bench-{i:03d}"
+        own = site.machines_of(i)
+        labels = {CLUSTER_LABEL: name}
+        created.append(new_object(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES}))
+        sets.append(
+            new_object(
+                MACHINE_SET,
+                control_plane_set_name(name),
+                {"role": "controlplane", "machines": own[: site.control_planes]},
+                labels,
+            )
+        )
+        sets.append(
+            new_object(
+                MACHINE_SET,
+                f"{name}-workers",
+                {"role": "worker", "machines": own[site.control_planes :]},
+                labels,
+            )
+        )
+    await create_all(site.client, created)
+    await create_all(site.client, sets)
+    await until(
+        f"{clusters} clusters Ready", time.monotonic() + timeout, lambda: all_ready(site.client, clusters)
+    )
+
+
 async def run(clusters: int, timeout: float, idle: float = 30.0) -> None:
     async with fleet("herder-bench-clusters-", clusters, timeout) as site:
         before = await site.counters()
         cpu_before = _cpu(site)
         started = time.monotonic()
-        created: list[Resource] = []
-        sets: list[Resource] = []
-        for i in range(clusters):
-            name = f"bench-{i:03d}"
-            own = site.machines_of(i)
-            labels = {CLUSTER_LABEL: name}
-            created.append(
-                new_object(CLUSTER, name, {"talosVersion": TALOS, "kubernetesVersion": KUBERNETES})
-            )
-            sets.append(
-                new_object(
-                    MACHINE_SET,
-                    control_plane_set_name(name),
-                    {"role": "controlplane", "machines": own[:CONTROL_PLANES]},
-                    labels,
-                )
-            )
-            sets.append(
-                new_object(
-                    MACHINE_SET,
-                    f"{name}-workers",
-                    {"role": "worker", "machines": own[CONTROL_PLANES:]},
-                    labels,
-                )
-            )
-        await create_all(site.client, created)
-        await create_all(site.client, sets)
-        await until(
-            f"{clusters} clusters Ready", time.monotonic() + timeout, lambda: all_ready(site.client, clusters)
-        )
+        await form(site, clusters, timeout)
         elapsed = time.monotonic() - started
         cpu_ready = _cpu(site)
         emit(

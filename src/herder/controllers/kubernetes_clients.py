@@ -15,6 +15,10 @@ from herder.talos.pki import load_cert_chain
 TIMEOUT = 5.0
 KEEP = 1024
 """Clients kept (beyond them, the least recently used are closed)."""
+IDLE = 75.0
+"""Seconds an idle connection is kept: beyond the longest wait between a healthy cluster's probes (a
+minute), so none needs a new TLS handshake, and under kube-apiserver's own idle timeout (90 s), so none is
+reused just as the server closes it. httpx's default (5 s) made every probe a new connection."""
 
 
 class KubernetesClients:
@@ -33,7 +37,11 @@ class KubernetesClients:
         if client is None:
             context = ssl.create_default_context(cadata=credentials.ca.decode("ascii"))
             load_cert_chain(context, credentials.crt, credentials.key)
-            client = self._clients[key] = httpx.AsyncClient(verify=context, timeout=TIMEOUT)
+            client = self._clients[key] = httpx.AsyncClient(
+                verify=context,
+                timeout=TIMEOUT,
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE),
+            )
             while len(self._clients) > self._keep:
                 _, oldest = self._clients.popitem(last=False)
                 task = asyncio.create_task(oldest.aclose())

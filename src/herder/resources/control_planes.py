@@ -63,7 +63,12 @@ class ControlPlaneStatusStatus(WithConditions):
     etcd: EtcdHealth = Field(default_factory=EtcdHealth)
     components: list[ComponentHealth] = []
     load_balancer: LoadBalancerHealth | None = Field(default=None, alias="loadBalancer")
-    checked_at: str = Field(default="", alias="checkedAt")
+    checked_at: str = Field(
+        default="",
+        alias="checkedAt",
+        description="when a probe last found something new: the status has held since (probes that find "
+        "nothing new write nothing)",
+    )
     conditions: list[dict[str, Any]] = []
 
 
@@ -86,7 +91,7 @@ CONTROL_PLANE_STATUS = KindInfo(
         PrinterColumn("Etcd", ".status.etcd.members", compute=_members),
         PrinterColumn("Quorum", ".status.etcd.quorum"),
         condition_column("APIServersReady", "API-Servers"),
-        PrinterColumn("Checked", ".status.checkedAt", type="date"),
+        PrinterColumn("Changed", ".status.checkedAt", type="date"),
         condition_reason_column("Ready", "Message"),
     ),
     description="The health of one cluster's control plane: etcd, API servers, controller managers, "

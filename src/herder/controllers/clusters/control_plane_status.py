@@ -1,9 +1,10 @@
 """Control plane health: each bootstrapped Cluster's ControlPlaneStatus — etcd's members, their health, the
 leader, quorum and database sizes; each control plane's API server, controller manager and scheduler
-(from their static pods); the load balancer — with conditions and reasons, measured every few seconds
-and whenever a control plane changes. It also tells each control plane's ClusterMachine whether it is an
-etcd member, and exports Prometheus metrics per cluster (etcd members healthy, leader changes, API server
-reachability). The Cluster's own conditions are made from it, so a control plane that degrades shows
+(from their static pods); the load balancer — with conditions and reasons, measured whenever a control
+plane changes and every few seconds, less often (up to once a minute) while it stays healthy and
+unchanged; a probe that finds nothing new writes nothing. It also tells each control plane's
+ClusterMachine whether it is an etcd member, and exports Prometheus metrics per cluster (etcd members
+healthy, leader changes, API server reachability). The Cluster's own conditions are made from it, so a control plane that degrades shows
 there within seconds.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import Counter, Gauge
 
@@ -49,8 +51,15 @@ from herder.talos.machine.pool import MachineDialer, dial
 
 HEALTHY_EVERY = 10.0
 UNHEALTHY_EVERY = 5.0
-REFRESH_CHECKED_AFTER = 60.0
-"""Seconds after which ``status.checkedAt`` is written again though nothing else changed."""
+QUIET_EVERY = 60.0
+"""The longest wait between probes of a healthy control plane: each probe that finds it healthy and
+unchanged doubles the wait from ``healthy_every`` up to this; a change or a failure makes it short again at
+once (and a control plane that changes stage is probed then, whatever the wait)."""
+REFRESH_FIGURES_AFTER = 600.0
+"""Seconds after which etcd's figures that move on their own (raft index, database size) are written
+though nothing else changed: a live etcd's raft index moves with every write, and rewriting the status
+for it at every probe of every cluster would be a store write and an event for each watcher."""
+_FIGURES = ("raftIndex", "dbSize")
 
 ETCD_MEMBERS = Gauge("herder_cluster_etcd_members", "etcd members of a cluster", ["namespace", "cluster"])
 ETCD_HEALTHY = Gauge(
@@ -103,6 +112,7 @@ class ControlPlaneStatusController(Controller):
         self._healthy_every = healthy_every
         self._leaders: dict[tuple[str, str], int] = {}
         self._elections: dict[tuple[str, str], int] = {}
+        self._every: dict[tuple[str, str], float] = {}
         self._machines = machine_clients(dialer)
         self._kubernetes = KubernetesClients()
         self.watches = (
@@ -124,6 +134,7 @@ class ControlPlaneStatusController(Controller):
         if cluster is None:
             self._leaders.pop(where, None)
             self._elections.pop(where, None)
+            self._every.pop(where, None)
             for metric in _METRICS:
                 with contextlib.suppress(KeyError):
                     metric.remove(*where)
@@ -144,8 +155,12 @@ class ControlPlaneStatusController(Controller):
         kubernetes = await probe_kubernetes(self._kubernetes, endpoint, view.kubernetes) if endpoint else None
         balancer = self._balancers(*where)
         self._measure(where, etcd, kubernetes)
-        healthy = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
-        return Result(requeue_after=self._healthy_every if healthy else UNHEALTHY_EVERY)
+        healthy, changed = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
+        if not healthy:
+            self._every.pop(where, None)
+            return Result(requeue_after=UNHEALTHY_EVERY)
+        every = self._every[where] = next_wait(self._every.get(where), changed, self._healthy_every)
+        return Result(requeue_after=every)
 
     async def shutdown(self) -> None:
         await self._machines.close()
@@ -191,8 +206,9 @@ class ControlPlaneStatusController(Controller):
         balancer: tuple[str, int, int] | None,
         pending_reason: str,
         pending_message: str,
-    ) -> bool:
-        """Write the cluster's ControlPlaneStatus; whether every condition is good."""
+    ) -> tuple[bool, bool]:
+        """Write the cluster's ControlPlaneStatus; whether every condition is good, and whether anything
+        but etcd's moving figures changed."""
         key = ObjectKey(CONTROL_PLANE_STATUS.kind, cluster.namespace, cluster.name)
         if await ctx.get(key) is None:
             await ctx.apply_output(
@@ -215,9 +231,12 @@ class ControlPlaneStatusController(Controller):
             else None
         )
         now = ctx.clock.rfc3339()
+        changed = False
 
         def record(_: Resource, status: ControlPlaneStatusStatus) -> None:
+            nonlocal changed
             before = dump_status(status)
+            figures = status.etcd
             if measured is not None:
                 status.etcd = measured
             if components is not None:
@@ -226,14 +245,36 @@ class ControlPlaneStatusController(Controller):
                 status.load_balancer = served
             for kind, (ok, reason, message) in verdicts.items():
                 status.set_condition(kind, ok, reason, message, now=now)
-            # A probe that found nothing new writes nothing, but for refreshing checkedAt once a
-            # minute: every probe of every cluster would be a write and an event for each watcher.
-            age = ctx.clock.age(status.checked_at)
-            if age is None or age > REFRESH_CHECKED_AFTER or dump_status(status) != before:
+            # A probe that found nothing new writes nothing (checkedAt is when one last did): every
+            # probe of every cluster would be a write and an event for each watcher.
+            after = dump_status(status)
+            changed = _seen(after) != _seen(before)
+            if changed:
                 status.checked_at = now
+            elif after != before:
+                age = ctx.clock.age(status.checked_at)
+                if age is None or age > REFRESH_FIGURES_AFTER:
+                    status.checked_at = now
+                else:
+                    status.etcd = figures
 
         await ctx.mutate_status(key, ControlPlaneStatusStatus, record)
-        return all(ok for ok, _, _ in verdicts.values())
+        return all(ok for ok, _, _ in verdicts.values()), changed
+
+
+def next_wait(waited: float | None, changed: bool, fast: float) -> float:
+    """Seconds until a healthy control plane is probed again, ``waited`` before this probe (None: it was
+    not healthy): ``fast`` after a change, else twice the last wait, up to ``QUIET_EVERY``."""
+    if changed or waited is None:
+        return fast
+    return max(fast, min(2 * waited, QUIET_EVERY))
+
+
+def _seen(status: dict[str, Any]) -> dict[str, Any]:
+    """A status as a change is told: without the time it was checked and etcd's moving figures."""
+    etcd = status.get("etcd") or {}
+    members = [{k: v for k, v in m.items() if k not in _FIGURES} for m in etcd.get("members") or ()]
+    return {**{k: v for k, v in status.items() if k != "checkedAt"}, "etcd": {**etcd, "members": members}}
 
 
 def _etcd_health(etcd: EtcdReport, elections: int) -> EtcdHealth:

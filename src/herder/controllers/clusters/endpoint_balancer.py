@@ -1,7 +1,7 @@
 """A TCP load balancer in front of one cluster's Kubernetes API servers, as Omni runs one per cluster.
 
 It listens on one address, checks each backend (a control plane's ``IP:6443``) with a TCP connect every
-few seconds, and forwards every connection it accepts to a healthy backend, round robin, as plain bytes:
+few seconds (less often while every backend answers, as before), and forwards every connection it accepts to a healthy backend, round robin, as plain bytes:
 TLS stays end to end between the client and the API server. With no healthy backend a connection is
 closed at once, so clients fail fast and retry.
 """
@@ -17,6 +17,10 @@ from collections.abc import Sequence
 log = logging.getLogger(__name__)
 
 CHECK_EVERY = 2.0
+QUIET_EVERY = 30.0
+"""The longest wait between checks while every backend answers: each round that finds them all healthy,
+as the round before did, doubles the wait from ``check_every`` up to this. New backends, a failed check or
+a connection that could not reach a backend make the checks frequent again at once."""
 CHECK_TIMEOUT = 1.0
 _CHUNK = 1 << 16
 
@@ -28,11 +32,13 @@ class EndpointBalancer:
         port: int,
         *,
         check_every: float = CHECK_EVERY,
+        quiet_every: float = QUIET_EVERY,
         check_timeout: float = CHECK_TIMEOUT,
     ) -> None:
         self.host = host
         self.port = port
         self._check_every = check_every
+        self._quiet_every = max(quiet_every, check_every)
         self._check_timeout = check_timeout
         self._backends: tuple[str, ...] = ()
         self._healthy: tuple[str, ...] = ()
@@ -76,19 +82,21 @@ class EndpointBalancer:
                 await self._server.wait_closed()
 
     async def _check_loop(self) -> None:
+        every = self._check_every
         while True:
             self._wake.clear()
             checked = self._backends
             results = await asyncio.gather(*(self._check(b) for b in checked))
             # Backends may have changed while they were checked: keep only verdicts about current ones.
-            self._healthy = tuple(
-                b for b, ok in zip(checked, results, strict=True) if ok and b in self._backends
-            )
+            healthy = tuple(b for b, ok in zip(checked, results, strict=True) if ok and b in self._backends)
+            steady = healthy == checked == self._healthy
+            self._healthy = healthy
+            every = min(2 * every, self._quiet_every) if steady else self._check_every
             # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that arrives as
             # the wake-up does, and ``stop`` then waited for this loop for ever (the cluster's deletion,
             # and every other cluster's endpoint behind it, hung).
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._check_every):
+                async with asyncio.timeout(every):
                     await self._wake.wait()
 
     async def _check(self, backend: str) -> bool:
@@ -128,6 +136,8 @@ class EndpointBalancer:
                     upstream = await asyncio.open_connection(host.strip("[]"), int(port))
                 break
             except (OSError, TimeoutError):
+                # The checks may be waiting long (all was well): the next round tells whether it is down.
+                self._wake.set()
                 continue
         if upstream is None:
             writer.close()

@@ -131,6 +131,8 @@ class ApiEndpoint:
             log_config=None,
             access_log=False,
             proxy_headers=False,
+            # kube-apiserver keeps an idle connection 90 s (uvicorn: 5 s), which its clients count on.
+            timeout_keep_alive=90,
         )
         self._config.load()
         self._state = ServerState()

@@ -1,6 +1,8 @@
 """The emulator's control API: plain HTTP/1.1 with JSON bodies on a loopback address, for tools and tests.
 
     GET    /healthz                       {"ok": true}
+    GET    /summary                       {"machines": N, "clusters": N, "apiCalls": N}: apiCalls counts
+                                          every Talos API call (gRPC) its machines have answered
     GET    /clusters                      every cluster: etcd members, their health, quorum, leader, and where
                                           its emulated Kubernetes API is served: each control plane's
                                           https://IP:6443, and whether it serves there now
@@ -127,6 +129,12 @@ class ControlAPI:
         emulator = self.emulator
         if parts == ["healthz"] and method == "GET":
             return 200, {"ok": True}
+        if parts == ["summary"] and method == "GET":
+            return 200, {
+                "machines": len(emulator.machines),
+                "clusters": len(emulator.clusters),
+                "apiCalls": emulator.api_calls,
+            }
         if parts[:1] == ["clusters"] and method == "GET" and len(parts) <= 2:
             clusters = [
                 c for c in emulator.clusters.values() if len(parts) == 1 or parts[1] in (c.id, c.name)
