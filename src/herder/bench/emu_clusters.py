@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import multiprocessing
 import os
 import ssl
 import tempfile
@@ -144,7 +145,9 @@ async def run(clusters: int, in_flight: int, timeout: float) -> None:
             # As on hardware without a load balancer: the first control plane's API server is the endpoint.
             apis = [f"https://{published[i * size]['node']}:6443" for i in range(clusters)]
             setup = time.monotonic()
-            with ProcessPoolExecutor() as pool:
+            # Spawned, not forked: a fork of a process that runs gRPC's threads (this one, or the pytest worker
+            # that runs it) can hang in the child.
+            with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
                 bundles = list(pool.map(_bundle, names, apis))
             generated = time.monotonic() - setup
             gate = asyncio.Semaphore(in_flight)

@@ -50,7 +50,8 @@ class Emulator:
         """Where the BMCs' Redfish service listens (``--bmc``)."""
         self.services = ClusterServices(self)
         """The clusters, each with its etcd health and emulated Kubernetes API, following the machines."""
-        self._changed = asyncio.Event()
+        self._waiting: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        """What ``wait_for`` callers wait on: each checked at every change, as it happens."""
         self._network = ipaddress.ip_network(options.machine_cidr)
         self._used: set[int] = set()
         self._cursor = int(self._network.network_address) + 1
@@ -229,14 +230,28 @@ class Emulator:
             self._publish()
         booting = machine.stage is MachineStage.BOOTING
         self.services.machine_changed(machine.uuid, _cluster_id(machine), booting=booting)
-        self._changed.set()
-        self._changed = asyncio.Event()
+        for predicate, held in list(self._waiting):
+            # Now, and again once the code that made the change has finished with it (it may set more).
+            _check(predicate, held)
+            held.get_loop().call_soon(_check, predicate, held)
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
-        """Wait until ``predicate()`` holds, re-checked at every stage change; raises ``TimeoutError``."""
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await self._changed.wait()
+        """Wait until ``predicate()`` holds, checked at every change as it happens (a stage a machine passes
+        through in a moment is seen, however late the waiter runs); raises ``TimeoutError``."""
+        if predicate():
+            return
+        entry = (predicate, asyncio.get_running_loop().create_future())
+        self._waiting.append(entry)
+        try:
+            async with asyncio.timeout(timeout):
+                await entry[1]
+        finally:
+            self._waiting.remove(entry)
+
+
+def _check(predicate: Callable[[], bool], held: asyncio.Future[None]) -> None:
+    if not held.done() and predicate():
+        held.set_result(None)
 
 
 def _check_free(machine: Machine) -> None:
