@@ -14,6 +14,8 @@ import itertools
 import logging
 from collections.abc import Sequence
 
+from herder.workqueue import retry_delay
+
 log = logging.getLogger(__name__)
 
 CHECK_EVERY = 2.0
@@ -82,16 +84,16 @@ class EndpointBalancer:
                 await self._server.wait_closed()
 
     async def _check_loop(self) -> None:
-        every = self._check_every
+        quiet_rounds = 0
         while True:
             self._wake.clear()
             checked = self._backends
             results = await asyncio.gather(*(self._check(b) for b in checked))
             # Backends may have changed while they were checked: keep only verdicts about current ones.
             healthy = tuple(b for b, ok in zip(checked, results, strict=True) if ok and b in self._backends)
-            steady = healthy == checked == self._healthy
+            quiet_rounds = quiet_rounds + 1 if healthy == checked == self._healthy else 0
             self._healthy = healthy
-            every = min(2 * every, self._quiet_every) if steady else self._check_every
+            every = retry_delay(quiet_rounds + 1, self._check_every, self._quiet_every)
             # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that arrives as
             # the wake-up does, and ``stop`` then waited for this loop for ever (the cluster's deletion,
             # and every other cluster's endpoint behind it, hung).
