@@ -2,6 +2,9 @@
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+# The suite starts hundreds of server, emulator and CLI processes: with PYTHONDONTWRITEBYTECODE set (some
+# images set it) each of them compiles herder's sources again, which made the suite half again as slow.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test lint setup etcd chromium oidc-provider promtool wireguard protos
 

@@ -1,8 +1,7 @@
 """ControlPlaneStatus's decisions: a bootstrapped cluster's etcd is measured through its running control
 planes — members, leader, quorum, each member's own word — and shown with reasons; the control planes
 learn whether they are etcd members; a probe that finds nothing new writes nothing (etcd's figures that
-move on their own, every ten minutes); a healthy control plane is probed less often while nothing
-changes."""
+move on their own, every ten minutes)."""
 
 from __future__ import annotations
 
@@ -10,10 +9,8 @@ import dataclasses
 from typing import Any
 
 from herder.controllers.clusters.control_plane_status import (
-    QUIET_EVERY,
     REFRESH_FIGURES_AFTER,
     ControlPlaneStatusController,
-    next_wait,
 )
 from herder.talos.machine import EtcdMember, EtcdMemberStatus, Unavailable
 from tests.controllers.fleet import Fleet
@@ -152,14 +149,6 @@ async def test_an_unchanged_probe_writes_nothing(site: Site) -> None:
     site.clock.advance(2 * REFRESH_FIGURES_AFTER)
     assert await measured(site, fleet, probe) == refreshed
     assert await written() == version
-
-
-def test_a_healthy_control_plane_is_probed_less_often_until_it_changes() -> None:
-    waits = [next_wait(None, False, 10)]
-    for _ in range(4):
-        waits.append(next_wait(waits[-1], False, 10))
-    assert waits == [10, 20, 40, QUIET_EVERY, QUIET_EVERY]
-    assert next_wait(QUIET_EVERY, True, 10) == 10
 
 
 async def test_a_new_leader_is_counted(site: Site) -> None:

@@ -48,6 +48,7 @@ from herder.resources.status import dump_status, status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.runtime.outputs import Owns, Writes
 from herder.talos.machine.pool import MachineDialer, dial
+from herder.workqueue import retry_delay
 
 HEALTHY_EVERY = 10.0
 UNHEALTHY_EVERY = 5.0
@@ -112,7 +113,8 @@ class ControlPlaneStatusController(Controller):
         self._healthy_every = healthy_every
         self._leaders: dict[tuple[str, str], int] = {}
         self._elections: dict[tuple[str, str], int] = {}
-        self._every: dict[tuple[str, str], float] = {}
+        # Healthy probes in a row that found nothing new, per cluster (absent: the last was not healthy).
+        self._quiet: dict[tuple[str, str], int] = {}
         self._machines = machine_clients(dialer)
         self._kubernetes = KubernetesClients()
         self.watches = (
@@ -134,7 +136,7 @@ class ControlPlaneStatusController(Controller):
         if cluster is None:
             self._leaders.pop(where, None)
             self._elections.pop(where, None)
-            self._every.pop(where, None)
+            self._quiet.pop(where, None)
             for metric in _METRICS:
                 with contextlib.suppress(KeyError):
                     metric.remove(*where)
@@ -157,10 +159,10 @@ class ControlPlaneStatusController(Controller):
         self._measure(where, etcd, kubernetes)
         healthy, changed = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
         if not healthy:
-            self._every.pop(where, None)
+            self._quiet.pop(where, None)
             return Result(requeue_after=UNHEALTHY_EVERY)
-        every = self._every[where] = next_wait(self._every.get(where), changed, self._healthy_every)
-        return Result(requeue_after=every)
+        quiet = self._quiet[where] = 0 if changed or where not in self._quiet else self._quiet[where] + 1
+        return Result(requeue_after=retry_delay(quiet + 1, self._healthy_every, QUIET_EVERY))
 
     async def shutdown(self) -> None:
         await self._machines.close()
@@ -260,14 +262,6 @@ class ControlPlaneStatusController(Controller):
 
         await ctx.mutate_status(key, ControlPlaneStatusStatus, record)
         return all(ok for ok, _, _ in verdicts.values()), changed
-
-
-def next_wait(waited: float | None, changed: bool, fast: float) -> float:
-    """Seconds until a healthy control plane is probed again, ``waited`` before this probe (None: it was
-    not healthy): ``fast`` after a change, else twice the last wait, up to ``QUIET_EVERY``."""
-    if changed or waited is None:
-        return fast
-    return max(fast, min(2 * waited, QUIET_EVERY))
 
 
 def _seen(status: dict[str, Any]) -> dict[str, Any]:
