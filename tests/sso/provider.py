@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -109,13 +110,18 @@ class Provider:
     ui_secret: str
     ui_redirects: list[str]
     cli_secret: str
+    ca: str | None = None
+    """The PEM of the private CA of the provider's TLS certificate, when it serves https."""
 
     @property
     def issuer(self) -> str:
         return self.issuers[0]
 
     def discovery(self, issuer: str | None = None) -> dict[str, Any]:
-        answer = httpx.get(f"{issuer or self.issuer}/.well-known/openid-configuration", timeout=10)
+        verify = ssl.create_default_context(cadata=self.ca) if self.ca else True
+        answer = httpx.get(
+            f"{issuer or self.issuer}/.well-known/openid-configuration", timeout=10, verify=verify
+        )
         answer.raise_for_status()
         return dict(answer.json())
 
@@ -134,9 +140,10 @@ def _private_jwk(key: rsa.RSAPrivateKey) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def running_provider(
-    workdir: Path, users: list[User], ui_redirects: list[str], *, issuers: int = 2
+    workdir: Path, users: list[User], ui_redirects: list[str], *, issuers: int = 2, tls: bool = False
 ) -> Iterator[Provider]:
-    """The provider with ``issuers`` issuers on free loopback ports, until the block ends."""
+    """The provider with ``issuers`` issuers on free loopback ports, until the block ends; with ``tls``,
+    on https with a certificate of a private CA made here (``Provider.ca``)."""
     entry, why = install()
     if entry is None:
         import pytest
@@ -145,12 +152,20 @@ def running_provider(
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ports = [free_port() for _ in range(issuers)]
     ui_secret = secrets.token_urlsafe(24)
+    scheme, served, ca = "http", {}, None
+    if tls:
+        from herder.emu.bmc.service import new_ca, serving_certificate
+
+        authority = new_ca()
+        pair = serving_certificate(authority, "127.0.0.1")
+        scheme, ca = "https", authority.crt.decode()
+        served = {"tls": {"key": pair.key.decode(), "cert": pair.crt.decode()}}
     cli_secret = secrets.token_urlsafe(24)
     config: dict[str, Any] = {
         "module": str(entry),
         "cookieKey": secrets.token_urlsafe(24),
         "keys": [_private_jwk(key)],
-        "issuers": [{"url": f"http://127.0.0.1:{port}", "port": port} for port in ports],
+        "issuers": [{"url": f"{scheme}://127.0.0.1:{port}", "port": port, **served} for port in ports],
         "users": {u.login: u.claims() for u in users},
         "clients": [
             {
@@ -207,7 +222,7 @@ def running_provider(
             [NODE, str(HERE / "provider.mjs"), str(config_file)], stdout=out, stderr=subprocess.STDOUT
         )
     provider = Provider(
-        [i["url"] for i in config["issuers"]], key, process, log, ui_secret, ui_redirects, cli_secret
+        [i["url"] for i in config["issuers"]], key, process, log, ui_secret, ui_redirects, cli_secret, ca
     )
     try:
         deadline = time.monotonic() + 30

@@ -288,6 +288,8 @@ class IdentityProvider:
         self.discovery = discovery
         self.keys = keys
         self._http = http
+        # The provider's private CA (``--oidc-ca-file``), published to the CLI with the sign-in config.
+        self.ca_pem: str | None = None
 
     @classmethod
     async def discover(cls, settings: OidcSettings) -> IdentityProvider:
@@ -319,7 +321,10 @@ class IdentityProvider:
             await http.aclose()
             raise
         log.info("signing people in with %s (client %s)", settings.issuer, settings.client_id)
-        return cls(settings, discovery, keys, http)
+        made = cls(settings, discovery, keys, http)
+        if settings.ca_file is not None:
+            made.ca_pem = settings.ca_file.read_text(encoding="utf-8")
+        return made
 
     async def close(self) -> None:
         await self._http.aclose()

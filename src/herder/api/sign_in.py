@@ -2,7 +2,8 @@
 
 - ``GET /auth/oidc/config``: what a client needs to sign in (no credential needed): the issuer, the CLI's
   client id (and the secret a provider wants of that native client, ``--oidc-cli-client-secret``, which
-  is no secret), the scopes, the provider's name.
+  is no secret), the scopes, the provider's name, and the provider's private CA (``providerCa``, the PEM
+  of ``--oidc-ca-file``, which the CLI then trusts for the provider, and nothing else) when it has one.
 - ``POST /auth/oidc/token`` with ``{"idToken", "nonce"?, "replaces"?}``: an ID token the CLI got from the
   provider (for ``--oidc-cli-client-id``) for a herder token of ``ACCESS_TOKEN_TTL``; ``replaces`` names
   the herder token it had, which is revoked. A refused token is answered 401 saying which check failed,
@@ -65,6 +66,7 @@ def routes(store: Store, policy: HerderPolicy) -> list[BaseRoute]:
                 "scopes": list(settings.scopes),
                 "providerName": settings.name,
                 **({"clientSecret": settings.cli_client_secret} if settings.cli_client_secret else {}),
+                **({"providerCa": people.provider.ca_pem} if people.provider.ca_pem else {}),
             }
         )
 

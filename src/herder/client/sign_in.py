@@ -75,11 +75,13 @@ class Login:
     scopes: list[str] = field(default_factory=list)
     ca: str | None = None
     client_secret: str = ""
+    provider_ca: str | None = None
 
     _FILE_KEYS = {
         "client_id": "clientId",
         "client_secret": "clientSecret",
         "expires_at": "expiresAt",
+        "provider_ca": "providerCa",
         "refresh_token": "refreshToken",
     }
 
@@ -157,8 +159,14 @@ def _herder(server: str, ca: str | None) -> httpx.Client:
     )
 
 
-def _provider() -> httpx.Client:
-    return httpx.Client(timeout=TIMEOUT, headers={"User-Agent": "herder-cli", "Accept": "application/json"})
+def _provider(ca: str | None) -> httpx.Client:
+    """A client for the identity provider: trusting exactly ``ca`` (the private CA herder publishes, from
+    its ``--oidc-ca-file``) when there is one, else the system's roots."""
+    return httpx.Client(
+        verify=_verify(ca),
+        timeout=TIMEOUT,
+        headers={"User-Agent": "herder-cli", "Accept": "application/json"},
+    )
 
 
 def _json(answer: httpx.Response, what: str) -> dict[str, Any]:
@@ -187,10 +195,10 @@ def server_config(server: str, ca: str | None) -> dict[str, Any]:
     return _json(answer, server)
 
 
-def discover(issuer: str) -> dict[str, Any]:
+def discover(issuer: str, ca: str | None) -> dict[str, Any]:
     url = issuer.rstrip("/") + "/.well-known/openid-configuration"
     try:
-        with _provider() as http:
+        with _provider(ca) as http:
             answer = http.get(url)
     except httpx.HTTPError as exc:
         raise SignInError(
@@ -273,9 +281,9 @@ def _pkce() -> tuple[str, str]:
     return verifier, challenge
 
 
-def _token_request(endpoint: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+def _token_request(endpoint: str, form: dict[str, str], ca: str | None) -> tuple[int, dict[str, Any]]:
     try:
-        with _provider() as http:
+        with _provider(ca) as http:
             answer = http.post(endpoint, data=form)
     except httpx.HTTPError as exc:
         raise SignInError(
@@ -337,6 +345,7 @@ def browser_sign_in(
             "code_verifier": verifier,
             **_config_client(config),
         },
+        config.get("providerCa"),
     )
     if code != 200 or "id_token" not in body:
         raise SignInError(f"the identity provider refused the sign-in: {_refused(body)}")
@@ -351,7 +360,9 @@ def device_sign_in(config: dict[str, Any], provider: dict[str, Any], say: Say) -
             f"the identity provider {provider.get('issuer')} offers no device sign-in: sign in without --device"
         )
     scopes, _ = _offline(config, provider)
-    code, body = _token_request(endpoint, {"scope": scopes, **_config_client(config)})
+    code, body = _token_request(
+        endpoint, {"scope": scopes, **_config_client(config)}, config.get("providerCa")
+    )
     if code != 200 or "device_code" not in body:
         raise SignInError(f"the identity provider refused a device sign-in: {_refused(body)}")
     lines = [f"To sign in, open {body['verification_uri']} and enter the code {body['user_code']}"]
@@ -365,6 +376,7 @@ def device_sign_in(config: dict[str, Any], provider: dict[str, Any], say: Say) -
         code, answer = _token_request(
             provider["token_endpoint"],
             {"grant_type": DEVICE_GRANT, "device_code": body["device_code"], **_config_client(config)},
+            config.get("providerCa"),
         )
         if code == 200 and "id_token" in answer:
             return answer
@@ -411,7 +423,7 @@ def sign_in(
 ) -> Login:
     """Sign in to ``server`` and keep the credential; the login kept."""
     config = server_config(server, ca)
-    provider = discover(str(config["issuer"]))
+    provider = discover(str(config["issuer"]), config.get("providerCa"))
     if device:
         answer, nonce = device_sign_in(config, provider, say), None
     else:
@@ -429,6 +441,7 @@ def sign_in(
         scopes=list(config.get("scopes") or []),
         ca=ca,
         client_secret=str(config.get("clientSecret") or ""),
+        provider_ca=config.get("providerCa"),
     )
     with (store or CredentialsFile()).locked() as logins:
         old = logins.get(server)
@@ -444,7 +457,7 @@ def _refresh(login: Login) -> Login:
         raise SignInError(
             f"your sign-in to {login.server} has expired: run herder login --server {login.server}"
         )
-    provider = discover(login.issuer)
+    provider = discover(login.issuer, login.provider_ca)
     code, answer = _token_request(
         provider["token_endpoint"],
         {
@@ -452,6 +465,7 @@ def _refresh(login: Login) -> Login:
             "refresh_token": login.refresh_token,
             **_client(login.client_id, login.client_secret),
         },
+        login.provider_ca,
     )
     if code != 200 or "id_token" not in answer:
         raise SignInError(
@@ -513,7 +527,7 @@ def sign_out(server: str, store: CredentialsFile | None = None) -> Login | None:
     _revoke_at_herder(login)
     if login.refresh_token:
         with contextlib.suppress(SignInError, KeyError):
-            endpoint = discover(login.issuer).get("revocation_endpoint")
+            endpoint = discover(login.issuer, login.provider_ca).get("revocation_endpoint")
             if endpoint:
                 _token_request(
                     str(endpoint),
@@ -522,6 +536,7 @@ def sign_out(server: str, store: CredentialsFile | None = None) -> Login | None:
                         "token_type_hint": "refresh_token",
                         **_client(login.client_id, login.client_secret),
                     },
+                    login.provider_ca,
                 )
     return login
 
