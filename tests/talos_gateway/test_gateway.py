@@ -254,9 +254,67 @@ def test_an_admin_acts_on_services_and_etcd_and_a_reader_may_not(
     assert "etcd defragmented" in _ok(_talos(talosconfigs["Admin"], "-n", cp, "etcd", "defrag"))
     assert "no alarms to disarm" in _ok(_talos(talosconfigs["Admin"], "-n", cp, "etcd", "alarm", "disarm"))
     assert "no alarms" in _ok(_talos(talosconfigs["Reader"], "-n", cp, "etcd", "alarm", "list"))
-    for args in (("service", "kubelet", "restart"), ("etcd", "defrag")):
+    assert 'Service "kubelet" stopped' in _ok(
+        _talos(talosconfigs["Admin"], "-n", cp, "service", "kubelet", "stop")
+    )
+    assert 'Service "kubelet" started' in _ok(
+        _talos(talosconfigs["Admin"], "-n", cp, "service", "kubelet", "start")
+    )
+    hostname = next(
+        m["hostname"] for m in asyncio.run(site.emulator.control("GET", "/machines")) if m["node"] == cp
+    )
+    apiserver = f"kube-system/kube-apiserver-{hostname}"
+    assert f"restarted {apiserver}" in _ok(
+        _talos(talosconfigs["Admin"], "-n", cp, "restart", "-k", apiserver)
+    )
+    # alpha's one member leads and has no one to hand leadership to: Talos answers with no member.
+    assert "leadership forfeited" in _ok(
+        _talos(talosconfigs["Admin"], "-n", cp, "etcd", "forfeit-leadership")
+    )
+    refusals = {
+        "ServiceRestart": ("service", "kubelet", "restart"),
+        "ServiceStop": ("service", "kubelet", "stop"),
+        "ServiceStart": ("service", "kubelet", "start"),
+        "Restart": ("restart", "-k", apiserver),
+        "EtcdForfeitLeadership": ("etcd", "forfeit-leadership"),
+        "EtcdDefragment": ("etcd", "defrag"),
+    }
+    for args in refusals.values():
         refused = _talos(talosconfigs["Reader"], "-n", cp, *args)
-        assert refused.returncode == 1 and "not authorized" in refused.stderr, refused.stderr
+        assert refused.returncode == 1 and "not authorized" in refused.stderr, (args, refused.stderr)
+    # On the wire: PERMISSION_DENIED, as Talos's authorizer answers (the gateway relays the machine's word).
+    for call in ("ServiceStart", "ServiceStop", "Restart", "EtcdForfeitLeadership"):
+        denied = _raw_unary(talosconfigs["Reader"], call, cp)
+        assert denied.code() == grpc.StatusCode.PERMISSION_DENIED, (call, denied)
+        assert denied.details() == "not authorized", (call, denied.details())
+    # Each refusal is audited under the call's name; each of the Admin's calls too.
+    site.until(
+        lambda: (
+            {e["verb"] for e in _audit(site, "serviceaccount.gw-reader") if e["code"] == 403} >= set(refusals)
+        ),
+        what="the Reader's refused calls, by name, in the audit trail",
+    )
+    site.until(
+        lambda: (
+            {e["verb"] for e in _audit(site, "serviceaccount.gw-admin") if e["code"] == 200} >= set(refusals)
+        ),
+        what="the Admin's calls, by name, in the audit trail",
+    )
+
+
+def _raw_unary(talosconfig: Path, call: str, node: str) -> grpc.aio.AioRpcError:
+    """The error a unary machine API call with an empty request answers (a write the caller may not make),
+    on the wire as talosctl speaks it."""
+
+    async def go() -> grpc.aio.AioRpcError:
+        async with _channel(talosconfig) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await channel.unary_unary(f"/machine.MachineService/{call}")(
+                    b"", metadata=(("node", node),), timeout=20
+                )
+            return refused.value
+
+    return asyncio.run(go())
 
 
 def _streamed(talosconfig: Path, *args: str, lines: int) -> list[str]:
@@ -360,6 +418,30 @@ def test_a_reader_is_refused_what_changes_a_machine_and_an_admin_is_not(
         timeout=60,
         what="the rebooted worker to answer again",
     )
+    # Shutdown likewise: refused to the Reader, done for the Admin; the worker is then powered on again
+    # (as its cloud would), so the module's other tests find it as before.
+    refused = _talos(talosconfigs["Reader"], "-n", nodes["worker"], "shutdown")
+    assert refused.returncode == 1 and "not authorized" in refused.stderr, refused.stderr
+    assert _raw_unary(talosconfigs["Reader"], "Shutdown", nodes["worker"]).code() == (
+        grpc.StatusCode.PERMISSION_DENIED
+    )
+    worker = site.machines[1]["uuid"]
+    _ok(_talos(talosconfigs["Admin"], "-n", nodes["worker"], "shutdown"))
+    try:
+        site.until(
+            lambda: asyncio.run(site.emulator.control("GET", f"/machines/{worker}"))["power"] == "off",
+            timeout=60,
+            what="the worker to power off",
+        )
+    finally:
+        asyncio.run(site.emulator.control("POST", f"/machines/{worker}/power", {"state": "on"}))
+    site.until(
+        lambda: (
+            _talos(talosconfigs["Reader"], "-n", nodes["worker"], "version", "--timeout", "2").returncode == 0
+        ),
+        timeout=90,
+        what="the worker, powered on again, to answer",
+    )
     events = _audit(site, "serviceaccount.gw-reader")
     reboot = [e for e in events if e["verb"] == "Reboot"]
     assert reboot and all(e["code"] == 403 and e["result"] == "Failure" for e in reboot), reboot
@@ -372,6 +454,19 @@ def test_a_reader_is_refused_what_changes_a_machine_and_an_admin_is_not(
         what="the Admin's reboot in the audit trail",
     )
     assert admin[0]["role"] == "Admin"
+    shutdowns = site.until(
+        lambda: (
+            {
+                (user, e["code"])
+                for user in ("serviceaccount.gw-reader", "serviceaccount.gw-admin")
+                for e in _audit(site, user)
+                if e["verb"] == "Shutdown"
+            }
+            >= {("serviceaccount.gw-reader", 403), ("serviceaccount.gw-admin", 200)}
+        ),
+        what="the refused and the done Shutdown in the audit trail",
+    )
+    assert shutdowns
 
 
 def test_a_machine_the_platform_manages_is_refused_below_support(
