@@ -282,14 +282,19 @@ class IdentityProvider:
     """The provider as configured and discovered."""
 
     def __init__(
-        self, settings: OidcSettings, discovery: Discovery, keys: Keys, http: httpx.AsyncClient
+        self,
+        settings: OidcSettings,
+        discovery: Discovery,
+        keys: Keys,
+        http: httpx.AsyncClient,
+        ca_pem: str | None = None,
     ) -> None:
         self.settings = settings
         self.discovery = discovery
         self.keys = keys
         self._http = http
         # The provider's private CA (``--oidc-ca-file``), published to the CLI with the sign-in config.
-        self.ca_pem: str | None = None
+        self.ca_pem = ca_pem
 
     @classmethod
     async def discover(cls, settings: OidcSettings) -> IdentityProvider:
@@ -321,10 +326,8 @@ class IdentityProvider:
             await http.aclose()
             raise
         log.info("signing people in with %s (client %s)", settings.issuer, settings.client_id)
-        made = cls(settings, discovery, keys, http)
-        if settings.ca_file is not None:
-            made.ca_pem = settings.ca_file.read_text(encoding="utf-8")
-        return made
+        ca_pem = settings.ca_file.read_text(encoding="utf-8") if settings.ca_file is not None else None
+        return cls(settings, discovery, keys, http, ca_pem)
 
     async def close(self) -> None:
         await self._http.aclose()
