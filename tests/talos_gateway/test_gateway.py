@@ -454,7 +454,7 @@ def test_a_reader_is_refused_what_changes_a_machine_and_an_admin_is_not(
         what="the Admin's reboot in the audit trail",
     )
     assert admin[0]["role"] == "Admin"
-    shutdowns = site.until(
+    site.until(
         lambda: (
             {
                 (user, e["code"])
@@ -466,7 +466,6 @@ def test_a_reader_is_refused_what_changes_a_machine_and_an_admin_is_not(
         ),
         what="the refused and the done Shutdown in the audit trail",
     )
-    assert shutdowns
 
 
 def test_a_machine_the_platform_manages_is_refused_below_support(
