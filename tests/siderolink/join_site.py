@@ -63,13 +63,17 @@ import json, sys
 import grpc
 from herder.talos.api.siderolink import provision_pb2 as pb, provision_pb2_grpc as pb_grpc
 target, fields, ca = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+# Over TLS the call waits for the channel to connect (a server still starting is not a refusal); plaintext
+# to a TLS server never connects, which is what its callers look for.
 channel = (
     grpc.secure_channel(target, grpc.ssl_channel_credentials(open(ca, "rb").read())) if ca
     else grpc.insecure_channel(target)
 )
 with channel:
     try:
-        answer = pb_grpc.ProvisionServiceStub(channel).Provision(pb.ProvisionRequest(**fields), timeout=20)
+        answer = pb_grpc.ProvisionServiceStub(channel).Provision(
+            pb.ProvisionRequest(**fields), timeout=20, wait_for_ready=bool(ca)
+        )
     except grpc.RpcError as e:
         print(json.dumps({"code": e.code().name, "details": e.details()}))
     else:
@@ -124,6 +128,13 @@ class JoinServer:
     prefix: str
     ca: Path | None = None
     """The CA of the Provision API's certificate (None: plaintext)."""
+
+    def diagnosis(self, what: object) -> str:
+        """``what`` went wrong, with what the server logged and who listens on the Provision port."""
+        port = self.api.rsplit(":", 1)[1]
+        listening = sh("ss", "-Hltnp", f"sport = :{port}", check=False).stdout
+        log = self.server.log.read_text(errors="replace").splitlines()[-40:]
+        return f"{what}\nlistening on port {port}:\n{listening}\nherder serve logged:\n" + "\n".join(log)
 
     def kubectl_json(self, *args: str) -> Any:
         """``kubectl ARGS -o json`` as the site's admin: what it printed, decoded."""

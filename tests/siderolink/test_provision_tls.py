@@ -6,6 +6,7 @@ connected Machine); a plaintext call is not answered; bad flags are refused nami
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 import uuid as uuidlib
@@ -56,7 +57,8 @@ def test_a_machine_trusting_the_certificate_joins_over_tls_and_plaintext_is_not_
     assert site.api.startswith("https://")
     joined, node = token(site, "tls-rack"), str(uuidlib.uuid4())
     fields = {"node_uuid": node, "node_public_key": generate_keys().public, "join_token": joined}
-    assert provision(site, **fields)["code"] == "OK"
+    answer = provision(site, **fields)
+    assert answer["code"] == "OK", site.diagnosis(answer)
     refused = provision(site, plaintext=True, **fields)
     assert refused["code"] == "UNAVAILABLE", refused
 
@@ -92,7 +94,12 @@ def test_an_emulated_machine_joins_with_the_https_kernel_args_of_a_join_config(
                 for m in found
             )
 
-        _until(connected, 90, "the machine joined over TLS, connected")
+        try:
+            _until(connected, 90, "the machine joined over TLS, connected")
+        except AssertionError as timed_out:
+            machines = asyncio.run(emulator.control("GET", "/machines"))
+            said = [m.get("last_error") for m in machines]
+            raise AssertionError(site.diagnosis(f"{timed_out}; the machine says {said}")) from None
     finally:
         emulator.stop()
         sh("ip", "netns", "del", Joiner.netns_of(machine), check=False)

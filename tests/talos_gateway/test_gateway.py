@@ -6,6 +6,8 @@ audits every call."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import ipaddress
 import json
 import socket
 import ssl
@@ -350,8 +352,9 @@ def test_logs_and_dmesg_stream_through_herder(site: Site, talosconfigs: dict[str
 def test_a_talos_client_that_is_not_herders_reads_every_read_only_call(
     site: Site, talosconfigs: dict[str, Path]
 ) -> None:
-    """Bindings generated from Talos's own machine.proto, plain grpc, a talosconfig from herder: every
-    read-only call of the machine API through the gateway, decoded as Talos's messages."""
+    """Bindings generated from Talos's own machine.proto and resource definitions, plain grpc, a talosconfig
+    from herder: every read-only call of the machine API, and the resources talosctl get and dashboard read,
+    through the gateway, decoded as Talos's messages."""
     nodes = _nodes(site)
     result = subprocess.run(
         [sys.executable, str(Path(__file__).parent / "talos_client.py"), str(TALOS_PROTOS),
@@ -360,7 +363,8 @@ def test_a_talos_client_that_is_not_herders_reads_every_read_only_call(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
-    cp = next(m for m in asyncio.run(site.emulator.control("GET", "/machines")) if m["node"] == nodes["cp"])
+    emulated = {m["node"]: m for m in asyncio.run(site.emulator.control("GET", "/machines"))}
+    cp = emulated[nodes["cp"]]
     assert seen["hostname"] == cp["hostname"] == seen["read_hostname"].strip()
     assert seen["version"] == cp["talos_version"]
     first, second = seen["memory"]
@@ -391,6 +395,51 @@ def test_a_talos_client_that_is_not_herders_reads_every_read_only_call(
     assert "/etc/hostname" in seen["list"]
     assert seen["usage"]["/usr"] >= (10 << 20)
     assert len(seen["events"]) == 3 and all(t.startswith("talos/runtime/machine.") for t in seen["events"])
+    _assert_resources_decode_as_talos_writes_them(seen["resources"], cp, emulated[nodes["worker"]])
+
+
+def _ip(encoded: str) -> str:
+    return str(ipaddress.ip_address(base64.b64decode(encoded)))
+
+
+def _assert_resources_decode_as_talos_writes_them(
+    seen: dict[str, Any], cp: dict[str, Any], worker: dict[str, Any]
+) -> None:
+    """What talosctl get and the dashboard read: each spec by Talos's own message says what its YAML says,
+    and both say what the emulated control plane is."""
+    members = {m["proto"]["hostname"]: m for m in seen["members"]}
+    assert set(members) == {cp["hostname"], worker["hostname"]}
+    for member in members.values():
+        proto, yaml_spec = member["proto"], member["yaml"]
+        assert [_ip(a["ip"]) for a in proto["addresses"]] == yaml_spec["addresses"]
+        role = {"TYPE_CONTROL_PLANE": "controlplane", "TYPE_WORKER": "worker"}[proto["machine_type"]]
+        assert role == yaml_spec["machineType"] and proto["node_id"] == yaml_spec["nodeId"]
+    assert members[cp["hostname"]]["proto"]["machine_type"] == "TYPE_CONTROL_PLANE"
+    current = next(a for a in seen["addresses"] if a["id"] == "current")
+    prefixes = [f"{_ip(a['ip'])}/{a['prefix_length']}" for a in current["proto"]["addresses"]]
+    assert prefixes == current["yaml"]["addresses"] and prefixes[0].startswith(cp["node"] + "/")
+    assert {a["id"] for a in seen["addresses"]} >= {"current", "default", "accumulative", "routed"}
+    on_link = next(r for r in seen["routes"] if r["proto"]["scope"] == "SCOPE_LINK")
+    assert on_link["proto"]["out_link_name"] == on_link["yaml"]["outLinkName"] == "eth0"
+    assert _ip(on_link["proto"]["source"]["ip"]) == on_link["yaml"]["src"] == cp["node"]
+    links = {link["id"]: link for link in seen["links"]}
+    assert set(links) == {"eth0", "lo"}
+    eth0 = links["eth0"]
+    assert (
+        eth0["proto"]["mtu"] == eth0["yaml"]["mtu"] and eth0["proto"]["operational_state"] == "OPER_STATE_UP"
+    )
+    mac = base64.b64decode(eth0["proto"]["hardware_addr"]).hex(":")
+    assert mac == eth0["yaml"]["hardwareAddr"]
+    assert seen["hostname"][0]["proto"]["hostname"] == cp["hostname"]
+    services = {s["id"]: s for s in seen["services"]}
+    assert {"apid", "etcd", "kubelet", "machined"} <= set(services)
+    assert services["etcd"]["proto"] == {"running": True, "healthy": True}
+    assert services["etcd"]["yaml"] == {"running": True, "healthy": True, "unknown": False}
+    for status in (seen["machinestatus"][0], seen["get_worker_status"], seen["watch_first"]):
+        assert status["id"] == "machine" and status["yaml"]["stage"] == "running"
+        assert status["proto"] == {"stage": "MACHINE_STAGE_RUNNING", "status": {"ready": True}}
+    assert seen["watch_first"]["event"] == "CREATED"
+    assert seen["extensions"] == []  # machines of no Image Factory schematic run no extension
 
 
 def test_a_reader_is_refused_what_changes_a_machine_and_an_admin_is_not(
