@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from herder import __version__ as herder_version
 from herder.talos.redaction import bundle_secrets, key_forms
 from herder.talos.secrets import load_secrets
 from tests.api.conftest import make_account
@@ -36,10 +37,13 @@ POLICY = {
     "spec": {"rules": [{"users": ["serviceaccount:beta-reader"], "clusters": ["beta"], "role": "Reader"}]},
 }
 
+BUDGET = 256 << 10
+"""What the site's herder keeps of each machine's logs (the least ``--machine-log-bytes`` takes)."""
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    with provisioning_site(tmp_path_factory.mktemp("logs")) as (s, _):
+    with provisioning_site(tmp_path_factory.mktemp("logs"), "--machine-log-bytes", str(BUDGET)) as (s, _):
         s.apply(
             [
                 machine_class("emulated", "emu", cpus=2, memoryMiB=2048, diskGiB=10),
@@ -117,8 +121,9 @@ def test_a_machines_service_logs_and_kernel_log_are_kept(site: Site) -> None:
     assert bad.returncode == 1 and "--since" in bad.stderr
 
 
-def read_until(process: subprocess.Popen[str], wanted: str, timeout: float = 30) -> list[str]:
-    """The lines ``process`` prints until one contains ``wanted`` (failing after ``timeout``)."""
+def read_until(process: subprocess.Popen[bytes], wanted: str, timeout: float = 30) -> list[str]:
+    """The lines ``process`` prints until one contains ``wanted`` (failing after ``timeout``). Its stdout
+    must be unbuffered (``bufsize=0``): lines a buffer had read already would not wake the selector."""
     assert process.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + timeout
@@ -127,7 +132,7 @@ def read_until(process: subprocess.Popen[str], wanted: str, timeout: float = 30)
         while time.monotonic() < deadline:
             if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
                 break
-            line = process.stdout.readline()
+            line = process.stdout.readline().decode()
             if not line:
                 break
             lines.append(line.rstrip("\n"))
@@ -159,7 +164,7 @@ def test_follow_streams_new_lines_and_a_secret_printed_is_kept_redacted(
         "--kubeconfig",
         str(site.server.kubeconfig),
     ]
-    follow = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
     try:
         read_until(follow, "kubelet.go")  # the last line kept: the command follows now
         emu(site, "log", cp, "kubelet", "hello from the test")
@@ -173,6 +178,20 @@ def test_follow_streams_new_lines_and_a_secret_printed_is_kept_redacted(
     assert token not in logs_of(site, cp, "kubelet")
     kept = b"".join(p.read_bytes() for p in (site.server.data_dir / "machine-logs").rglob("*.log"))
     assert b"joining with --token <redacted> now" in kept and token.encode() not in kept
+
+
+def test_dmesg_follow_streams_what_machined_writes_to_the_kernel_log(site: Site) -> None:
+    (cp,) = machines_of(site, "alpha-control-planes")
+    args = [HERDER, "machine", "dmesg", cp, "-f", "--kubeconfig", str(site.server.kubeconfig)]
+    follow = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+    try:
+        read_until(follow, "Linux version")  # what was kept first
+        emu(site, "log", cp, "machined", "hello from the kernel test")
+        (said,) = [line for line in read_until(follow, "hello from the kernel test") if "kernel test" in line]
+    finally:
+        follow.terminate()
+        follow.wait(10)
+    assert "[talos]" in said
 
 
 def test_a_reader_of_one_cluster_reads_its_machines_logs_and_no_others(
@@ -275,6 +294,7 @@ def test_a_support_bundle_holds_what_it_says_and_no_secret(site: Site, kubeconfi
     assert json.loads(files["kubernetes/version.json"])["gitVersion"] == "v1.33.0"
     assert len(yaml.safe_load(files["kubernetes/nodes.yaml"])) == 3
     versions = yaml.safe_load(files["versions.yaml"])
+    assert versions["herder"] == herder_version
     assert versions["cluster"] == {
         "talos": "v1.13.9",
         "kubernetes": "1.33.0",
@@ -307,6 +327,24 @@ def test_a_support_bundle_holds_what_it_says_and_no_secret(site: Site, kubeconfi
         check=False,
     )
     assert refused.returncode == 1 and "not found" in refused.stderr
+
+
+def test_a_machines_logs_keep_to_the_bytes_serve_was_given_dropping_the_oldest(site: Site) -> None:
+    (cp,) = machines_of(site, "beta-control-planes")
+    filler = "x" * (15 << 10)
+    for n in range(BUDGET // len(filler) + 8):  # half as much again as it keeps
+        asyncio.run(
+            site.emulator.control(
+                "POST", f"/machines/{cp}/logs", {"service": "kubelet", "line": f"#{n} {filler}"}
+            )
+        )
+    last = f"#{BUDGET // len(filler) + 7} "
+    site.until(lambda: last in logs_of(site, cp, "kubelet"), timeout=60, what="the last line kept")
+    kept = sum(
+        f.stat().st_size for f in (site.server.data_dir / "machine-logs").glob(f"*/{cp}/*") if f.is_file()
+    )
+    assert BUDGET // 2 < kept <= BUDGET
+    assert "#0 " not in logs_of(site, cp, "kubelet")
 
 
 def test_a_machines_logs_outlive_its_reset_and_its_destruction(
