@@ -491,3 +491,16 @@ def test_help_names_every_option_in_full_at_80_columns() -> None:
     ):
         assert flag in shown.stdout, flag
     assert not re.search(r"--[a-z-]+…", shown.stdout)  # no option name cut short
+
+
+def test_serve_refuses_fewer_machine_log_bytes_than_it_keeps_at_least(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    result = subprocess.run(
+        [HERDER, "serve", "--data-dir", str(data), "--machine-log-bytes", "1000", *free_addresses()],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--machine-log-bytes" in result.stderr and "262144" in result.stderr, result.stderr
+    assert not data.exists()
