@@ -18,6 +18,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 
 from herder.api.audit import AuditLog
 from herder.resources.join import SIDERO_LINK, SideroLinkSpec, SideroLinkStatus
+from herder.resources.status import status_of
 from herder.siderolink.addresses import server_address
 from herder.siderolink.kernel_logs import KernelLogs
 from herder.siderolink.provision import NAMESPACE, ProvisionService, Tunnel
@@ -137,6 +139,14 @@ def server_key(data_dir: Path) -> str:
 class _Seen:
     received: int
     at: float
+
+
+def _knock(address: ipaddress.IPv6Address) -> None:
+    """An empty datagram to a machine's tunnel address (the discard port): WireGuard, having a packet for
+    the peer and no session with it, starts a handshake."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as knock:
+        knock.setblocking(False)
+        knock.sendto(b"", (str(address), 9))
 
 
 class SideroLinkServer:
@@ -255,7 +265,13 @@ class SideroLinkServer:
             address = addresses[key]
             peer = peers.get(key)
             if peer is None or peer.allowed_ips != (f"{address}/128",):
-                await self.wireguard.set_peer(key, [f"{address}/128"])
+                # A peer made again (herder started again) is told where its machine last was, and a first
+                # packet there makes the handshake at once: the machine itself would only when it rekeys,
+                # up to two minutes on.
+                endpoint = status_of(link, SideroLinkStatus).peer_endpoint if peer is None else ""
+                await self.wireguard.set_peer(key, [f"{address}/128"], endpoint=endpoint or None)
+                if endpoint:
+                    _knock(address)
             seen = self._seen.setdefault(key, _Seen(0, now))
             received = peer.received if peer is not None else 0
             if received != seen.received:
