@@ -134,3 +134,25 @@ async def test_a_configured_member_whose_secrets_come_later_is_reached_with_herd
         assert site.machines.made("version")[-1].secure
     finally:
         await controller.shutdown()
+
+
+async def test_a_machine_its_provider_powered_off_is_powered_off_as_soon_as_it_stops_answering(
+    site: Site,
+) -> None:
+    """No grace to wait out for a machine that is off by its provider's word; one that should answer gets
+    it (it may be rebooting)."""
+    fleet = Fleet(site)
+    await fleet.machine("off", power={"on": False})
+    await fleet.machine("on", power={"on": True})
+    site.machines.fail("version", OSError("connection refused"))
+    controller = MachineLinkController(
+        fleet.keys, unreachable_after=60, clients=ClientPool(dialer=site.machines, keep=0)
+    )
+    try:
+        for uuid in ("off", "on"):
+            await site.reconcile(controller, ObjectKey("Machine", "default", uuid))
+        await _stage_becomes(site, "off", "PoweredOff")
+        assert (await site.status("Machine", "off"))["connected"] is False
+        assert (await site.status("Machine", "on"))["stage"] == "Running"
+    finally:
+        await controller.shutdown()

@@ -102,6 +102,13 @@ class _Link:
     """Why the machine's SideroLink tunnel carries nothing, while it does not (a joined machine)."""
     cluster: str = ""
     """The cluster the machine is a member of ('' for none): its secrets' changes reach the link."""
+    powered_off: bool = False
+    """Its provider says it is off: when it does not answer, that is why, with no grace to wait out."""
+
+
+def _powered_off(machine: Resource) -> bool:
+    power = status_of(machine, MachineStatus).power
+    return power is not None and not power.on
 
 
 class MachineLinkController(Controller):
@@ -153,12 +160,14 @@ class MachineLinkController(Controller):
 
     @staticmethod
     def _spec_changed(event: WatchEvent) -> Iterable[ObjectKey]:
-        # The link writes status: only a change of what it connects to needs a reconcile.
+        # The link writes status: only a change of what it connects to, or of the power its provider
+        # reports, needs a reconcile.
         before = event.previous
         if (
             before is not None
             and before.spec == event.object.spec
             and before.metadata.deletion_timestamp == (event.object.metadata.deletion_timestamp)
+            and _powered_off(before) == _powered_off(event.object)
         ):
             return ()
         return (ObjectKey.of(event.object),)
@@ -223,6 +232,9 @@ class MachineLinkController(Controller):
         tunnel_down = await self._tunnel_down(ctx, key)
         if tunnel_down != link.tunnel_down:
             link.tunnel_down = tunnel_down
+            link.changed.set()
+        if _powered_off(machine) != link.powered_off:
+            link.powered_off = not link.powered_off
             link.changed.set()
         if link.task is None or link.task.done():
             link.task = asyncio.create_task(self._follow(link), name=f"link-{key.name}")
@@ -295,7 +307,7 @@ class MachineLinkController(Controller):
                 continue  # the stream ended cleanly (credentials changed): connect again at once
             failures += 1
             lost_at = lost_at or time.monotonic()
-            if time.monotonic() - lost_at >= self._unreachable_after:
+            if link.powered_off or time.monotonic() - lost_at >= self._unreachable_after:
                 await self._report(link, connected=False, lastError=error, lost=True)
             delay = retry_delay(failures, _RETRY_FIRST, _RETRY_MAX)
             # Not wait_for, which (Python 3.11) loses a cancellation that comes as the link changes.
