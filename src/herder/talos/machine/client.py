@@ -274,8 +274,6 @@ class MachineClient:
         attempts = 1 + (self.retries if idempotent else 0)
         for attempt in range(attempts):
             stubs = await self._connect()
-            if self._tunnel is not None:
-                self._tunnel.last_error = None
             try:
                 return await invoke(stubs, self._metadata(node))
             except grpc.aio.AioRpcError as e:

@@ -259,7 +259,8 @@ class ClientTunnel:
         self._tasks: set[asyncio.Task[None]] = set()
         self._relays: set[Relay] = set()
         self.last_error: BaseException | None = None
-        """Why the last connection to the machine failed or broke (a TLS refusal shows here)."""
+        """Why the latest connection to the machine failed or broke (a TLS refusal shows here); None once
+        one is made."""
 
     async def start(self) -> int:
         """Start listening; the local port is returned."""
@@ -304,6 +305,9 @@ class ClientTunnel:
             remote.close()
             local.close()
             return
+        # What the latest connection found, not one before it: gRPC may fail a call on a connection it
+        # tried before the call began, so the error is never cleared by a call, only by a connection.
+        self.last_error = None
         remote.on_lost = lost
         self._relays.add(remote)
         if local.closed or remote.closed:
