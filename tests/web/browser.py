@@ -14,9 +14,11 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -52,10 +54,31 @@ def chromium() -> Iterator[BrowserContext]:
             viewport={"width": 1280, "height": 860},
         )
         context.set_default_timeout(20_000)
+        for page in context.pages:
+            _reloading_on_network_change(page)
+        context.on("page", _reloading_on_network_change)
         try:
             yield context
         finally:
             context.close()
+
+
+def _reloading_on_network_change(page: Page) -> None:
+    """Chromium gives up a page load in flight when the host's interfaces change (ERR_NETWORK_CHANGED), and
+    other tests make and remove network namespaces and veth pairs all the time: the page's ``goto`` loads
+    again then, as a person would."""
+    goto = page.goto
+
+    def again(url: str, **options: Any) -> Any:
+        for _ in range(2):
+            try:
+                return goto(url, **options)
+            except PlaywrightError as exc:
+                if "ERR_NETWORK_CHANGED" not in str(exc):
+                    raise
+        return goto(url, **options)
+
+    page.goto = again  # type: ignore[method-assign]
 
 
 def sign_in(page: Page, base: str, token: str) -> None:

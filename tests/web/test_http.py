@@ -212,7 +212,9 @@ async def test_live_updates_stream_visible_changes_only(server: Server, tokens: 
             assert (await support.post(CLUSTERS, json=hidden)).status_code == 201
             assert (await support.post(CLUSTERS, json=cluster("live-one"))).status_code == 201
         await asyncio.wait_for(listening, 20)
-        assert [c["name"] for c in seen] == ["live-one"]
+        # Clusters the controllers still settle may change too; the hidden one never shows.
+        names = [c["name"] for c in seen]
+        assert names[-1] == "live-one" and "herder-live-hidden" not in names
         assert (await ui.http.get("/events", params={"watch": "nonsense", "rv": rv})).status_code == 400
 
 
