@@ -6,11 +6,14 @@ config stays."""
 from __future__ import annotations
 
 import hashlib
+import os
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
 from herder.controllers.clusters.cluster_machine_config import ClusterMachineConfigController
 from herder.runtime.controller import ObjectKey
+from herder.talos.siderolink.rejoin import Rejoin, admits
 from tests.controllers.fleet import KUBERNETES, TALOS, Fleet
 from tests.controllers.site import Site, obj
 
@@ -161,8 +164,27 @@ async def test_a_machine_joined_with_its_providers_token_keeps_its_siderolink_se
     assert documents["KmsgLogConfig"]["url"] == "tcp://[fdae:41e4:649b:9303::1]:8092"
 
 
-async def test_a_machine_joined_with_a_join_token_gets_no_siderolink_settings(site: Site) -> None:
-    """herder keeps only a JoinToken's digest: it has no token to write into the config."""
+async def test_a_machine_joined_with_a_join_token_rejoins_with_its_own_token(site: Site) -> None:
+    """herder keeps only a JoinToken's digest: the config says the machine's own rejoin token instead."""
+    fleet = Fleet(site)
+    await fleet.cluster(endpoint=ENDPOINT)
+    await fleet.machine("m1")
+    await fleet.member("m1")
+    link = {"nodePublicKey": "k" * 43 + "=", "nodeAddress": "fdae:41e4:649b:9303::2a/64"}
+    await site.create(obj("SideroLink", "m1", spec={**link, "joinToken": "rack-1"}))
+    key = os.urandom(32)
+    rejoin = Rejoin(key, "grpc://192.0.2.7:8099", "fdae:41e4:649b:9303::1")
+    spec = await generated(site, ClusterMachineConfigController(fleet.keys, rejoin))
+    assert spec is not None
+    documents = {d.get("kind"): d for d in yaml.safe_load_all(str(spec["config"])) if d}
+    url = urlsplit(documents["SideroLinkConfig"]["apiUrl"])
+    assert f"{url.scheme}://{url.netloc}" == "grpc://192.0.2.7:8099"
+    (token,) = parse_qs(url.query)["jointoken"]
+    assert admits(key, token, "m1") and not admits(key, token, "m2")
+    assert documents["EventSinkConfig"]["endpoint"] == "[fdae:41e4:649b:9303::1]:8090"
+
+
+async def test_without_siderolink_a_join_token_machine_gets_no_siderolink_settings(site: Site) -> None:
     fleet = Fleet(site)
     await fleet.cluster(endpoint=ENDPOINT)
     await fleet.machine("m1")

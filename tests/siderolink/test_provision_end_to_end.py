@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from herder.state.encryption import Cipher
+from herder.talos.siderolink.rejoin import KEY_PURPOSE, rejoin_token
 from herder.talos.siderolink.wireguard import generate_keys, public_key_of
 from tests.siderolink.join_site import JoinServer, join_server, needs_netns, provision, token
 
@@ -107,6 +109,41 @@ def _peers(site: JoinServer) -> str:
             data += s.recv(65536)
     keys = [line[11:] for line in data.decode().splitlines() if line.startswith("public_key=")]
     return " ".join(b64encode(bytes.fromhex(k)).decode() for k in keys)
+
+
+def test_a_machine_rejoins_with_its_own_token_while_its_siderolink_lasts(site: JoinServer) -> None:
+    """The token the configs herder generates give a machine that joined with a JoinToken (which herder
+    cannot write there: it keeps only its digest): that machine's only, even once the JoinToken is
+    revoked, and no more once its SideroLink is deleted."""
+    joined, node, other = token(site, "rack-2"), str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    first = provision(site, node_uuid=node, node_public_key=generate_keys().public, join_token=joined)
+    assert first["code"] == "OK", first
+    key = Cipher.from_file(site.server.data_dir / "encryption.key").derive(KEY_PURPOSE)
+    own = rejoin_token(key, node)
+    site.herder("jointoken", "revoke", "rack-2")
+    again = provision(site, node_uuid=node, node_public_key=generate_keys().public, join_token=own)
+    assert again["code"] == "OK" and again["address"] == first["address"], again
+    assert site.kubectl_json("get", "siderolink", node)["spec"]["joinToken"] == "rack-2"
+    refused = provision(site, node_uuid=other, node_public_key=generate_keys().public, join_token=own)
+    assert refused["code"] == "PERMISSION_DENIED", refused
+    forged = provision(
+        site, node_uuid=node, node_public_key=generate_keys().public, join_token="hjr_" + "A" * 43
+    )
+    assert forged["code"] == "PERMISSION_DENIED", forged
+    deleted = subprocess.run(
+        ["/usr/bin/kubectl", "--kubeconfig", str(site.server.kubeconfig), "delete", "siderolink", node],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    gone = provision(site, node_uuid=node, node_public_key=generate_keys().public, join_token=own)
+    assert gone["code"] == "PERMISSION_DENIED", gone
+    messages = [e["spec"]["message"] for e in site.kubectl_json("get", "auditevents")["items"]]
+    assert any("rejoined with its own token" in m for m in messages)
+    assert any("not this machine's rejoin token" in m for m in messages)
+    assert any("whose SideroLink is gone" in m for m in messages)
+    assert not any(own in m for m in messages)
 
 
 def test_revoked_unknown_and_missing_tokens_are_refused_and_audited(site: JoinServer) -> None:

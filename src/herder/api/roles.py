@@ -217,7 +217,9 @@ POLICY: dict[str, Rule] = {
     "JoinConfig": Rule(read="Admin", create=None, update=None, delete=None, infra=InfraScope(READ_VERBS)),
     # Join tokens let machines into the platform; links name the machines that joined (managed ones too).
     "JoinToken": ADMIN_KIND,
-    "SideroLink": _uniform("Admin", None),
+    # herder makes and updates them; an Admin deletes one to cut a joined machine off (its peer goes, and
+    # its rejoin token with it).
+    "SideroLink": Rule(read="Admin", create=None, update=None, delete="Admin"),
     "MachineRequestSet": _uniform("Reader", "Operator", infra=InfraScope(READ_VERBS)),
     # A request's status is its provider's alone, Admins included; the provider may change nothing
     # else of it but its own finalizer. A stuck request is let go by an Admin's audited force release.

@@ -64,6 +64,8 @@ from herder.runtime.garbage_collector import GarbageCollector
 from herder.state.machine_logs import MachineLogs
 from herder.state.store import Store
 from herder.talos.machine.pool import ClientPool, MachineDialer, dial
+from herder.talos.siderolink.rejoin import KEY_PURPOSE as REJOIN_KEY_PURPOSE
+from herder.talos.siderolink.rejoin import Rejoin
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,14 @@ def machine_request_release(store: Store) -> ForceRelease:
     return ForceRelease(store)
 
 
+def _rejoin(store: Store, options: ControllerOptions) -> Rejoin | None:
+    """How machines that joined with a JoinToken join again, where herder serves SideroLink."""
+    key = store.derived_key(REJOIN_KEY_PURPOSE)
+    if not options.siderolink_api or not options.siderolink_server or key is None:
+        return None
+    return Rejoin(key, options.siderolink_api, options.siderolink_server)
+
+
 def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
     keys = ClusterKeys(store)
     stores = BackupStores(store, options.backups_dir)
@@ -151,7 +161,7 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
         MachineSetAllocationController(),
         MachineSetStatusController(),
         ClusterMachineController(),
-        ClusterMachineConfigController(keys),
+        ClusterMachineConfigController(keys, _rejoin(store, options)),
         ConfigApplyController(keys, clients(32, 30)),
         ConfigHistoryRetentionController(),
         ClusterMachineReadinessController(),

@@ -30,6 +30,7 @@ from herder.state.errors import AlreadyExists, NotFound
 from herder.state.store import SYSTEM, Store
 from herder.talos.api.siderolink import provision_pb2 as pb
 from herder.talos.api.siderolink import provision_pb2_grpc as pb_grpc
+from herder.talos.siderolink.rejoin import KEY_PURPOSE, admits, is_rejoin_token
 from herder.talos.siderolink.wireguard import valid_key
 
 log = logging.getLogger("herder.siderolink")
@@ -93,7 +94,7 @@ class ProvisionService(pb_grpc.ProvisionServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
         try:
-            admitted = await tokens.admit(self._store, request.join_token)
+            admitted = await self._admit(node, request.join_token)
         except tokens.Refused as exc:
             await self._record(None, node, source, 403, f"join refused: {exc}")
             log.warning("machine %s from %s: join refused (%s)", node, source, exc)
@@ -104,14 +105,29 @@ class ProvisionService(pb_grpc.ProvisionServiceServicer):
         await self._add_peer(node, request.node_public_key, str(address.ip), replaced)
         if admitted.join_token:
             await self._used(admitted.join_token, node)
-        await self._record(admitted, node, source, 200, f"joined as {address.ip} (token {admitted.by})")
-        log.info("machine %s joined from %s as %s (token %s)", node, source, address.ip, admitted.by)
+        how = f"token {admitted.by}" + (", rejoined with its own token" if admitted.rejoined else "")
+        await self._record(admitted, node, source, 200, f"joined as {address.ip} ({how})")
+        log.info("machine %s joined from %s as %s (%s)", node, source, address.ip, how)
         return pb.ProvisionResponse(
             server_endpoint=list(self._tunnel.endpoints),
             server_public_key=self._tunnel.public_key,
             node_address_prefix=str(address),
             server_address=str(self._tunnel.server_address.ip),
         )
+
+    async def _admit(self, node: str, token: str) -> tokens.Admitted:
+        """What lets the machine in: a join token, or its own rejoin token while its SideroLink exists (what
+        it first joined with stays what let it in)."""
+        if not is_rejoin_token(token):
+            return await tokens.admit(self._store, token)
+        key = self._store.derived_key(KEY_PURPOSE)
+        if key is None or not admits(key, token, node):
+            raise tokens.Refused("not this machine's rejoin token")
+        try:
+            link = await self._store.get(SIDERO_LINK, node, NAMESPACE)
+        except NotFound:
+            raise tokens.Refused("a rejoin token of a machine whose SideroLink is gone") from None
+        return tokens.Admitted(by=SIDERO_LINK.spec_of(link, SideroLinkSpec).join_token, rejoined=True)
 
     async def _link(
         self, node: str, request: pb.ProvisionRequest, admitted: tokens.Admitted

@@ -37,6 +37,8 @@ class Admitted:
     join_token: str = ""
     """The JoinToken's name ('' for a provider's token)."""
     provider: str = ""
+    rejoined: bool = False
+    """Let in by its own rejoin token (``herder.talos.siderolink.rejoin``), having joined before."""
 
 
 def digest(secret: str) -> str:

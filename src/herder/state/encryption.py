@@ -12,7 +12,9 @@ import os
 import stat
 from pathlib import Path
 
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from herder.state.errors import StateError
 
@@ -29,6 +31,12 @@ class Cipher:
         if len(key) != 32:
             raise ValueError("the encryption key must be 32 bytes (AES-256)")
         self._aead = AESGCM(key)
+        self._key = key
+
+    def derive(self, purpose: str) -> bytes:
+        """A 32-byte key for ``purpose`` alone (HKDF-SHA256 of the encryption key): what it protects
+        learns nothing of the encryption key, nor of another purpose's key."""
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose.encode()).derive(self._key)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Cipher:

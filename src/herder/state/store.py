@@ -243,6 +243,11 @@ class Store:
             return self._cipher.seal(key, raw)
         return raw
 
+    def derived_key(self, purpose: str) -> bytes | None:
+        """A key for ``purpose``, derived from the encryption key the store seals with (the same in every
+        replica); None for a store that seals nothing."""
+        return self._cipher.derive(purpose) if self._cipher is not None else None
+
     def _open(self, key: str, value: bytes) -> bytes:
         return self._cipher.open(key, value) if self._cipher is not None else value
 

@@ -67,6 +67,7 @@ from herder.talos.patch_layers import LayeredPatch, PatchLayer, apply_layers
 from herder.talos.patches import PatchError
 from herder.talos.siderolink.kernel_args import JoinArgsError
 from herder.talos.siderolink.kernel_args import parse as parse_join_args
+from herder.talos.siderolink.rejoin import Rejoin
 from herder.talos.system_patches import disk_encryption as _disk_encryption
 from herder.talos.system_patches import inline_manifest, siderolink
 from herder.talos.validate import ConfigInvalid, validate_config
@@ -106,8 +107,10 @@ class ClusterMachineConfigController(Controller):
     )
     concurrency = 4
 
-    def __init__(self, keys: ClusterKeys) -> None:
+    def __init__(self, keys: ClusterKeys, rejoin: Rejoin | None = None) -> None:
         self._keys = keys
+        self._rejoin = rejoin
+        """How a machine that joined with a JoinToken joins again (None: herder serves no SideroLink)."""
         self._members = LabelIndex(CLUSTER_MACHINE.kind, CLUSTER_LABEL)
         # The generated documents, patched without a YAML round trip (the same config, a fortieth of the work).
         self._bases: OrderedDict[_BaseKey, list[dict[str, Any]]] = OrderedDict()
@@ -252,7 +255,7 @@ class ClusterMachineConfigController(Controller):
             contract,
             wanted.role,
             disk_encryption=spec.features.disk_encryption,
-            joined=await _siderolink_patch(ctx, member),
+            joined=await _siderolink_patch(ctx, member, self._rejoin),
         )
         # Machines of one role usually share every patch: their config is made and validated once.
         final_key = (base_key, tuple(sorted((p.layer, p.name, p.text) for p in layers)))
@@ -315,15 +318,20 @@ def default_disk(hardware: Hardware | None) -> str:
     return DEFAULT_DISK
 
 
-async def _siderolink_patch(ctx: Context, member: Resource) -> str:
-    """The SideroLink settings of a machine that joined with its provider's token ('' for any other: herder
-    keeps only the digest of a JoinToken, so it cannot write one into a config)."""
+async def _siderolink_patch(ctx: Context, member: Resource, rejoin: Rejoin | None) -> str:
+    """The SideroLink settings of a machine that joined ('' for any other): with its provider's token, or,
+    having joined with a JoinToken (of which herder keeps only the digest), with its own rejoin token."""
     link = await ctx.get(ObjectKey(SIDERO_LINK.kind, member.namespace, member.name))
     if link is None:
         return ""
     by = SIDERO_LINK.spec_of(link, SideroLinkSpec).join_token
     if not by.startswith("provider/"):
-        return ""
+        if rejoin is None:
+            return ""
+        args = rejoin.args_for(member.name)
+        return siderolink(
+            f"{args.api}?{urlencode({'jointoken': args.token})}", args.events_sink, args.kernel_log
+        )
     join = await ctx.get(ObjectKey(JOIN_CONFIG.kind, None, by.removeprefix("provider/")))
     if join is None:
         return ""
