@@ -136,11 +136,22 @@ async def test_nothing_is_made_before_the_cluster_has_secrets_and_an_endpoint(si
     assert await site.get("ClusterMachineConfig", "b1") is None
 
 
-async def test_a_machine_joined_with_its_providers_token_keeps_its_siderolink_settings(site: Site) -> None:
+async def _joined_member(site: Site, join_token: str) -> Fleet:
+    """A cluster whose member m1 joined over SideroLink with ``join_token``."""
     fleet = Fleet(site)
     await fleet.cluster(endpoint=ENDPOINT)
     await fleet.machine("m1")
     await fleet.member("m1")
+    link = {
+        "nodePublicKey": "k" * 43 + "=",
+        "nodeAddress": "fdae:41e4:649b:9303::2a/64",
+        "joinToken": join_token,
+    }
+    await site.create(obj("SideroLink", "m1", spec=link))
+    return fleet
+
+
+async def test_a_machine_joined_with_its_providers_token_keeps_its_siderolink_settings(site: Site) -> None:
     args = [
         "siderolink.api=grpc://192.0.2.7:8099?jointoken=provider-secret",
         "talos.events.sink=[fdae:41e4:649b:9303::1]:8090",
@@ -154,8 +165,7 @@ async def test_a_machine_joined_with_its_providers_token_keeps_its_siderolink_se
             spec={"endpoint": "https://h:1", "token": "provider-secret", "kernelArgs": args},
         )
     )
-    link = {"nodePublicKey": "k" * 43 + "=", "nodeAddress": "fdae:41e4:649b:9303::2a/64"}
-    await site.create(obj("SideroLink", "m1", spec={**link, "joinToken": "provider/edge"}))
+    fleet = await _joined_member(site, "provider/edge")
     spec = await generated(site, ClusterMachineConfigController(fleet.keys))
     assert spec is not None
     documents = {d.get("kind"): d for d in yaml.safe_load_all(str(spec["config"])) if d}
@@ -166,12 +176,7 @@ async def test_a_machine_joined_with_its_providers_token_keeps_its_siderolink_se
 
 async def test_a_machine_joined_with_a_join_token_rejoins_with_its_own_token(site: Site) -> None:
     """herder keeps only a JoinToken's digest: the config says the machine's own rejoin token instead."""
-    fleet = Fleet(site)
-    await fleet.cluster(endpoint=ENDPOINT)
-    await fleet.machine("m1")
-    await fleet.member("m1")
-    link = {"nodePublicKey": "k" * 43 + "=", "nodeAddress": "fdae:41e4:649b:9303::2a/64"}
-    await site.create(obj("SideroLink", "m1", spec={**link, "joinToken": "rack-1"}))
+    fleet = await _joined_member(site, "rack-1")
     key = os.urandom(32)
     rejoin = Rejoin(key, "grpc://192.0.2.7:8099", "fdae:41e4:649b:9303::1")
     spec = await generated(site, ClusterMachineConfigController(fleet.keys, rejoin))
@@ -185,11 +190,6 @@ async def test_a_machine_joined_with_a_join_token_rejoins_with_its_own_token(sit
 
 
 async def test_without_siderolink_a_join_token_machine_gets_no_siderolink_settings(site: Site) -> None:
-    fleet = Fleet(site)
-    await fleet.cluster(endpoint=ENDPOINT)
-    await fleet.machine("m1")
-    await fleet.member("m1")
-    link = {"nodePublicKey": "k" * 43 + "=", "nodeAddress": "fdae:41e4:649b:9303::2a/64"}
-    await site.create(obj("SideroLink", "m1", spec={**link, "joinToken": "rack-1"}))
+    fleet = await _joined_member(site, "rack-1")
     spec = await generated(site, ClusterMachineConfigController(fleet.keys))
     assert spec is not None and "SideroLinkConfig" not in str(spec["config"])
