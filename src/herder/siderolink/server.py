@@ -245,11 +245,13 @@ class SideroLinkServer:
 
     async def _sync(self) -> None:
         """Peers as the links say, and each link's Connected as its peer's packets say."""
+        # The peers before the links: Provision makes a link before its peer, so every peer read here has its
+        # link in the list read after (the other way round, a machine joining in between lost its new peer).
+        peers = {peer.public_key: peer for peer in await self.wireguard.peers()}
         links = {
             SIDERO_LINK.spec_of(link, SideroLinkSpec).node_public_key: link
             for link in (await self._store.list(SIDERO_LINK, NAMESPACE)).items
         }
-        peers = {peer.public_key: peer for peer in await self.wireguard.peers()}
         for key in peers.keys() - links.keys():
             await self.wireguard.remove_peer(key)
             self._seen.pop(key, None)
