@@ -182,6 +182,8 @@ class SideroLinkServer:
                 f"--siderolink-listen {target}: cannot listen there (is the port in use?)"
             ) from None
         self._seen: dict[str, _Seen] = {}
+        self._restored = False
+        """Whether the peers of the links herder had when it started were made again."""
         self._by_address: dict[str, str] = {}
         self.sinks = Sinks(KernelLogs(store, logs, NAMESPACE), self._by_address.get)
         self._stopping = asyncio.Event()
@@ -263,14 +265,15 @@ class SideroLinkServer:
         # In place and at once: the sinks look senders up in it meanwhile.
         self._by_address.clear()
         self._by_address.update({str(addresses[key]): link.name for key, link in links.items()})
+        restoring, self._restored = not self._restored, True
         for key, link in links.items():
             address = addresses[key]
             peer = peers.get(key)
             if peer is None or peer.allowed_ips != (f"{address}/128",):
-                # A peer made again (herder started again) is told where its machine last was, and a first
-                # packet there makes the handshake at once: the machine itself would only when it rekeys,
-                # up to two minutes on.
-                endpoint = status_of(link, SideroLinkStatus).peer_endpoint if peer is None else ""
+                # The peers made again as herder starts again are told where their machines last were, and
+                # a first packet there makes the handshake at once: a machine itself would only when it
+                # rekeys, up to two minutes on. (Only then: a machine joining now comes from elsewhere.)
+                endpoint = status_of(link, SideroLinkStatus).peer_endpoint if restoring else ""
                 await self.wireguard.set_peer(key, [f"{address}/128"], endpoint=endpoint or None)
                 if endpoint:
                     _knock(address)
