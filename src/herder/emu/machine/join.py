@@ -18,6 +18,7 @@ import ipaddress
 import json
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,6 +38,8 @@ from herder.talos.siderolink.wireguard import WireGuard, WireGuardError, generat
 log = logging.getLogger("herder.emu.join")
 
 PROVISION_TIMEOUT = 15.0
+HANDSHAKE_TIMEOUT = 15.0
+"""How long a new tunnel may take to make its first handshake (a keepalive starts one at once)."""
 SEND_TIMEOUT = 10.0
 
 
@@ -159,13 +162,26 @@ class Joiner:
                 endpoint=answer.server_endpoint[0],
                 keepalive=self.keepalive,
             )
-        except (WireGuardError, OSError) as exc:
+            await self._handshake(wireguard)
+        except (WireGuardError, OSError, JoinFailed) as exc:
             await wireguard.close()
             raise JoinFailed(f"WireGuard: {exc}") from None
         joined.wireguard = wireguard
         joined.address = str(ipaddress.IPv6Interface(answer.node_address_prefix).ip)
         netns.home(joined.address, joined.netns)
         return joined.address
+
+    @staticmethod
+    async def _handshake(wireguard: WireGuard) -> None:
+        """Wait for the tunnel's first handshake: a tunnel that makes none is given up, and the machine joins
+        again (a new key, a new port: a new flow through its NAT, which once let a first flow out
+        untranslated, so that herder's answers went nowhere)."""
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        while time.monotonic() < deadline:
+            if any(peer.last_handshake for peer in await wireguard.peers()):
+                return
+            await asyncio.sleep(0.2)
+        raise JoinFailed(f"no handshake with herder within {HANDSHAKE_TIMEOUT:.0f}s")
 
     async def _provision(
         self, name: str, uuid: str, public_key: str, talos_version: str
