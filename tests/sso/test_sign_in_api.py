@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -333,8 +334,16 @@ def test_herder_login_sends_the_secret_a_provider_wants_of_the_native_client(
             env=env,
         )
         assert refreshed.returncode == 0, refreshed.stderr
-        token = json.loads(refreshed.stdout)["status"]["token"]
+        credential = json.loads(refreshed.stdout)
+        assert (credential["apiVersion"], credential["kind"]) == (
+            "client.authentication.k8s.io/v1",
+            "ExecCredential",
+        )
+        token, expires = credential["status"]["token"], credential["status"]["expirationTimestamp"]
         assert token != doc["servers"][server.url]["token"]
+        # kubectl caches the token until then: the new token's expiry, kept for the next call too.
+        assert datetime.fromisoformat(expires.replace("Z", "+00:00")) > datetime.now(UTC)
+        assert json.loads(credentials.read_text())["servers"][server.url]["expiresAt"] == expires
         assert get(server, token, "/apis/herder.dev/v1alpha1/access")[0] == 200
 
         refresh_token = json.loads(credentials.read_text())["servers"][server.url]["refreshToken"]
