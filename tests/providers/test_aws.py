@@ -102,6 +102,8 @@ async def test_a_launch_makes_one_instance_of_the_requests_ami_type_disk_and_tag
     assert ctx.state["instance"] == instance["InstanceId"]
     assert instance["ImageId"] == network["image"] and instance["InstanceType"] == "m5.large"
     assert instance["SubnetId"] == network["subnet"]
+    # EC2 makes one instance per ClientToken: the request's uid, so a launch made again cannot make two.
+    assert instance["ClientToken"] == ctx.uid
     assert [g["GroupId"] for g in instance["SecurityGroups"]] == [network["group"]]
     tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
     assert tags == {
