@@ -15,7 +15,6 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 from herder.controllers.backups.restore import encryption_pending
 from herder.controllers.cluster_keys import ClusterKeys, ClusterSecretsView
@@ -65,7 +64,7 @@ from herder.talos.contracts import VersionContract
 from herder.talos.generate import ConfigInput, GenerateError, MachineType, generate_documents
 from herder.talos.patch_layers import LayeredPatch, PatchLayer, apply_layers
 from herder.talos.patches import PatchError
-from herder.talos.siderolink.kernel_args import JoinArgsError
+from herder.talos.siderolink.kernel_args import JoinArgs, JoinArgsError
 from herder.talos.siderolink.kernel_args import parse as parse_join_args
 from herder.talos.siderolink.rejoin import Rejoin
 from herder.talos.system_patches import disk_encryption as _disk_encryption
@@ -321,25 +320,24 @@ def default_disk(hardware: Hardware | None) -> str:
 async def _siderolink_patch(ctx: Context, member: Resource, rejoin: Rejoin | None) -> str:
     """The SideroLink settings of a machine that joined ('' for any other): with its provider's token, or,
     having joined with a JoinToken (of which herder keeps only the digest), with its own rejoin token."""
+    args = await _join_args(ctx, member, rejoin)
+    return siderolink(args.api_url, args.events_sink, args.kernel_log) if args is not None else ""
+
+
+async def _join_args(ctx: Context, member: Resource, rejoin: Rejoin | None) -> JoinArgs | None:
     link = await ctx.get(ObjectKey(SIDERO_LINK.kind, member.namespace, member.name))
     if link is None:
-        return ""
+        return None
     by = SIDERO_LINK.spec_of(link, SideroLinkSpec).join_token
     if not by.startswith("provider/"):
-        if rejoin is None:
-            return ""
-        args = rejoin.args_for(member.name)
-        return siderolink(
-            f"{args.api}?{urlencode({'jointoken': args.token})}", args.events_sink, args.kernel_log
-        )
+        return rejoin.args_for(member.name) if rejoin is not None else None
     join = await ctx.get(ObjectKey(JOIN_CONFIG.kind, None, by.removeprefix("provider/")))
     if join is None:
-        return ""
+        return None
     try:
-        args = parse_join_args(JOIN_CONFIG.spec_of(join, JoinConfigSpec).kernel_args)
+        return parse_join_args(JOIN_CONFIG.spec_of(join, JoinConfigSpec).kernel_args)
     except JoinArgsError:
-        return ""
-    return siderolink(f"{args.api}?{urlencode({'jointoken': args.token})}", args.events_sink, args.kernel_log)
+        return None
 
 
 def _platform_patch(patch: Resource) -> bool:

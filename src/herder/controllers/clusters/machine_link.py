@@ -233,8 +233,9 @@ class MachineLinkController(Controller):
         if tunnel_down != link.tunnel_down:
             link.tunnel_down = tunnel_down
             link.changed.set()
-        if _powered_off(machine) != link.powered_off:
-            link.powered_off = not link.powered_off
+        powered_off = _powered_off(machine)
+        if powered_off != link.powered_off:
+            link.powered_off = powered_off
             link.changed.set()
         if link.task is None or link.task.done():
             link.task = asyncio.create_task(self._follow(link), name=f"link-{key.name}")

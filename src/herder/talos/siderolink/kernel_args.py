@@ -41,8 +41,13 @@ class JoinArgs:
     def secure(self) -> bool:
         return urlsplit(self.api).scheme == "https"
 
+    @property
+    def api_url(self) -> str:
+        """``siderolink.api``'s value: the Provision API with the token (``SideroLinkConfig.apiUrl`` too)."""
+        return f"{self.api}?{urlencode({'jointoken': self.token})}"
+
     def kernel_args(self) -> list[str]:
-        args = [f"{API_ARG}={self.api}?{urlencode({'jointoken': self.token})}"]
+        args = [f"{API_ARG}={self.api_url}"]
         if self.events_sink:
             args.append(f"{EVENTS_SINK_ARG}={self.events_sink}")
         if self.kernel_log:
