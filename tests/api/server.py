@@ -9,6 +9,7 @@ import os
 import random
 import secrets
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -23,7 +24,8 @@ import httpx
 from herder.api.datadir import write_kubeconfig
 from herder.client import Client
 from herder.client.kubeconfig import load
-from herder.state.free_ports import free_port
+from herder.emu.options import DEFAULT_MACHINE_PORT
+from herder.state.free_ports import claim, free_port
 
 HERDER = str(Path(sys.executable).with_name("herder"))
 KUBECTL = "/usr/bin/kubectl"
@@ -41,8 +43,23 @@ def support_token_file(directory: Path) -> tuple[Path, str]:
 def random_cidr() -> str:
     """A /24 of 127.0.0.0/8 nobody else is likely to use at the same time: of 127.2-63.*, apart from the
     /16s the benchmarks' emulators take (``herder.emu.options.spare_network``: 127.64-250) and from the
-    emulator's default network (127.100.0.0/16), which a user's ``make run`` demo holds."""
-    return f"127.{random.randint(2, 63)}.{random.randint(0, 255)}.0/24"
+    emulator's default network (127.100.0.0/16), which a user's ``make run`` demo holds. Claimed, as free
+    ports are, so that tests running at once never share one (two emulators on one network collide)."""
+    for _ in range(100):
+        network = f"127.{random.randint(2, 63)}.{random.randint(0, 255)}"
+        if claim(f"network-{network}") and _listenable(f"{network}.1", DEFAULT_MACHINE_PORT):
+            return f"{network}.0/24"
+    raise RuntimeError("no unclaimed /24 of 127.2-63.*.* for a test's emulator")
+
+
+def _listenable(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 @dataclass

@@ -89,8 +89,8 @@ async def running_emulator(
             timings=timings or Timings(),
         )
     )
+    await emulator.start()  # a start that fails has nothing to stop
     try:
-        await emulator.start()
         yield emulator
     finally:
         await emulator.stop()

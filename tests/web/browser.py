@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -65,20 +65,23 @@ def chromium() -> Iterator[BrowserContext]:
 
 def _reloading_on_network_change(page: Page) -> None:
     """Chromium gives up a page load in flight when the host's interfaces change (ERR_NETWORK_CHANGED), and
-    other tests make and remove network namespaces and veth pairs all the time: the page's ``goto`` loads
-    again then, as a person would."""
-    goto = page.goto
+    other tests make and remove network namespaces and veth pairs all the time: the page's ``goto`` and
+    ``reload`` load again then, as a person would."""
+    page.goto = _again(page.goto)  # type: ignore[method-assign]
+    page.reload = _again(page.reload)  # type: ignore[method-assign]
 
-    def again(url: str, **options: Any) -> Any:
+
+def _again(load: Callable[..., Any]) -> Callable[..., Any]:
+    def again(*args: Any, **options: Any) -> Any:
         for _ in range(2):
             try:
-                return goto(url, **options)
+                return load(*args, **options)
             except PlaywrightError as exc:
                 if "ERR_NETWORK_CHANGED" not in str(exc):
                     raise
-        return goto(url, **options)
+        return load(*args, **options)
 
-    page.goto = again  # type: ignore[method-assign]
+    return again
 
 
 def sign_in(page: Page, base: str, token: str) -> None:
