@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-import httpx
+import aiohttp
 from starlette.requests import Request
+from yarl import URL
 
 from herder.api.audit import AuditLog
 from herder.api.policy import HerderPolicy
@@ -36,7 +37,7 @@ from herder.krm.status import ApiError, api_error
 from herder.krm.takeover import TAKEOVER
 from herder.kube_proxy.tunnel import open_tunnel
 from herder.kube_proxy.upstreams import NoUpstream, Upstream, Upstreams
-from herder.resources import KindInfo
+from herder.resources import KindInfo, Resource
 from herder.resources.clusters import CLUSTER
 from herder.state.errors import NotFound
 from herder.state.store import Store
@@ -67,6 +68,7 @@ _HOP = frozenset(
         "host",
     }
 )
+_HOP_BYTES = frozenset(name.encode("latin-1") for name in _HOP)
 _CREDENTIALS = ("authorization", "impersonate-")
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
@@ -150,8 +152,9 @@ class KubeProxy:
             if target is None:
                 raise ApiError(404, f"not a cluster's Kubernetes API: use {PREFIX}/NAMESPACE/NAME/...")
             who = await self._policy.authenticate(request)
-            groups = await self._groups(who, target)
-            upstream = await self._upstream(target)
+            cluster = await self._cluster(who, target)
+            groups = self._groups(who, cluster)
+            upstream = await self._upstream(cluster)
         except Exception as exc:
             error = api_error(exc, CLUSTER, target.name if target else "")
             await self._record(who, request, target, upgrade, error.code)
@@ -164,25 +167,27 @@ class KubeProxy:
             return
         await self._relay(request, receive, send, target, upstream, headers, who, groups)
 
-    async def _groups(self, who: Identity, target: Target) -> tuple[str, ...]:
-        """The caller's Kubernetes groups on the target cluster; 404 when it may not see it, 403 when it
-        may but holds no group there."""
+    async def _cluster(self, who: Identity, target: Target) -> Resource:
+        """The target cluster; 404 when the caller may not see it (as if it did not exist)."""
         try:
             cluster = await self._store.get(CLUSTER, target.name, target.namespace)
         except NotFound:
             cluster = None
         if cluster is None or not self._policy.visible(who, CLUSTER, cluster.name, cluster.metadata.labels):
             raise NotFound(CLUSTER.plural, target.name)
+        return cluster
+
+    def _groups(self, who: Identity, cluster: Resource) -> tuple[str, ...]:
+        """The caller's Kubernetes groups on the cluster; 403 when it holds none there."""
         groups = self._policy.kubernetes_groups(who, cluster.name)
         if not groups:
             raise ApiError(
-                403, f"no Kubernetes access to cluster {target.name}: {who.name} holds no group there"
+                403, f"no Kubernetes access to cluster {cluster.name}: {who.name} holds no group there"
             )
         return groups
 
-    async def _upstream(self, target: Target) -> Upstream:
+    async def _upstream(self, cluster: Resource) -> Upstream:
         try:
-            cluster = await self._store.get(CLUSTER, target.name, target.namespace)
             return await self.upstreams.of(cluster)
         except NoUpstream as exc:
             raise ApiError(503, str(exc)) from None
@@ -193,7 +198,7 @@ class KubeProxy:
             await asyncio.sleep(CHECK_EVERY)
             try:
                 who = await self._policy.authenticate(request)
-                if await self._groups(who, target) != groups:
+                if self._groups(who, await self._cluster(who, target)) != groups:
                     return
             except asyncio.CancelledError:
                 raise
@@ -212,11 +217,12 @@ class KubeProxy:
         groups: tuple[str, ...],
     ) -> None:
         body = await media.read_body(request, MAX_BODY)
-        client = upstream.next_client()
-        outgoing = client.build_request(request.method, target.url, headers=headers, content=body)
+        url = URL(upstream.endpoint + target.url, encoded=True)  # the path and query as the caller sent them
         try:
-            answer = await client.send(outgoing, stream=True)
-        except httpx.HTTPError as exc:
+            answer = await upstream.session.request(
+                request.method, url, headers=headers, data=body or None, allow_redirects=False
+            )
+        except (aiohttp.ClientError, OSError) as exc:
             error = ApiError(
                 503, f"cluster {target.name}'s Kubernetes API is unreachable: {exc or type(exc).__name__}"
             )
@@ -227,25 +233,23 @@ class KubeProxy:
             await send(
                 {
                     "type": "http.response.start",
-                    "status": answer.status_code,
-                    "headers": [
-                        (k.encode("latin-1"), v.encode("latin-1"))
-                        for k, v in answer.headers.multi_items()
-                        if k.lower() not in _HOP
-                    ],
+                    "status": answer.status,
+                    "headers": [(k, v) for k, v in answer.raw_headers if k.lower() not in _HOP_BYTES],
                 }
             )
             await self._stream(answer, receive, send, self._still(request, target, groups))
         finally:
-            await answer.aclose()
-        await self._record(who, request, target, False, answer.status_code)
+            answer.release()  # back to the pool when read to its end, else its connection is closed
+        await self._record(who, request, target, False, answer.status)
 
     @staticmethod
-    async def _stream(answer: httpx.Response, receive: Receive, send: Send, revoked: Awaitable[None]) -> None:
+    async def _stream(
+        answer: aiohttp.ClientResponse, receive: Receive, send: Send, revoked: Awaitable[None]
+    ) -> None:
         """Relay the answer's body until it ends, the caller disconnects, or its access ends."""
 
         async def body() -> None:
-            async for chunk in answer.aiter_raw():
+            async for chunk in answer.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
         async def gone() -> None:
