@@ -326,8 +326,6 @@ class MachineLinkController(Controller):
         """Connect once and report the machine's state until the stream ends or the link must reconnect."""
         client = self._clients.dial(link.endpoint, credentials, timeout=10, connect_timeout=5, retries=0)
         async with client:
-            version = await client.version()
-            facts = await read_facts(client)
             latest: list[str] = []
             staged = asyncio.Event()
 
@@ -375,11 +373,15 @@ class MachineLinkController(Controller):
                         )
                         return
 
+            # The stream opens with the stage as it is: it is written with the connection, in one write. It
+            # is opened first, so that the stage comes while the version and the facts are read (under
+            # load, it came after the connection was written, a second write).
             following = asyncio.create_task(follow())
             tasks = {following}
             changed = asyncio.create_task(link.changed.wait())
             try:
-                # The stream opens with the stage as it is: it is written with the connection, in one write.
+                version = await client.version()
+                facts = await read_facts(client)
                 first = asyncio.create_task(staged.wait())
                 try:
                     await asyncio.wait({following, first}, timeout=_FIRST_STAGE)
