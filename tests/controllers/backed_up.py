@@ -20,8 +20,9 @@ def cluster(**spec: Any) -> Resource:
     return obj("Cluster", "alpha", spec={"talosVersion": TALOS, "kubernetesVersion": "1.33.0", **spec})
 
 
-async def running_cluster(site: Site, **spec: Any) -> Resource:
-    """A cluster bootstrapped on its one control plane ``cp1``, which runs etcd; the cluster as it is."""
+async def running_cluster(site: Site, *, etcd_healthy: bool = True, **spec: Any) -> Resource:
+    """A cluster bootstrapped on its one control plane ``cp1``, which runs etcd (healthy, as the cluster's
+    ``EtcdHealthy`` condition says, unless ``etcd_healthy`` is False); the cluster as it is."""
     (made,) = await site.create(cluster(**spec))
     await site.cluster_secrets(made)
     (machine,) = await site.create(obj("Machine", "cp1", spec={"endpoint": ENDPOINT}))
@@ -36,8 +37,11 @@ async def running_cluster(site: Site, **spec: Any) -> Resource:
     )
     await site.set_status(member, etcdMember=True)
     stamp = site.clock.rfc3339()
+    healthy = {"type": "EtcdHealthy", "status": "True" if etcd_healthy else "False", "reason": "Healthy"}
     return await site.set_status(
-        made, bootstrap={"machine": "cp1", "requestedAt": stamp, "completedAt": stamp}
+        made,
+        bootstrap={"machine": "cp1", "requestedAt": stamp, "completedAt": stamp},
+        conditions=[{**healthy, "message": "", "lastTransitionTime": stamp}],
     )
 
 

@@ -1,5 +1,5 @@
-"""EtcdBackup's decisions: a backup taken when one is due (the first once etcd is bootstrapped, then every
-interval), none when none is due, one asked for by hand served, and a failure kept on the cluster and
+"""EtcdBackup's decisions: a backup taken when one is due (the first once etcd is bootstrapped and healthy,
+then every interval), none when none is due, one asked for by hand served, and a failure kept on the cluster and
 retried with a backoff, never touching the backups already taken."""
 
 from __future__ import annotations
@@ -55,6 +55,21 @@ async def test_a_bootstrapped_cluster_is_backed_up_at_once_then_every_interval(
     site.clock.advance(3000)
     await site.reconcile(controller, ObjectKey.of(cluster))
     assert len(await _backups(site)) == 2
+
+
+async def test_the_first_backup_waits_for_etcd_to_be_healthy(site: Site, tmp_path: Path) -> None:
+    controller = _controller(site, tmp_path)
+    site.machines.answer("etcd_snapshot", SNAPSHOT)
+    cluster = await running_cluster(site, etcd_healthy=False, **HOURLY)
+    # Bootstrapped, but etcd does not run yet: no attempt (it would fail), and no failure told.
+    assert await site.reconcile(controller, ObjectKey.of(cluster)) is None
+    assert site.machines.made("etcd_snapshot") == [] and await site.told(cluster) == []
+    current = await site.get("Cluster", "alpha")
+    assert current is not None
+    healthy = [{**c, "status": "True"} for c in (current.status or {})["conditions"]]
+    await site.set_status(current, conditions=healthy)
+    assert await site.reconcile(controller, ObjectKey.of(cluster)) == Result(requeue_after=3600.0)
+    assert len(await _backups(site)) == 1
 
 
 async def test_no_schedule_no_backup_but_one_asked_for_is_served(site: Site, tmp_path: Path) -> None:

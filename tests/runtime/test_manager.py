@@ -114,6 +114,30 @@ async def test_one_reconcile_per_key_and_bounded_concurrency(store: Store) -> No
     assert sum(rec.calls.values()) < 8 * 6
 
 
+async def test_a_settled_controller_sees_a_burst_of_changes_in_one_reconcile(store: Store) -> None:
+    rec = Recorder(name="Settled")
+    rec.settle = 0.3
+    manager = Manager(store, [rec])
+    task = await run(manager)
+    obj = await store.create(patch("summary"))
+    for n in range(10):  # a burst: the set's machines boot, install and run within a moment
+        obj.metadata.labels["n"] = str(n)
+        obj.metadata.resource_version = None
+        obj = await store.update(obj)
+    key = ObjectKey("ConfigPatch", "default", "summary")
+    await asyncio.sleep(0.2)
+    assert rec.calls[key] == 0  # still settling
+    await eventually(lambda: rec.calls[key] == 1)
+    obj.metadata.labels["n"] = "later"
+    obj.metadata.resource_version = None
+    await store.update(obj)  # a change after the burst is a reconcile of its own
+    await eventually(lambda: rec.calls[key] == 2)
+    await asyncio.sleep(0.5)
+    manager.stop()
+    await task
+    assert rec.calls[key] == 2
+
+
 async def test_failures_back_off_exponentially_then_succeed(store: Store) -> None:
     rec = Recorder()
     rec.fail_first["flaky"] = 4

@@ -169,6 +169,9 @@ class Controller(abc.ABC):
     watches: Sequence[Watch]
     outputs: Sequence[Output] = ()
     concurrency: int = 1
+    settle: float = 0.0
+    """Seconds a key its watches bring waits before its reconcile, gathering what else comes meanwhile: for
+    a summary of many objects (a set's machines), whose changes come in bursts and would each be a write."""
 
     @abc.abstractmethod
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None: ...

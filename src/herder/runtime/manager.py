@@ -118,7 +118,7 @@ class ControllerRunner:
                     key,
                 )
                 continue
-            self.queue.add(key)
+            self.queue.add_settled(key, self.controller.settle)
         self._depth.set(len(self.queue))
 
     def _mark_synced(self) -> None:

@@ -2,7 +2,7 @@
 
 A key added while it is being reconciled is remembered and queued again when that reconcile ends, so
 no change is lost and no key is reconciled twice at the same time. Delayed adds serve backoff and
-requeue-after.
+requeue-after; settled adds gather the adds of a burst into one (``add_settled``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class WorkQueue(Generic[K]):
         self._processing: set[K] = set()
         self._dirty: set[K] = set()
         self._delayed: list[tuple[float, int, K]] = []
+        self._settling: set[K] = set()
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._shutting_down = False
@@ -58,11 +59,21 @@ class WorkQueue(Generic[K]):
         heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._seq), key))
         self._wake.set()
 
+    def add_settled(self, key: K, delay: float) -> None:
+        """Add ``key`` in ``delay`` seconds, and nothing more for the adds of ``key`` meanwhile: they are
+        the same burst, which that one reconcile sees whole."""
+        if delay <= 0:
+            self.add(key)
+        elif key not in self._queued and key not in self._settling:
+            self._settling.add(key)
+            self.add_after(key, delay)
+
     def _promote_due(self) -> float | None:
         """Move due delayed keys into the queue; the seconds until the next one is due."""
         now = time.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
             _, _, key = heapq.heappop(self._delayed)
+            self._settling.discard(key)
             self.add(key)
         return self._delayed[0][0] - now if self._delayed else None
 
@@ -94,4 +105,5 @@ class WorkQueue(Generic[K]):
         self._queue.clear()
         self._queued.clear()
         self._delayed.clear()
+        self._settling.clear()
         self._wake.set()

@@ -105,7 +105,9 @@ class EtcdBackupController(Controller):
         self._clients = clients if clients is not None else ClientPool(keep=8, timeout=SNAPSHOT_TIMEOUT)
         self._stores = stores
         self._policy = policy or BackupPolicy()
-        self.watches = (Watch(CLUSTER.kind, cluster_changes("backups", "bootstrap")),)
+        self.watches = (
+            Watch(CLUSTER.kind, cluster_changes("backups", "bootstrap", "conditions[EtcdHealthy]")),
+        )
 
     async def reconcile(self, key: ObjectKey, ctx: Context) -> Result | None:
         cluster = await ctx.get(key)
@@ -121,6 +123,8 @@ class EtcdBackupController(Controller):
         bootstrapped = cluster_status.bootstrapped
         if not asked and (schedule is None or not bootstrapped):
             return None
+        if not asked and not status.last_attempt_time and not cluster_status.condition_true("EtcdHealthy"):
+            return None  # the first scheduled backup waits for etcd to run (it would fail, then be retried)
         now = ctx.clock.now().timestamp()
         if not asked:
             assert schedule is not None

@@ -58,6 +58,8 @@ class ClusterStatusController(Controller):
         ),
     )
     concurrency = 8
+    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write.
+    settle = 0.5
 
     def __init__(self) -> None:
         self.watches = (

@@ -36,6 +36,8 @@ class MachineSetStatusController(Controller):
         ),
     )
     concurrency = 4
+    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write.
+    settle = 0.5
 
     def __init__(self) -> None:
         self._sources = request_set_sources()
