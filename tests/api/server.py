@@ -9,7 +9,6 @@ import os
 import random
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import httpx
 from herder.api.datadir import write_kubeconfig
 from herder.client import Client
 from herder.client.kubeconfig import load
-from herder.emu.options import DEFAULT_MACHINE_PORT
+from herder.emu.options import DEFAULT_MACHINE_PORT, listenable
 from herder.state.free_ports import claim, free_port
 
 HERDER = str(Path(sys.executable).with_name("herder"))
@@ -47,19 +46,9 @@ def random_cidr() -> str:
     ports are, so that tests running at once never share one (two emulators on one network collide)."""
     for _ in range(100):
         network = f"127.{random.randint(2, 63)}.{random.randint(0, 255)}"
-        if claim(f"network-{network}") and _listenable(f"{network}.1", DEFAULT_MACHINE_PORT):
+        if claim(f"network-{network}") and listenable(f"{network}.1", DEFAULT_MACHINE_PORT):
             return f"{network}.0/24"
     raise RuntimeError("no unclaimed /24 of 127.2-63.*.* for a test's emulator")
-
-
-def _listenable(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 @dataclass

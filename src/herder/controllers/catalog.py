@@ -132,10 +132,10 @@ def machine_request_release(store: Store) -> ForceRelease:
 
 def _rejoin(store: Store, options: ControllerOptions) -> Rejoin | None:
     """How machines that joined with a JoinToken join again, where herder serves SideroLink."""
-    key = store.derived_key(REJOIN_KEY_PURPOSE)
-    if not options.siderolink_api or not options.siderolink_server or key is None:
+    if not options.siderolink_api or not options.siderolink_server:
         return None
-    return Rejoin(key, options.siderolink_api, options.siderolink_server)
+    key = store.derived_key(REJOIN_KEY_PURPOSE)
+    return Rejoin(key, options.siderolink_api, options.siderolink_server) if key is not None else None
 
 
 def controllers(store: Store, options: ControllerOptions) -> list[Controller]:

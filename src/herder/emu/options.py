@@ -24,13 +24,16 @@ def spare_network() -> str:
     spare = [n for n in range(64, 251) if n != default]
     for _ in range(100):
         second = random.choice(spare)
-        if claim(f"network-127.{second}") and _free(f"127.{second}.0.1", DEFAULT_MACHINE_PORT):
+        if claim(f"network-127.{second}") and listenable(f"127.{second}.0.1", DEFAULT_MACHINE_PORT):
             return f"127.{second}.0.0/16"
     raise RuntimeError("no spare /16 of 127.0.0.0/8 for the emulator's machines")
 
 
-def _free(host: str, port: int) -> bool:
+def listenable(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be listened on, as a machine's listener will (reusing an address in
+    TIME_WAIT): False where an emulator serves already."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
