@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from herder.api.tls import ensure_tls
@@ -503,4 +504,27 @@ def test_serve_refuses_fewer_machine_log_bytes_than_it_keeps_at_least(tmp_path: 
     )
     assert result.returncode == 2, result.stderr
     assert "--machine-log-bytes" in result.stderr and "262144" in result.stderr, result.stderr
+    assert not data.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said", "code"),
+    [
+        (("--shards", "4"), "--state etcd://", 1),
+        (("--shards", "0"), "--shards", 2),
+        (("--shards", "4", "--state", "sqlite:///tmp/x.db"), "--state etcd://", 1),
+    ],
+)
+def test_serve_refuses_shards_it_cannot_share(
+    tmp_path: Path, flags: tuple[str, ...], said: str, code: int
+) -> None:
+    data = tmp_path / "data"
+    result = subprocess.run(
+        [HERDER, "serve", "--data-dir", str(data), *flags, *free_addresses()],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == code, result.stderr
+    assert said in result.stderr, result.stderr
     assert not data.exists()

@@ -12,12 +12,17 @@ server and of the emulator, and the store writes and reconciles per machine the 
 from the server's own metrics, registration excluded), and the CPU time both processes used while the
 clusters formed and then, idle, over ``--idle`` seconds of a formed fleet (what following the machines
 costs at rest).
+
+With ``--replicas R`` the state is one etcd (Debian's etcd-server, started here on loopback) and R servers
+share the controllers' work by shards (``herder serve --shards``, ``--shards S``): each replica's share of
+the reconciles and the shards it held are printed; writes and reconciles per machine are all replicas'.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import subprocess
@@ -26,7 +31,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,7 @@ from herder.resources import Resource
 from herder.resources.clusters import CLUSTER, MACHINE_SET, control_plane_set_name
 from herder.resources.machines import CLUSTER_LABEL, MACHINE, MACHINE_REGISTRATION, registration_name
 from herder.resources.status import condition_true
+from herder.state.etcd_process import EtcdCluster
 from herder.state.free_ports import free_port
 
 CONTROL_PLANES = 3
@@ -49,11 +55,13 @@ KUBERNETES = "1.33.0"
 class Server:
     """``herder serve`` as a child process, ended by its PID."""
 
-    def __init__(self, data_dir: Path, clusters: int, extra: Sequence[str] = ()) -> None:
+    def __init__(
+        self, data_dir: Path, clusters: int, extra: Sequence[str] = (), *, first_endpoint: int | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.port = free_port(32000, 32767)
         # Below Linux's ephemeral ports (32768 on), which outgoing connections may hold.
-        first = random.randrange(10000, 32000 - clusters - 10, 100)
+        first = first_endpoint or endpoint_ports(clusters)
         self.args = [
             sys.executable,
             "-c",
@@ -77,8 +85,12 @@ class Server:
         ]
         self.process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def log(self) -> Path:
+        return self.data_dir.parent / f"{self.data_dir.name}.log"
+
     def start(self) -> None:
-        log = (self.data_dir.parent / "server.log").open("wb")
+        log = self.log.open("wb")
         self.process = subprocess.Popen(
             self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
@@ -89,7 +101,7 @@ class Server:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 # Its last words say why (a port taken, a bad flag): the log goes with the temporary folder.
-                log = (self.data_dir.parent / "server.log").read_text(errors="replace").strip()
+                log = self.log.read_text(errors="replace").strip()
                 last = "\n".join(log.splitlines()[-5:])
                 raise RuntimeError(f"herder serve exited with {self.process.returncode}:\n{last}")
             if kubeconfig.exists():
@@ -124,6 +136,12 @@ class Server:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def endpoint_ports(clusters: int) -> int:
+    """The first of the ports the servers' load balancers take for ``clusters`` clusters: below Linux's
+    ephemeral ports (32768 on), which outgoing connections may hold."""
+    return random.randrange(10000, 32000 - clusters - 10, 100)
 
 
 async def _metrics(client: Client) -> list[str]:
@@ -195,22 +213,32 @@ class Fleet:
     """The machines' UUIDs, sorted: cluster ``i`` takes the ``i``-th run of ``control_planes + workers``."""
     control_planes: int = CONTROL_PLANES
     workers: int = WORKERS
+    replicas: list[Server] = field(default_factory=list)
+    """Every server (the first is ``server``)."""
+    clients: list[Client] = field(default_factory=list)
+    """An Admin's client of each server (the first is ``client``)."""
 
     def machines_of(self, i: int) -> list[str]:
         per = self.control_planes + self.workers
         return self.uuids[i * per : i * per + per]
 
     async def counters(self) -> tuple[dict[str, float], dict[str, float]]:
-        """Store writes by kind and reconciles by controller, so far."""
-        return (
-            await read_counters(self.client, "herder_store_writes_total", "kind"),
-            await read_counters(self.client, "herder_reconcile_total", "controller"),
-        )
+        """Store writes by kind and reconciles by controller, so far, of every replica."""
+        writes: dict[str, float] = {}
+        reconciles: dict[str, float] = {}
+        for client in self.clients or [self.client]:
+            for into, name, label in (
+                (writes, "herder_store_writes_total", "kind"),
+                (reconciles, "herder_reconcile_total", "controller"),
+            ):
+                for key, value in (await read_counters(client, name, label)).items():
+                    into[key] = into.get(key, 0.0) + value
+        return writes, reconciles
 
 
 @dataclass
 class Processes:
-    """``herder serve`` and the emulator, running side by side under one folder."""
+    """``herder serve`` (one or more replicas) and the emulator, running side by side under one folder."""
 
     root: Path
     server: Server
@@ -219,15 +247,24 @@ class Processes:
     """The emulator's control API."""
     client: Client
     """An Admin's client of the server."""
+    replicas: list[Server] = field(default_factory=list)
+    clients: list[Client] = field(default_factory=list)
 
 
 @asynccontextmanager
 async def processes(
-    prefix: str, *, machines: int, clusters: int, serve: Sequence[str] = ()
+    prefix: str,
+    *,
+    machines: int,
+    clusters: int,
+    serve: Sequence[str] = (),
+    replicas: int = 1,
+    shards: int = 8,
 ) -> AsyncIterator[Processes]:
     """An emulator of ``machines`` and a server with load balancers for ``clusters`` (and the flags
-    ``serve``), in a temporary folder; both are ended by their PIDs on the way out."""
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+    ``serve``), in a temporary folder; with ``replicas`` above 1, that many servers on one etcd sharing
+    ``shards`` shards. All are ended by their PIDs on the way out."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)
         (root / "emulator").mkdir()
         emulator = EmulatorProcess(
@@ -235,18 +272,34 @@ async def processes(
             machines=machines,
             machine_cidr=spare_network(),
         )
-        server = Server(root / "server", clusters, serve)
+        flags = list(serve)
+        if replicas > 1:
+            etcd = stack.enter_context(EtcdCluster(1, root / "etcd"))
+            key = root / "encryption.key"
+            key.write_bytes(os.urandom(32))
+            key.chmod(0o600)
+            flags += ["--state", "etcd://" + ",".join(etcd.endpoints), "--encryption-key-file", str(key)]
+            flags += ["--shards", str(shards)]
+        # The replicas serve the clusters' endpoints from one range: a cluster's moves with its shard.
+        first = endpoint_ports(clusters)
+        servers = [
+            Server(root / ("server" if i == 0 else f"server-{i}"), clusters, flags, first_endpoint=first)
+            for i in range(replicas)
+        ]
         emulator.start()
-        server.start()
+        for server in servers:
+            server.start()
+        clients: list[Client] = []
         try:
             url = await emulator.wait_ready(120)
-            client = await server.client()
-            try:
-                yield Processes(root, server, emulator, url, client)
-            finally:
-                await client.close()
+            for server in servers:
+                clients.append(await server.client())
+            yield Processes(root, servers[0], emulator, url, clients[0], servers, clients)
         finally:
-            server.stop()
+            for client in clients:
+                await client.close()
+            for server in servers:
+                server.stop()
             emulator.stop()
 
 
@@ -259,12 +312,15 @@ async def fleet(
     serve: Sequence[str] = (),
     control_planes: int = CONTROL_PLANES,
     workers: int = WORKERS,
+    replicas: int = 1,
 ) -> AsyncIterator[Fleet]:
     """A server (with the flags ``serve``) and an emulator with machines for ``clusters`` clusters of
     ``control_planes`` and ``workers``, registered (as ``herder machine add`` registers them) and
     connected."""
     machines = clusters * (control_planes + workers)
-    async with processes(prefix, machines=machines, clusters=clusters, serve=serve) as running:
+    async with processes(
+        prefix, machines=machines, clusters=clusters, serve=serve, replicas=replicas
+    ) as running:
         started = time.monotonic()
         client = running.client
         published = running.emulator.published()
@@ -284,10 +340,11 @@ async def fleet(
         )
         # A herder that has been running has its spare keys made (--spare-keys): so has this one,
         # before the clock starts. The minutes they take are printed apart.
+        # Each replica makes its own (any may come to hold any cluster).
         await until(
             f"{clusters} spare keys made",
             time.monotonic() + timeout,
-            lambda: _spare_keys(client, clusters),
+            lambda: _all_spare_keys(running.clients, clusters),
         )
         emit("spare_keys_ready_after_start", time.monotonic() - started, "s", keys=clusters)
         yield Fleet(
@@ -297,11 +354,26 @@ async def fleet(
             sorted(m["uuid"] for m in published),
             control_planes,
             workers,
+            running.replicas,
+            running.clients,
         )
 
 
-async def _spare_keys(client: Client, keys: int) -> bool:
-    return await _gauge(client, "herder_spare_keys") >= keys
+async def _all_spare_keys(clients: Sequence[Client], keys: int) -> bool:
+    return all([await _gauge(client, "herder_spare_keys") >= keys for client in clients])
+
+
+async def _shards_held(client: Client) -> list[str]:
+    """The shards whose controllers a replica runs now (its herder_shard_held gauges)."""
+    held = []
+    for line in await _metrics(client):
+        if line.startswith('herder_shard_held{shard="') and line.endswith(" 1.0"):
+            held.append(line.split('"')[1])
+    return sorted(held, key=int)
+
+
+async def _reconciles(client: Client) -> float:
+    return sum((await read_counters(client, "herder_reconcile_total", "controller")).values())
 
 
 async def _connected(client: Client, machines: int) -> bool:
@@ -375,14 +447,16 @@ async def form(site: Fleet, clusters: int, timeout: float) -> None:
     )
 
 
-async def run(clusters: int, timeout: float, idle: float = 30.0) -> None:
-    async with fleet("herder-bench-clusters-", clusters, timeout) as site:
+async def run(clusters: int, timeout: float, idle: float = 30.0, replicas: int = 1) -> None:
+    async with fleet("herder-bench-clusters-", clusters, timeout, replicas=replicas) as site:
         before = await site.counters()
+        done_before = [await _reconciles(c) for c in site.clients]
         cpu_before = _cpu(site)
         started = time.monotonic()
         await form(site, clusters, timeout)
         elapsed = time.monotonic() - started
         cpu_ready = _cpu(site)
+        shape: dict[str, Any] = {"replicas": replicas} if replicas > 1 else {}
         emit(
             "clusters_until_all_ready",
             elapsed,
@@ -391,7 +465,21 @@ async def run(clusters: int, timeout: float, idle: float = 30.0) -> None:
             machines=len(site.uuids),
             goal_max=120,
             cores=os.cpu_count(),
+            **shape,
         )
+        if replicas > 1:
+            done = [await _reconciles(c) - b for c, b in zip(site.clients, done_before, strict=True)]
+            for i, client in enumerate(site.clients):
+                emit(
+                    "clusters_replica_share",
+                    done[i] / max(1.0, sum(done)),
+                    "ratio",
+                    replica=i,
+                    reconciles=round(done[i]),
+                    shards=await _shards_held(client),
+                    rss_mib=round(site.replicas[i].rss_mib(), 1),
+                    cpu_s=round(site.replicas[i].cpu_seconds(), 1),
+                )
         emit("clusters_server_rss", site.server.rss_mib(), "MiB", clusters=clusters)
         emit("clusters_emulator_rss", site.emulator.rss_mib(), "MiB", machines=len(site.uuids))
         emit_costs("clusters", site, before, await site.counters(), goal_max=40)
@@ -413,6 +501,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--idle", type=float, default=30, help="seconds the formed fleet is left idle, its CPU measured"
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="servers on one etcd sharing the controllers by shards (1: one server on SQLite)",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(run(args.clusters, args.timeout, args.idle))
+    if args.replicas < 1:
+        parser.error("--replicas: at least 1")
+    asyncio.run(run(args.clusters, args.timeout, args.idle, args.replicas))
     return 0

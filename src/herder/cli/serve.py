@@ -65,23 +65,30 @@ if TYPE_CHECKING:
     from herder.state.machine_logs import MachineLogs
 
 
-def controller_manager(options: ControllerOptions) -> BackgroundFactory:
-    """The controllers, run by whichever replica leads: through etcd when the state is etcd, else
-    this process alone (an embedded store has one writer)."""
+def controller_manager(options: ControllerOptions, shards: int = 1) -> BackgroundFactory:
+    """The controllers: with etcd, run by whichever replica leads, or with ``shards`` above 1 by every
+    replica for the shards of the clusters it holds (``herder.runtime.shards``); else by this process
+    alone (an embedded store has one writer)."""
 
     def make(store: Store) -> Background:
         import os
         import socket
 
         from herder.controllers.catalog import controllers
-        from herder.runtime.leader import AlwaysLeader, EtcdLeaderElection, LeaderElection
+        from herder.runtime.leader import AlwaysLeader, EtcdLeaderElection
         from herder.runtime.manager import Manager
+        from herder.runtime.shards import Leadership, Ownership, ShardLeases, ShardMap
         from herder.state.etcd import EtcdBackend
 
-        leader: LeaderElection = AlwaysLeader()
-        if isinstance(store.backend, EtcdBackend):
-            leader = EtcdLeaderElection(store.backend, "controllers", f"{socket.gethostname()}-{os.getpid()}")
-        return Manager(store, controllers(store, options), leader=leader)
+        identity = f"{socket.gethostname()}-{os.getpid()}"
+        ownership: Ownership = Leadership(AlwaysLeader())
+        if isinstance(store.backend, EtcdBackend) and shards > 1:
+            ownership = ShardLeases(store.backend, "controllers", identity, shards)
+        elif isinstance(store.backend, EtcdBackend):
+            ownership = Leadership(EtcdLeaderElection(store.backend, "controllers", identity))
+        return Manager(
+            store, controllers(store, options), ownership=ownership, shards=ShardMap(store, shards)
+        )
 
     return make
 
@@ -222,6 +229,7 @@ def _run(
     around: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     machine_log_bytes: int | None = None,
     services: Sequence[LoggingService] = (),
+    shards: int = 1,
 ) -> None:
     """Serve until SIGTERM or SIGINT; ``around`` is started before the server and stopped after it (the
     demo's emulator), so that a failure to start it ends the start."""
@@ -241,7 +249,11 @@ def _run(
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         logs = MachineLogs(options.data_dir / MACHINE_LOGS, machine_log_bytes or DEFAULT_BUDGET)
-        work = [controller_manager(controller_options), replica_work(controller_options, logs), *background]
+        work = [
+            controller_manager(controller_options, shards),
+            replica_work(controller_options, logs),
+            *background,
+        ]
         gateway = TalosGateway(
             options.data_dir, gateway_listen, support=options.support_token_file is not None
         )
@@ -474,10 +486,27 @@ def serve_command(
     oidc_provider_name: OidcProviderNameOption = None,
     session_idle_timeout: SessionIdleOption = int(IDLE.total_seconds()),
     session_max_age: SessionMaxAgeOption = int(MAX_AGE.total_seconds()),
+    shards: Annotated[
+        int,
+        typer.Option(
+            "--shards",
+            min=1,
+            max=256,
+            help="Split the controllers' work into this many shards, shared by the replicas on one etcd: "
+            "the clusters hashed onto all but one, objects of no cluster on that one. 1: the elected "
+            "leader runs every controller.",
+        ),
+    ] = 1,
 ) -> None:
     """Run herder's API server (HTTPS) and its Talos API gateway; on first start it writes
     DATA_DIR/admin.kubeconfig."""
     from herder.api.serve import ServeOptions
+
+    if shards > 1 and not (state or "").startswith("etcd://"):
+        raise fail(
+            f"--shards {shards}: shards are shared by replicas on one etcd (--state etcd://HOST:PORT); "
+            "an embedded store has one process, which runs every controller"
+        )
 
     options = ServeOptions(
         data_dir=data_dir or default_data_dir(),
@@ -534,6 +563,7 @@ def serve_command(
         talos_listen=talos_listen,
         machine_log_bytes=machine_log_bytes,
         services=[join.service(options.data_dir)] if join is not None else [],
+        shards=shards,
     )
 
 

@@ -13,17 +13,21 @@ import contextlib
 import logging
 from typing import Protocol
 
+from herder.runtime.lease import keep
 from herder.state.backend import KV, Compacted
 from herder.state.errors import StateError
 from herder.state.etcd import EtcdBackend
+from herder.state.fence import Fence
 
 log = logging.getLogger(__name__)
 
 
 class LeaderElection(Protocol):
-    """``acquire`` returns once this process leads; ``lost`` is set when it no longer does."""
+    """``acquire`` returns once this process leads; ``lost`` is set when it no longer does. ``fence`` is
+    what the leader's writes carry (``herder.state.fence``), None where no other process could write."""
 
     lost: asyncio.Event
+    fence: Fence | None
 
     async def acquire(self) -> None: ...
 
@@ -35,6 +39,7 @@ class AlwaysLeader:
 
     def __init__(self) -> None:
         self.lost = asyncio.Event()
+        self.fence: Fence | None = None
 
     async def acquire(self) -> None:
         self.lost.clear()
@@ -50,6 +55,7 @@ class EtcdLeaderElection:
         self.identity = identity
         self.ttl = ttl
         self.lost = asyncio.Event()
+        self.fence: Fence | None = None
         self._lease: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -92,6 +98,7 @@ class EtcdLeaderElection:
     def _lead(self, lease: int, claim: KV) -> None:
         log.info("%s leads %s", self.identity, self.key)
         self._lease = lease
+        self.fence = Fence(self.key, claim.mod_rev)
         self.lost.clear()
         self._tasks = [
             asyncio.create_task(self._keep_alive(lease), name=f"lease {self.key}"),
@@ -104,23 +111,7 @@ class EtcdLeaderElection:
             self.lost.set()
 
     async def _keep_alive(self, lease: int) -> None:
-        loop = asyncio.get_running_loop()
-        last_ok = loop.time()
-        while True:
-            try:
-                remaining = await self._backend.keep_alive(lease)
-            except StateError as err:
-                # Give up before the lease can have run out, so two processes never both lead.
-                if loop.time() - last_ok > self.ttl * 2 / 3:
-                    self._lose(f"lease not renewed for {loop.time() - last_ok:.1f} s ({err})")
-                    return
-                await asyncio.sleep(min(1.0, self.ttl / 10))
-                continue
-            if remaining <= 0:
-                self._lose("the lease expired")
-                return
-            last_ok = loop.time()
-            await asyncio.sleep(self.ttl / 3)
+        self._lose(await keep(self._backend, lease, self.ttl))
 
     async def _watch_own_key(self, claim: KV) -> None:
         try:

@@ -1,8 +1,11 @@
 """Runs controllers: one watch loop per watched kind, a work queue and workers per controller.
 
-Controllers run only while this process leads (leader election over etcd; always with an embedded
-store). A watch that falls behind the retained history re-lists. Shutdown stops the watches, lets
-reconciles in flight finish within a grace period, then cancels what is left.
+Controllers run for what this process holds (``runtime.shards``): everything while it leads (leader
+election over etcd; always with an embedded store), or, with shards, the keys of the shards it holds,
+each reconcile fenced by its shard's claim. When what it holds changes, the controllers stop, what is now
+another replica's is handed over, and they start again on what it holds then. A watch that falls behind
+the retained history re-lists. Shutdown stops the watches, lets reconciles in flight finish within a grace
+period, then cancels what is left.
 """
 
 from __future__ import annotations
@@ -15,10 +18,20 @@ from collections.abc import Mapping, Sequence
 
 from herder.runtime.controller import Context, Controller, ObjectKey, Watch
 from herder.runtime.event_recorder import EventRecorder
-from herder.runtime.leader import AlwaysLeader, LeaderElection
-from herder.runtime.metrics import IS_LEADER, QUEUE_DEPTH, RECONCILE_ERRORS, RECONCILE_SECONDS, RECONCILES
+from herder.runtime.leader import AlwaysLeader
+from herder.runtime.metrics import (
+    IS_LEADER,
+    QUEUE_DEPTH,
+    RECONCILE_ERRORS,
+    RECONCILE_SECONDS,
+    RECONCILES,
+    SHARD_HELD,
+    SKIPPED,
+)
 from herder.runtime.outputs import ANY_KIND, Declaration, declarations_of
+from herder.runtime.shards import Held, Leadership, Ownership, ShardMap, shard_names
 from herder.state.errors import Gone
+from herder.state.fence import Fence, fenced
 from herder.state.store import Store, WatchEvent
 from herder.workqueue import Backoff, ShutDown, WorkQueue
 
@@ -36,9 +49,14 @@ class ControllerRunner:
         backoff: Backoff | None = None,
         events: EventRecorder | None = None,
         owners: Mapping[str, Declaration] | None = None,
+        shards: ShardMap | None = None,
+        held: Held | None = None,
     ) -> None:
+        """With ``shards``, only the keys of the ``held`` shards are reconciled, under their fences."""
         self.store = store
         self.controller = controller
+        self.shards = shards
+        self.held = held
         self.queue: WorkQueue[ObjectKey] = WorkQueue()
         self.backoff = backoff or Backoff()
         self.ctx = Context(
@@ -118,6 +136,8 @@ class ControllerRunner:
                     key,
                 )
                 continue
+            if self.shards is not None and key.name == event.object.name and key.kind == event.object.kind:
+                self.shards.note(key, event)
             self.queue.add_settled(key, self.controller.settle)
         self._depth.set(len(self.queue))
 
@@ -135,7 +155,12 @@ class ControllerRunner:
                 return
             started = time.perf_counter()
             try:
-                result = await self.controller.reconcile(key, self.ctx)
+                held, fence = await self._fence(key)
+                if not held:
+                    SKIPPED.labels(name).inc()
+                    continue
+                with fenced(fence):
+                    result = await self.controller.reconcile(key, self.ctx)
             except asyncio.CancelledError:
                 raise
             except Exception as err:
@@ -161,30 +186,44 @@ class ControllerRunner:
                 self.queue.done(key)
                 self._depth.set(len(self.queue))
 
+    async def _fence(self, key: ObjectKey) -> tuple[bool, Fence | None]:
+        """Whether this process holds ``key``'s shard, and the fence of its writes."""
+        if self.shards is None or self.held is None:
+            return True, None
+        shard = await self.shards.shard_of(key)
+        return shard in self.held, self.held.get(shard)
+
 
 class Manager:
+    """Runs ``controllers`` for what ``ownership`` gives this process (by default: everything, at once);
+    with ``shards``, each key by its shard (see the module docstring)."""
+
     def __init__(
         self,
         store: Store,
         controllers: Sequence[Controller],
         *,
-        leader: LeaderElection | None = None,
+        ownership: Ownership | None = None,
+        shards: ShardMap | None = None,
         shutdown_grace: float = 10.0,
     ) -> None:
         self.store = store
         self.controllers = list(controllers)
         self.declarations = declarations_of((c.name, c.outputs) for c in self.controllers)
-        self.leader: LeaderElection = leader or AlwaysLeader()
+        self.ownership: Ownership = ownership or Leadership(AlwaysLeader())
+        self.shards = shards
         self.shutdown_grace = shutdown_grace
         self.events = EventRecorder(store)
         self.runners: list[ControllerRunner] = []
+        self.held: Held = {}
         self._stop = asyncio.Event()
         self._leading = asyncio.Event()
 
     async def run(self) -> None:
-        """Lead, run the controllers until leadership is lost or ``stop`` is called; repeat."""
+        """Hold what the ownership gives, run the controllers for it until that changes or ``stop`` is
+        called; hand over what is no longer this process's; repeat."""
         while not self._stop.is_set():
-            acquire = asyncio.create_task(self.leader.acquire())
+            acquire = asyncio.create_task(self.ownership.acquire())
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait({acquire, stop}, return_when=asyncio.FIRST_COMPLETED)
             if self._stop.is_set():
@@ -193,27 +232,46 @@ class Manager:
                     await acquire
                 break
             stop.cancel()
-            acquire.result()
-            log.info("leading: starting %d controllers", len(self.controllers))
-            IS_LEADER.set(1)
+            self.held = acquire.result()
+            log.info(
+                "running %d controllers for shards %s", len(self.controllers), ",".join(sorted(self.held))
+            )
+            self._gauges()
             self.runners = [
-                ControllerRunner(self.store, c, events=self.events, owners=self.declarations)
+                ControllerRunner(
+                    self.store,
+                    c,
+                    events=self.events,
+                    owners=self.declarations,
+                    shards=self.shards,
+                    held=self.held,
+                )
                 for c in self.controllers
             ]
             for runner in self.runners:
                 runner.start()
             self._leading.set()
-            lost = asyncio.create_task(self.leader.lost.wait())
+            changed = asyncio.create_task(self.ownership.changed.wait())
             stop = asyncio.create_task(self._stop.wait())
-            await asyncio.wait({lost, stop}, return_when=asyncio.FIRST_COMPLETED)
-            lost.cancel()
+            await asyncio.wait({changed, stop}, return_when=asyncio.FIRST_COMPLETED)
+            changed.cancel()
             stop.cancel()
-            IS_LEADER.set(0)
             self._leading.clear()
             await asyncio.gather(*(r.stop(self.shutdown_grace) for r in self.runners))
+            self.held = {}
+            self._gauges()
             if not self._stop.is_set():
-                log.warning("leadership lost: controllers stopped; campaigning again")
-        await self.leader.release()
+                log.warning(
+                    "what this replica holds changed: controllers stopped; taking up what it holds now"
+                )
+                await self.ownership.hand_over()
+        await self.ownership.release()
+
+    def _gauges(self) -> None:
+        IS_LEADER.set(1 if self.held else 0)
+        count = self.shards.count if self.shards is not None else 1
+        for shard in shard_names(count):
+            SHARD_HELD.labels(shard).set(1 if shard in self.held else 0)
 
     async def wait_synced(self) -> None:
         """Wait until every controller has seen the initial state of every kind it watches."""

@@ -46,3 +46,8 @@ class Invalid(StateError):
 
 class Unavailable(StateError):
     """The backend cannot be reached right now; the request may be retried."""
+
+
+class Fenced(StateError):
+    """A write made under a lease (``herder.state.fence``) that this process no longer holds: another
+    replica may be doing the work now, so the write is refused rather than made twice."""

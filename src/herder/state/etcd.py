@@ -12,8 +12,10 @@ resume watches and has no lease keep-alive, so this module drives the stubs itse
 - A watch resumes on a new stream from the last delivered event's revision + 1 (never from a response
   header, which runs ahead of the events during catch-up) and raises ``Compacted`` when etcd has
   forgotten the revision it needs.
-- Leases, create-if-absent with a lease and a one-key watch serve the leader election; their keys
-  live beside the object keys (``<prefix>.coord/…``), so no object range or watch ever sees them.
+- Leases, create-if-absent with a lease and watches of coordination keys serve the leader election and
+  the shards; their keys live beside the object keys (``<prefix>.coord/…``), so no object range or watch
+  ever sees them. A write made under a fence (``herder.state.fence``) also compares the fence's claim in
+  its transaction, and fails with ``Fenced`` once the claim is gone.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from typing import Any, TypeVar
 import grpc
 from aetcd import rpc
 
+from herder.state import fence as fencing
 from herder.state.backend import KV, Backend, Compacted, KeyExists, RawEvent, RevisionMismatch
-from herder.state.errors import Invalid, StateError, Unavailable
+from herder.state.errors import Fenced, Invalid, StateError, Unavailable
+from herder.state.fence import Fence
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +185,9 @@ class EtcdBackend(Backend):
     def _coord_key(self, key: str) -> bytes:
         return (self._coord + "/" + key.lstrip("/")).encode()
 
+    def _uncoord(self, stored: bytes) -> str:
+        return stored.decode()[len(self._coord) :]
+
     # calls
 
     def _note(self, header: Any) -> None:
@@ -262,19 +269,25 @@ class EtcdBackend(Backend):
         compare: Any,
         op: Any,
         settle: Callable[[Any | None, int], Awaitable[int | None]],
+        fence: Fence | None = None,
     ) -> tuple[bool, int, Any | None]:
         """Run ``compare ? op : read the key``; returns (applied, revision, current key if not applied).
+
+        With a ``fence``, the transaction also compares the fence's claim, and ``Fenced`` is raised when it
+        failed for that reason.
 
         An attempt whose outcome is unknown (the member died, the call timed out) is retried as it is:
         its precondition lets at most one of the attempts apply. If a retry finds the precondition
         spent, ``settle(current, seen_before)`` decides from the key's history whether the unknown
         attempt was the one that spent it, and returns that attempt's revision (else None).
         """
-        request = rpc.TxnRequest(
-            compare=[compare],
-            success=[op],
-            failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=stored))],
-        )
+        compares = [compare]
+        failure = [rpc.RequestOp(request_range=rpc.RangeRequest(key=stored))]
+        if fence is not None:
+            claim = self._coord_key(fence.key)
+            compares.append(_modified_at(claim, fence.revision))
+            failure.append(rpc.RequestOp(request_range=rpc.RangeRequest(key=claim)))
+        request = rpc.TxnRequest(compare=compares, success=[op], failure=failure)
         seen_before = self._seen_rev
         unknown: list[str] = []
 
@@ -295,6 +308,11 @@ class EtcdBackend(Backend):
         self._note(resp.header)
         if resp.succeeded:
             return True, int(resp.header.revision), None
+        if fence is not None:
+            claims = resp.responses[1].response_range.kvs
+            if not claims or int(claims[0].mod_revision) != fence.revision:
+                maybe = "; an earlier attempt may have applied" if unknown else ""
+                raise Fenced(f"etcd: {what}: this replica no longer holds {fence.key}{maybe}")
         kvs = resp.responses[0].response_range.kvs
         current = kvs[0] if kvs else None
         if unknown:
@@ -310,7 +328,7 @@ class EtcdBackend(Backend):
         return False, int(resp.header.revision), current
 
     async def _create(
-        self, key: str, stored: bytes, value: bytes, lease: int
+        self, key: str, stored: bytes, value: bytes, lease: int, fence: Fence | None
     ) -> tuple[bool, int, Any | None]:
         async def settle(current: Any | None, seen_before: int) -> int | None:
             # Ours, if the key's present life began after our first attempt was sent, with our value.
@@ -326,10 +344,10 @@ class EtcdBackend(Backend):
             key=stored, target=rpc.Compare.CREATE, result=rpc.Compare.EQUAL, create_revision=0
         )
         op = rpc.RequestOp(request_put=rpc.PutRequest(key=stored, value=value, lease=lease))
-        return await self._txn(f"create {key}", stored, compare, op, settle)
+        return await self._txn(f"create {key}", stored, compare, op, settle, fence)
 
     async def create(self, key: str, value: bytes) -> int:
-        done, rev, _ = await self._create(key, self._key(key), value, 0)
+        done, rev, _ = await self._create(key, self._key(key), value, 0, fencing.current())
         if not done:
             raise KeyExists(key)
         return rev
@@ -360,7 +378,7 @@ class EtcdBackend(Backend):
         else:
             op = rpc.RequestOp(request_put=rpc.PutRequest(key=stored, value=value))
         what = f"{'remove' if value is None else 'replace'} {key}"
-        done, rev, current = await self._txn(what, stored, compare, op, settle)
+        done, rev, current = await self._txn(what, stored, compare, op, settle, fencing.current())
         if not done:
             raise RevisionMismatch(_kv(key, current) if current is not None else None)
         return rev
@@ -508,7 +526,8 @@ class EtcdBackend(Backend):
 
         Returns whether this call created it, and the key as it now is (the holder's value).
         """
-        done, rev, current = await self._create(key, self._coord_key(key), value, lease)
+        # Never fenced: claiming is how a fence is had.
+        done, rev, current = await self._create(key, self._coord_key(key), value, lease, None)
         # A failed create read the key in the same transaction, so ``current`` is the holder.
         return (True, KV(key, value, rev)) if done else (False, _kv(key, current))
 
@@ -516,11 +535,33 @@ class EtcdBackend(Backend):
         resp = await self._range(f"get {key}", rpc.RangeRequest(key=self._coord_key(key)))
         return _kv(key, resp.kvs[0]) if resp.kvs else None
 
-    async def watch_coordination(self, key: str, from_rev: int) -> AsyncGenerator[RawEvent, None]:
-        """Every change of coordination key ``key`` from ``from_rev`` (exactly that key, no prefix)."""
-        async for event in self._events(self._coord_key(key), None, max(from_rev, 1)):
+    async def range_coordination(self, prefix: str) -> tuple[list[KV], int]:
+        """The coordination keys under ``prefix`` and the revision they were read at."""
+        base = self._coord_key(prefix)
+        request = rpc.RangeRequest(key=base, range_end=_range_end(base))
+        resp = await self._range(f"list {prefix}", request)
+        return [_kv(self._uncoord(kv.key), kv) for kv in resp.kvs], int(resp.header.revision)
+
+    async def release_claim(self, key: str, revision: int) -> None:
+        """Delete coordination key ``key`` if it still holds the claim made at ``revision`` (nothing
+        otherwise: another process's claim is never deleted)."""
+        stored = self._coord_key(key)
+        request = rpc.TxnRequest(
+            compare=[_modified_at(stored, revision)],
+            success=[rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=stored))],
+        )
+        # Deleting is idempotent: a retry of an attempt that applied finds the claim gone and does nothing.
+        await self._retrying(f"release {key}", lambda: self._rpc.kv.Txn(request, timeout=self.timeout))
+
+    async def watch_coordination(
+        self, key: str, from_rev: int, *, prefix: bool = False
+    ) -> AsyncGenerator[RawEvent, None]:
+        """Every change of coordination key ``key`` (or, with ``prefix``, of every key under it) from
+        ``from_rev``."""
+        stored = self._coord_key(key)
+        async for event in self._events(stored, _range_end(stored) if prefix else None, max(from_rev, 1)):
             raw = self._raw_event(event)
-            yield RawEvent(raw.rev, key, raw.value, raw.prev)
+            yield RawEvent(raw.rev, self._uncoord(event.kv.key), raw.value, raw.prev)
 
 
 __all__ = ["EtcdBackend"]

@@ -116,6 +116,7 @@ class ClusterServices:
             "id": cluster.id,
             "name": cluster.name,
             "bootstrapped": cluster.bootstrapped,
+            "bootstrapRequests": cluster.bootstrap_requests,
             "quorum": cluster.has_quorum(),
             "leader": f"{leader.id:x}" if leader else "",
             "members": [

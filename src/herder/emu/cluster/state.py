@@ -109,6 +109,8 @@ class Cluster:
     os_ca: CertificateAndKey | None = None
     token: str = ""
     bootstrapped: bool = False
+    bootstrap_requests: int = 0
+    """Bootstrap calls its control planes got, refused ones too: a management plane asks once."""
     members: dict[int, EtcdMember] = field(default_factory=dict)
     leader: int | None = None
     term: int = 1
@@ -171,6 +173,7 @@ class Cluster:
         return member is not None and self.healthy(member) and self.has_quorum()
 
     def bootstrap(self, machine: str, hostname: str, address: str, snapshot: bytes | None) -> EtcdMember:
+        self.bootstrap_requests += 1
         if self.bootstrapped:
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS, "etcd data directory is not empty")
         if snapshot is not None:
@@ -250,6 +253,7 @@ class Cluster:
             "os_ca": {"crt": self.os_ca.crt.decode(), "key": self.os_ca.key.decode()} if self.os_ca else None,
             "token": self.token,
             "bootstrapped": self.bootstrapped,
+            "bootstrap_requests": self.bootstrap_requests,
             "members": [vars(m) for m in self.members.values()],
             "leader": self.leader,
             "data": self.keyspace.dump(),
@@ -265,6 +269,7 @@ class Cluster:
             os_ca=CertificateAndKey(crt=ca["crt"].encode(), key=ca["key"].encode()) if ca else None,
             token=raw.get("token", ""),
             bootstrapped=raw.get("bootstrapped", False),
+            bootstrap_requests=raw.get("bootstrap_requests", 0),
             members={m.id: m for m in members},
             leader=raw.get("leader"),
         )
