@@ -28,7 +28,7 @@ from herder.resources.machines import CLUSTER_LABEL
 from herder.runtime.controller import ObjectKey
 from herder.runtime.leader import LeaderElection
 from herder.runtime.lease import keep
-from herder.state.backend import KV
+from herder.state.backend import KV, Compacted
 from herder.state.errors import NotFound, StateError
 from herder.state.etcd import EtcdBackend
 from herder.state.fence import Fence
@@ -245,8 +245,8 @@ class ShardLeases:
                 self._apply(event.key, kv)
                 self._news.set()
                 self._check()
-        except StateError as err:
-            # Compacted, or the backend failing for good: start over from a fresh read.
+        except (Compacted, StateError) as err:
+            # History compacted past it, or the backend failing for good: start over from a fresh read.
             log.warning("shards %s: watch ended (%s); joining again", self.prefix, err)
             self._lost()
 
