@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
 import subprocess
 import time
@@ -31,10 +30,11 @@ from tests.sso.site import (
     PEOPLE,
     PROVIDER_NAME,
     callback,
+    cli_env,
     herder,
+    herder_login,
     oidc_args,
     sign_in_at,
-    through_the_provider,
 )
 
 NONCE = "n-" + "0" * 8
@@ -306,22 +306,10 @@ def test_herder_login_sends_the_secret_a_provider_wants_of_the_native_client(
     with herder(tmp_path, site.provider, free_port(), *extra) as made:
         assert made.server is not None
         server = made.server
-        ca = tmp_path / "herder-ca.crt"
-        ca.write_bytes(server.ca)
-        env = {k: v for k, v in os.environ.items() if k != "HERDER_KUBECONFIG"}
-        env["XDG_CONFIG_HOME"] = str(tmp_path / "home")
-        herder_cli = [HERDER, "login", "--server", server.url, "--ca-file", str(ca), "--no-browser"]
-        login = subprocess.Popen(
-            herder_cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-        )
-        assert login.stdout is not None
-        login.stdout.readline()  # "Sign in to herder in your browser at:"
-        url = login.stdout.readline().strip()
+        url, said = herder_login(server, tmp_path / "home", "alice")
         assert re.search(f"client_id={SECRET_CLI_CLIENT}&", url), url
-        with httpx.Client(follow_redirects=False, timeout=10) as http:
-            assert http.get(through_the_provider(http, url, "alice")).status_code == 200
-        said, _ = login.communicate(timeout=60)
-        assert login.returncode == 0 and "as alice@example.com" in said, said
+        assert "as alice@example.com" in said, said
+        env = cli_env(tmp_path / "home")
 
         credentials = tmp_path / "home" / "herder" / "credentials"
         doc = json.loads(credentials.read_text())
