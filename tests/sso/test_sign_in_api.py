@@ -191,6 +191,27 @@ def test_the_six_bad_tokens_are_refused_with_401_and_an_audit_entry(site: Site) 
     assert code == 401 and "not among the provider's keys" in body["message"]
 
 
+def test_a_malformed_exchange_is_refused_naming_the_field_never_with_500(site: Site) -> None:
+    async def post(content: bytes) -> tuple[int, str]:
+        async with site.server.http(None) as http:
+            answer = await http.post(
+                "/auth/oidc/token", content=content, headers={"Content-Type": "application/json"}
+            )
+            return answer.status_code, str(answer.json()["message"])
+
+    for content, code, reason in (
+        (b"", 400, "idToken: Field required"),
+        (b"{not json", 400, ""),
+        (b"[]", 400, "must be an object"),
+        (b'{"idToken": 7}', 400, "idToken: Input should be a valid string"),
+        (b'{"idToken": "a.b.c", "nonce": ["n"]}', 400, "nonce: Input should be a valid string"),
+        (b'{"idToken": "a.b.c", "user": "admin"}', 400, "user: Extra inputs are not permitted"),
+        (b'{"idToken": "not-a-jwt"}', 401, "ID token refused: not a signed JWT"),
+    ):
+        answer = asyncio.run(post(content))
+        assert answer[0] == code and reason in answer[1], (content, answer)
+
+
 def test_a_role_rule_applies_at_the_next_sign_in(site: Site) -> None:
     rule = {
         "apiVersion": "herder.dev/v1alpha1",
