@@ -278,6 +278,19 @@ def test_disabling_the_user_ends_their_tokens_at_once_and_refuses_their_sign_in(
     assert get(site, token, "/apis/herder.dev/v1alpha1/access")[0] == 401
 
 
+def test_deleting_the_user_ends_their_tokens_at_once_and_a_new_sign_in_starts_afresh(site: Site) -> None:
+    old = sign_in(site, "bob")
+    uid = user(site, "bob@example.com").metadata.uid
+    deleted = site.server.run("kubectl", "delete", "user", "bob@example.com")
+    assert deleted.returncode == 0, deleted.stderr
+    assert get(site, old["token"], "/apis/herder.dev/v1alpha1/access")[0] == 401
+    # Signing in again makes the User again, whose new uid the old token was not issued to.
+    new = sign_in(site, "bob")
+    assert user(site, "bob@example.com").metadata.uid != uid
+    assert get(site, new["token"], "/apis/herder.dev/v1alpha1/access")[0] == 200
+    assert get(site, old["token"], "/apis/herder.dev/v1alpha1/access")[0] == 401
+
+
 def _serve(tmp_path: Path, provider: Provider, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
