@@ -3,7 +3,7 @@ real provider: ``--oidc-scopes`` is what the web UI asks for and what ``herder l
 ``--oidc-groups-claim`` is the claim a person's group labels come from (and no other); ``--oidc-default-role``
 is the role of a first sign-in; ``--oidc-allow-unverified-email`` names a person by an email the provider
 does not vouch for; ``--oidc-cli-client-id`` is the client ``herder login`` signs in as, the web UI's
-staying ``--oidc-client-id``."""
+staying ``--oidc-client-id``. A plain http issuer (the test provider's, on loopback) is taken with a warning."""
 
 from __future__ import annotations
 
@@ -80,3 +80,11 @@ def test_herder_login_signs_in_by_the_flags(site: Site) -> None:
     # Her labels are her roles claim's groups, not her groups claim's.
     assert erin.metadata.labels == {group_label("Auditors"): "true", group_label("on call"): "true"}
     assert group_label("on call").startswith("groups.herder.dev/on-call-")
+
+
+def test_a_plain_http_issuer_on_loopback_is_accepted_with_a_warning(site: Site) -> None:
+    said = site.server.log.read_text()
+    warning = (
+        f"WARNING herder.oidc: --oidc-issuer {site.provider.issuer} is plain http: accepted on a loopback"
+    )
+    assert warning in said, said
