@@ -1,9 +1,11 @@
 """What the Redfish provider's tests run against: OpenStack's Redfish emulator (``sushy-emulator``, its
-fake driver) on loopback over TLS with basic authentication, and an image server on loopback that plays
-the Image Factory (a BMC fetches the ISO it is given). Each is a child process ended by its PID."""
+fake driver, each PATCH it accepts recorded) on loopback over TLS with basic authentication, and an image
+server on loopback that plays the Image Factory (a BMC fetches the ISO it is given). Each is a child
+process ended by its PID."""
 
 from __future__ import annotations
 
+import json
 import ssl
 import sys
 from datetime import UTC, datetime, timedelta
@@ -102,8 +104,16 @@ class SushyEmulator(Child):
             )
             + "\n"
         )
-        program = str(Path(sys.executable).with_name("sushy-emulator"))
-        super().__init__([program, "--config", str(config)], workdir / "sushy.log")
+        self.record = workdir / "patches.jsonl"
+        command = [
+            sys.executable,
+            "-m",
+            "tests.providers.sushy_server",
+            str(self.record),
+            "--config",
+            str(config),
+        ]
+        super().__init__(command, workdir / "sushy.log", cwd=Path(__file__).parents[2])
 
     @property
     def url(self) -> str:
@@ -115,6 +125,11 @@ class SushyEmulator(Child):
 
     def tls(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca))
+
+    def patches(self, path: str) -> list[Any]:
+        """The bodies of the PATCHes of ``path`` the emulator accepted, oldest first."""
+        lines = self.record.read_text().splitlines() if self.record.exists() else []
+        return [entry["body"] for entry in map(json.loads, lines) if entry["path"] == path]
 
     def get(self, path: str) -> Any:
         answer = httpx.get(self.url + path, auth=(USER, PASSWORD), verify=self.tls(), timeout=10)

@@ -2,7 +2,8 @@
 instance of the request's AMI, type, disk and tags; a launch run again (a provider killed before it
 recorded the instance) adopts it; AWS's capacity and quota errors fail the attempt with AWS's message and
 a later attempt succeeds; destroying terminates it, and one already terminated (or never made) counts as
-destroyed; an instance terminated behind herder's back no longer exists; power starts, stops and reboots.
+destroyed; an instance terminated behind herder's back no longer exists, nor one EC2 no longer knows
+(InvalidInstanceID.NotFound), which counts as destroyed; power starts, stops and reboots.
 
 No test connects to the addresses moto hands out: the ``identify`` step (Talos at the instance's address)
 is tested against the emulator in ``test_maintenance.py``.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from herder.infra import Fail, RequestContext
 from herder.providers.aws import AWSConfig, AWSProvider, EC2Error
@@ -208,6 +210,33 @@ async def test_an_instance_terminated_behind_herders_back_no_longer_exists(
     assert await provider.exists(ctx)
     server.ec2().terminate_instances(InstanceIds=[ctx.state["instance"]])
     assert not await provider.exists(ctx)
+
+
+async def test_an_instance_aws_no_longer_knows_counts_as_destroyed(
+    server: Ec2Server, network: dict[str, str], provider: AWSProvider
+) -> None:
+    """EC2 forgets a terminated instance after a while (about an hour): asked for by its id, it answers
+    InvalidInstanceID.NotFound, as moto does for an id it never made."""
+    ctx = await _launched(provider, _config(server, network))
+    server.ec2().terminate_instances(InstanceIds=[ctx.state["instance"]])
+    vanished = "i-0123456789abcdef0"
+    with pytest.raises(ClientError, match=r"InvalidInstanceID\.NotFound"):
+        server.ec2().describe_instances(InstanceIds=[vanished])
+    ctx.state["instance"] = vanished
+    assert not await provider.exists(ctx)
+    await provider.deprovision(ctx)  # destroyed already: nothing to terminate, and no error
+    with pytest.raises(Fail, match=f"instance {vanished} was terminated before it ran: missing"):
+        await run_step(provider, ctx, "running")
+    with pytest.raises(Fail, match=f"instance {vanished} was terminated before it ran"):
+        await run_step(provider, ctx, "launch")  # never a second instance for the request
+    # Gone between herder's look and its TerminateInstances: destroyed all the same.
+    racing = await _launched(provider, _config(server, network))
+    missing = f"The instance ID '{racing.state['instance']}' does not exist"
+    server.fail("TerminateInstances", "InvalidInstanceID.NotFound", missing, times=1)
+    try:
+        await provider.deprovision(racing)
+    finally:
+        server.clear()
 
 
 async def test_an_instance_terminated_while_it_boots_fails_the_request(

@@ -94,6 +94,11 @@ async def test_a_system_boots_the_requests_iso_from_its_virtual_cd_and_is_releas
         assert path in images.fetched()  # the BMC fetched the ISO, as a real one does
         boot = _system(sushy)["Boot"]
         assert boot["BootSourceOverrideTarget"] == "Cd"
+        # Once, as the provider asked the BMC (sushy-tools keeps no "enabled": it shows Continuous).
+        (override,) = [patch["Boot"] for patch in sushy.patches(f"/redfish/v1/Systems/{FIRST}")]
+        assert (
+            override["BootSourceOverrideTarget"] == "Cd" and override["BootSourceOverrideEnabled"] == "Once"
+        )
         await run_step(provider, ctx, "power")
         await _power_is(sushy, "On")
         await run_step(provider, ctx, "power")  # run again after a crash: not booted a second time

@@ -27,8 +27,9 @@ for (const issuer of config.issuers) {
       email: ['email', 'email_verified'],
       profile: ['name'],
       groups: ['groups'],
+      roles: ['roles'],
     },
-    scopes: ['openid', 'offline_access', 'email', 'profile', 'groups'],
+    scopes: ['openid', 'offline_access', 'email', 'profile', 'groups', 'roles'],
     // The claims of the scopes asked for go into the ID token, as the usual providers put them there.
     conformIdTokenClaims: false,
     async findAccount(_ctx, id) {

@@ -91,9 +91,11 @@ class User:
     groups: list[str] = field(default_factory=list)
     email_verified: bool = True
     name: str = ""
+    roles: list[str] = field(default_factory=list)
+    """A second list of groups, in the claim ``roles`` of the scope ``roles`` (``--oidc-groups-claim``)."""
 
     def claims(self) -> dict[str, Any]:
-        claims: dict[str, Any] = {"groups": self.groups, "name": self.name or self.login}
+        claims: dict[str, Any] = {"groups": self.groups, "roles": self.roles, "name": self.name or self.login}
         if self.email is not None:
             claims |= {"email": self.email, "email_verified": self.email_verified}
         return claims

@@ -8,8 +8,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import os
 import re
 import secrets
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 
-from tests.api.server import Server, free_port, running
+from tests.api.server import HERDER, Server, free_port, running
 from tests.sso.provider import CLI_CLIENT, UI_CLIENT, Provider, User
 
 PROVIDER_NAME = "Test IdP"
@@ -131,13 +133,46 @@ def sign_in_at(
     return dict(tokens.json())
 
 
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment of a person's shell with their own config home and no herder kubeconfig set."""
+    env = {k: v for k, v in os.environ.items() if k != "HERDER_KUBECONFIG"}
+    return {**env, "XDG_CONFIG_HOME": str(home)}
+
+
+def herder_login(server: Server, home: Path, login: str) -> tuple[str, str]:
+    """``herder login --no-browser`` to ``server`` as ``login``, whose browser's part (the provider's pages,
+    then the CLI's loopback redirect) is driven over HTTP: the authorization URL it printed, and all it
+    said."""
+    ca = home / "herder-ca.crt"
+    home.mkdir(parents=True, exist_ok=True)
+    ca.write_bytes(server.ca)
+    command = [HERDER, "login", "--server", server.url, "--ca-file", str(ca), "--no-browser"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(home)
+    )
+    try:
+        assert process.stdout is not None
+        process.stdout.readline()  # "Sign in to herder in your browser at:"
+        url = process.stdout.readline().strip()
+        with httpx.Client(follow_redirects=False, timeout=10) as http:
+            assert http.get(through_the_provider(http, url, login)).status_code == 200
+        said, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, said
+    return url, said
+
+
 def through_the_provider(http: httpx.Client, url: str, login: str) -> str:
     """Where the provider sends the browser back to (with the code) after ``login`` signed in and
     consented at the authorization request ``url``, on the provider's own pages driven over HTTP."""
     answer = http.get(url)
     for _ in range(10):
         where = str(answer.headers.get("location", ""))
-        if where.startswith("http://127.0.0.1") and "/callback" in where:
+        # The client's redirect URI (the CLI's loopback one, or the web UI's): none of the provider's own.
+        if urlsplit(where).hostname == "127.0.0.1" and urlsplit(where).path.endswith("/callback"):
             return where
         if answer.status_code in (302, 303):
             answer = http.get(answer.url.join(where))

@@ -29,7 +29,7 @@ from playwright.sync_api import Page
 from tests.api.server import HERDER, KUBECTL, free_port
 from tests.clusters.site import Site, cluster, machine_set, running_site
 from tests.sso.provider import Provider, running_provider
-from tests.sso.site import PEOPLE, PROVIDER_NAME, callback, oidc_args, sign_in_in_browser
+from tests.sso.site import PEOPLE, PROVIDER_NAME, callback, cli_env, oidc_args, sign_in_in_browser
 from tests.web.browser import chromium
 
 POLICY = {
@@ -68,8 +68,7 @@ class SsoSite:
 
     def home(self, person: str) -> dict[str, str]:
         """The environment of ``person``'s shell: a config home of their own, no herder kubeconfig set."""
-        env = {k: v for k, v in os.environ.items() if k != "HERDER_KUBECONFIG"}
-        return {**env, "XDG_CONFIG_HOME": str(self.workdir / person / ".config")}
+        return cli_env(self.workdir / person / ".config")
 
     def config(self, person: str) -> Path:
         return self.workdir / person / ".config" / "herder"

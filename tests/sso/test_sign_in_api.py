@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
 import subprocess
 import time
@@ -31,10 +30,11 @@ from tests.sso.site import (
     PEOPLE,
     PROVIDER_NAME,
     callback,
+    cli_env,
     herder,
+    herder_login,
     oidc_args,
     sign_in_at,
-    through_the_provider,
 )
 
 NONCE = "n-" + "0" * 8
@@ -191,6 +191,27 @@ def test_the_six_bad_tokens_are_refused_with_401_and_an_audit_entry(site: Site) 
     assert code == 401 and "not among the provider's keys" in body["message"]
 
 
+def test_a_malformed_exchange_is_refused_naming_the_field_never_with_500(site: Site) -> None:
+    async def post(content: bytes) -> tuple[int, str]:
+        async with site.server.http(None) as http:
+            answer = await http.post(
+                "/auth/oidc/token", content=content, headers={"Content-Type": "application/json"}
+            )
+            return answer.status_code, str(answer.json()["message"])
+
+    for content, code, reason in (
+        (b"", 400, "idToken: Field required"),
+        (b"{not json", 400, ""),
+        (b"[]", 400, "must be an object"),
+        (b'{"idToken": 7}', 400, "idToken: Input should be a valid string"),
+        (b'{"idToken": "a.b.c", "nonce": ["n"]}', 400, "nonce: Input should be a valid string"),
+        (b'{"idToken": "a.b.c", "user": "admin"}', 400, "user: Extra inputs are not permitted"),
+        (b'{"idToken": "not-a-jwt"}', 401, "ID token refused: not a signed JWT"),
+    ):
+        answer = asyncio.run(post(content))
+        assert answer[0] == code and reason in answer[1], (content, answer)
+
+
 def test_a_role_rule_applies_at_the_next_sign_in(site: Site) -> None:
     rule = {
         "apiVersion": "herder.dev/v1alpha1",
@@ -257,6 +278,19 @@ def test_disabling_the_user_ends_their_tokens_at_once_and_refuses_their_sign_in(
     assert get(site, token, "/apis/herder.dev/v1alpha1/access")[0] == 401
 
 
+def test_deleting_the_user_ends_their_tokens_at_once_and_a_new_sign_in_starts_afresh(site: Site) -> None:
+    old = sign_in(site, "bob")
+    uid = user(site, "bob@example.com").metadata.uid
+    deleted = site.server.run("kubectl", "delete", "user", "bob@example.com")
+    assert deleted.returncode == 0, deleted.stderr
+    assert get(site, old["token"], "/apis/herder.dev/v1alpha1/access")[0] == 401
+    # Signing in again makes the User again, whose new uid the old token was not issued to.
+    new = sign_in(site, "bob")
+    assert user(site, "bob@example.com").metadata.uid != uid
+    assert get(site, new["token"], "/apis/herder.dev/v1alpha1/access")[0] == 200
+    assert get(site, old["token"], "/apis/herder.dev/v1alpha1/access")[0] == 401
+
+
 def _serve(tmp_path: Path, provider: Provider, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
@@ -306,22 +340,10 @@ def test_herder_login_sends_the_secret_a_provider_wants_of_the_native_client(
     with herder(tmp_path, site.provider, free_port(), *extra) as made:
         assert made.server is not None
         server = made.server
-        ca = tmp_path / "herder-ca.crt"
-        ca.write_bytes(server.ca)
-        env = {k: v for k, v in os.environ.items() if k != "HERDER_KUBECONFIG"}
-        env["XDG_CONFIG_HOME"] = str(tmp_path / "home")
-        herder_cli = [HERDER, "login", "--server", server.url, "--ca-file", str(ca), "--no-browser"]
-        login = subprocess.Popen(
-            herder_cli, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-        )
-        assert login.stdout is not None
-        login.stdout.readline()  # "Sign in to herder in your browser at:"
-        url = login.stdout.readline().strip()
+        url, said = herder_login(server, tmp_path / "home", "alice")
         assert re.search(f"client_id={SECRET_CLI_CLIENT}&", url), url
-        with httpx.Client(follow_redirects=False, timeout=10) as http:
-            assert http.get(through_the_provider(http, url, "alice")).status_code == 200
-        said, _ = login.communicate(timeout=60)
-        assert login.returncode == 0 and "as alice@example.com" in said, said
+        assert "as alice@example.com" in said, said
+        env = cli_env(tmp_path / "home")
 
         credentials = tmp_path / "home" / "herder" / "credentials"
         doc = json.loads(credentials.read_text())
