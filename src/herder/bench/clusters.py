@@ -344,7 +344,7 @@ async def fleet(
         await until(
             f"{clusters} spare keys made",
             time.monotonic() + timeout,
-            lambda: _all_spare_keys(running.clients, clusters),
+            lambda: spare_keys_ready(running.clients, clusters),
         )
         emit("spare_keys_ready_after_start", time.monotonic() - started, "s", keys=clusters)
         yield Fleet(
@@ -359,7 +359,8 @@ async def fleet(
         )
 
 
-async def _all_spare_keys(clients: Sequence[Client], keys: int) -> bool:
+async def spare_keys_ready(clients: Sequence[Client], keys: int) -> bool:
+    """Whether every server has ``keys`` spare RSA keys made (``--spare-keys``)."""
     return all([await _gauge(client, "herder_spare_keys") >= keys for client in clients])
 
 
