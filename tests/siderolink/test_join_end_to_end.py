@@ -27,7 +27,7 @@ import yaml
 
 from herder.emu.control.process import EmulatorProcess
 from herder.emu.machine.join import Joiner
-from tests.api.server import stop
+from tests.api.server import HERDER, stop
 from tests.clusters.site import cluster, machine_set
 from tests.siderolink.join_site import JoinServer, join_server, joined_emulator, needs_netns, sh
 
@@ -337,13 +337,19 @@ def test_a_revoked_token_refuses_a_fourth_machine(story: Story) -> None:
     )
 
 
-def test_a_machine_boots_again_joining_as_its_config_says_once_its_join_token_is_revoked(
-    story: Story,
-) -> None:
+def _rejoins(story: Story, uuid: str) -> int:
+    """How many times the machine joined again with its own token, as the audit trail says."""
+    return sum(
+        e["spec"]["user"] == f"machine:{uuid}" and "rejoined with its own token" in e["spec"]["message"]
+        for e in story.get("auditevents")["items"]
+    )
+
+
+def test_a_machine_reboots_joining_as_its_config_says_once_its_join_token_is_revoked(story: Story) -> None:
     """herder keeps only a JoinToken's digest, so the config it generates for a machine that joined with one
-    carries the machine's own rejoin token: the machine, booted again with the same kernel arguments, joins
-    as its config says (as Talos prefers its SideroLinkConfig), and revoking the JoinToken stops new
-    machines only."""
+    carries the machine's own rejoin token: the machine, rebooted (through herder's Talos API gateway and
+    the tunnel) or powered off and on with the same kernel arguments, joins as its config says (as Talos
+    prefers its SideroLinkConfig), and revoking the JoinToken stops new machines only."""
     assert story.machines is not None
     token = story.site.herder("jointoken", "create", "rack").stdout.strip()
     fifth = story.emulator_on("fifth", 1, f"siderolink.api={story.site.api}?jointoken={token}")
@@ -366,31 +372,33 @@ def test_a_machine_boots_again_joining_as_its_config_says_once_its_join_token_is
     assert story.get("siderolink", uuid)["spec"]["joinToken"] == "rack"
     # A cluster of its own: an emulator's machines are in clusters of that emulator's only.
     story.apply(cluster("rack"), machine_set("rack", "rack-control-planes", "controlplane", machines=[uuid]))
-    running = until(
-        lambda: (
-            (found := emulated())["stage"] == "RUNNING" and found["machine_type"] == "controlplane" and found
-        ),
-        timeout=240,
-        what="the fifth machine the control plane of its cluster",
-        shown=emulated,
-    )
-    story.site.herder("jointoken", "revoke", "rack")
-    asyncio.run(fifth.control("POST", f"/machines/{uuid}/power", {"state": "off"}))
-    asyncio.run(fifth.control("POST", f"/machines/{uuid}/power", {"state": "on"}))
-    until(
-        lambda: (found := emulated())["boots"] > running["boots"] and found["stage"] == "RUNNING",
-        timeout=120,
-        what="the fifth machine running again",
-        shown=emulated,
-    )
-    assert "siderolink" not in (emulated().get("last_error") or "")
-    events = story.get("auditevents")["items"]
-    assert any(
-        e["spec"]["user"] == f"machine:{uuid}" and "rejoined with its own token" in e["spec"]["message"]
-        for e in events
-    ), [e["spec"]["message"] for e in events if e["spec"]["user"] == f"machine:{uuid}"]
-    until(
-        lambda: condition(story.get("machine", uuid), "Connected").get("status") == "True",
-        what="the fifth machine connected again",
-    )
     story.kubectl("wait", "--for=condition=Ready", "cluster/rack", "--timeout=240s", timeout=270)
+    story.site.herder("jointoken", "revoke", "rack")
+    talosconfig = story.workdir / "rack.talosconfig"
+    story.site.herder("cluster", "talosconfig", "rack", "-o", str(talosconfig))
+
+    def reboot() -> None:
+        rebooted = subprocess.run(
+            [HERDER, "talos", "--talosconfig", str(talosconfig), "-n", uuid, "reboot"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert rebooted.returncode == 0, rebooted.stdout + rebooted.stderr
+
+    def power_cycle() -> None:
+        asyncio.run(fifth.control("POST", f"/machines/{uuid}/power", {"state": "off"}))
+        asyncio.run(fifth.control("POST", f"/machines/{uuid}/power", {"state": "on"}))
+
+    for boot_again in (reboot, power_cycle):
+        before, rejoined = emulated(), _rejoins(story, uuid)
+        boot_again()
+        until(
+            lambda before=before: (
+                (found := emulated())["boots"] > before["boots"] and found["stage"] == "RUNNING"
+            ),
+            timeout=120,
+            what=f"the fifth machine running again after {boot_again.__name__}",
+            shown=emulated,
+        )
+        assert "siderolink" not in (emulated().get("last_error") or "")
+        assert _rejoins(story, uuid) == rejoined + 1, boot_again.__name__
+        story.kubectl("wait", "--for=condition=Ready", "cluster/rack", "--timeout=120s", timeout=150)

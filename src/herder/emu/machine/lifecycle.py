@@ -526,10 +526,12 @@ class Machine:
     async def _reboot_steps(self) -> None:
         self._set_stage(MachineStage.REBOOTING)
         self._api_down()
+        await self._leave()
         await self._sleep("reboot")
         self._count_boot()
         self._set_stage(MachineStage.BOOTING)
         await self._sleep("boot")
+        await self._join()
 
     async def _come_up(self) -> None:
         config, cluster = self.config, self.cluster
