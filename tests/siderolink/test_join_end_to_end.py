@@ -1,8 +1,10 @@
 """Machines herder cannot reach join it, end to end: three emulated machines, each in a network namespace
 of its own behind NAT (no route to them from herder's namespace), boot with the kernel arguments of an infra
 provider's JoinConfig, join over SideroLink and are reached through the tunnel only; they form a Ready 1+2
-cluster and send their events and kernel logs to herder through the tunnel; a tunnel outage shows Connected=False with the last handshake and heals without a reboot; and a
-revoked join token refuses a fourth machine.
+cluster and send their events and kernel logs to herder through the tunnel; a tunnel outage shows
+Connected=False with the last handshake and heals without a reboot; a revoked join token refuses a fourth
+machine; and a fifth, joined with a JoinToken revoked once it is in the cluster, boots again and rejoins
+with what its config says.
 
 Steps of one story (a module marked ``steps``: a failed step skips the ones after it).
 """
@@ -16,7 +18,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ import yaml
 
 from herder.emu.control.process import EmulatorProcess
 from herder.emu.machine.join import Joiner
-from tests.api.server import stop
+from tests.api.server import HERDER, stop
 from tests.clusters.site import cluster, machine_set
 from tests.siderolink.join_site import JoinServer, join_server, joined_emulator, needs_netns, sh
 
@@ -42,6 +44,8 @@ class Story:
     machines: list[str] | None = None
     restarted: subprocess.Popen[bytes] | None = None
     """herder as started again by a step (its first process is the site's to stop)."""
+    others: list[EmulatorProcess] = field(default_factory=list)
+    """The emulators of the machines that join later."""
 
     def kubectl(
         self, *args: str, check: bool = True, timeout: float = 120
@@ -95,7 +99,7 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
         try:
             yield made
         finally:
-            for process in (made.emulator, getattr(made, "fourth", None)):
+            for process in (made.emulator, *made.others):
                 if process is not None:
                     process.stop()
             if made.restarted is not None:
@@ -311,7 +315,7 @@ def test_a_revoked_token_refuses_a_fourth_machine(story: Story) -> None:
     token = story.site.herder("jointoken", "create", "spare").stdout.strip()
     story.site.herder("jointoken", "revoke", "spare")
     fourth = story.emulator_on("fourth", 1, f"siderolink.api={story.site.api}?jointoken={token}")
-    story.fourth = fourth  # type: ignore[attr-defined]
+    story.others.append(fourth)
     (uuid,) = [m["uuid"] for m in fourth.published()]
     assert story.machines is not None
     story.machines.append(uuid)
@@ -331,3 +335,70 @@ def test_a_revoked_token_refuses_a_fourth_machine(story: Story) -> None:
         e["spec"]["user"] == f"machine:{uuid}" and "join token spare is revoked" in e["spec"]["message"]
         for e in events
     )
+
+
+def _rejoins(story: Story, uuid: str) -> int:
+    """How many times the machine joined again with its own token, as the audit trail says."""
+    return sum(
+        e["spec"]["user"] == f"machine:{uuid}" and "rejoined with its own token" in e["spec"]["message"]
+        for e in story.get("auditevents")["items"]
+    )
+
+
+def test_a_machine_reboots_joining_as_its_config_says_once_its_join_token_is_revoked(story: Story) -> None:
+    """herder keeps only a JoinToken's digest, so the config it generates for a machine that joined with one
+    carries the machine's own rejoin token: the machine, rebooted (through herder's Talos API gateway and
+    the tunnel) or powered off and on with the same kernel arguments, joins as its config says (as Talos
+    prefers its SideroLinkConfig), and revoking the JoinToken stops new machines only."""
+    assert story.machines is not None
+    token = story.site.herder("jointoken", "create", "rack").stdout.strip()
+    fifth = story.emulator_on("fifth", 1, f"siderolink.api={story.site.api}?jointoken={token}")
+    story.others.append(fifth)
+    (uuid,) = [m["uuid"] for m in fifth.published()]
+    story.machines.append(uuid)
+
+    def emulated() -> dict[str, Any]:
+        return dict(asyncio.run(fifth.control("GET", f"/machines/{uuid}")))
+
+    until(
+        lambda: (
+            condition(story.get("machine", uuid), "Connected").get("status") == "True"
+            if story.kubectl("get", "machine", uuid, check=False).returncode == 0
+            else False
+        ),
+        what="the fifth machine joined",
+        shown=emulated,
+    )
+    assert story.get("siderolink", uuid)["spec"]["joinToken"] == "rack"
+    # A cluster of its own: an emulator's machines are in clusters of that emulator's only.
+    story.apply(cluster("rack"), machine_set("rack", "rack-control-planes", "controlplane", machines=[uuid]))
+    story.kubectl("wait", "--for=condition=Ready", "cluster/rack", "--timeout=240s", timeout=270)
+    story.site.herder("jointoken", "revoke", "rack")
+    talosconfig = story.workdir / "rack.talosconfig"
+    story.site.herder("cluster", "talosconfig", "rack", "-o", str(talosconfig))
+
+    def reboot() -> None:
+        rebooted = subprocess.run(
+            [HERDER, "talos", "--talosconfig", str(talosconfig), "-n", uuid, "reboot"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert rebooted.returncode == 0, rebooted.stdout + rebooted.stderr
+
+    def power_cycle() -> None:
+        asyncio.run(fifth.control("POST", f"/machines/{uuid}/power", {"state": "off"}))
+        asyncio.run(fifth.control("POST", f"/machines/{uuid}/power", {"state": "on"}))
+
+    for boot_again in (reboot, power_cycle):
+        before, rejoined = emulated(), _rejoins(story, uuid)
+        boot_again()
+        until(
+            lambda before=before: (
+                (found := emulated())["boots"] > before["boots"] and found["stage"] == "RUNNING"
+            ),
+            timeout=120,
+            what=f"the fifth machine running again after {boot_again.__name__}",
+            shown=emulated,
+        )
+        assert "siderolink" not in (emulated().get("last_error") or "")
+        assert _rejoins(story, uuid) == rejoined + 1, boot_again.__name__
+        story.kubectl("wait", "--for=condition=Ready", "cluster/rack", "--timeout=120s", timeout=150)

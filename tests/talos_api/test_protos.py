@@ -14,7 +14,13 @@ from types import ModuleType
 import grpc_tools
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool
-from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor, FileDescriptor
+from google.protobuf.descriptor import (
+    Descriptor,
+    EnumDescriptor,
+    FieldDescriptor,
+    FileDescriptor,
+    ServiceDescriptor,
+)
 
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2
@@ -28,6 +34,7 @@ from herder.talos.api.resource.definitions.k8s import k8s_pb2
 from herder.talos.api.resource.definitions.network import network_pb2
 from herder.talos.api.resource.definitions.runtime import runtime_pb2
 from herder.talos.api.resource.definitions.v1alpha1 import v1alpha1_pb2
+from herder.talos.api.storage import storage_pb2
 from tests.data import TALOS_PROTOS
 
 HERDER: tuple[ModuleType, ...] = (
@@ -43,6 +50,7 @@ HERDER: tuple[ModuleType, ...] = (
     network_pb2,
     runtime_pb2,
     v1alpha1_pb2,
+    storage_pb2,
 )
 """herder's generated protos that stand for Talos's."""
 
@@ -165,9 +173,18 @@ def test_herder_s_own_reply_shape_fits_every_talos_reply(talos: descriptor_pool.
     )
 
 
-def test_every_method_herder_declares_is_talos_s(talos: descriptor_pool.DescriptorPool) -> None:
-    ours = machine_pb2.DESCRIPTOR.services_by_name["MachineService"]
-    theirs = talos.FindServiceByName("machine.MachineService")
+@pytest.mark.parametrize(
+    "ours",
+    [
+        machine_pb2.DESCRIPTOR.services_by_name["MachineService"],
+        storage_pb2.DESCRIPTOR.services_by_name["StorageService"],
+    ],
+    ids=lambda service: service.full_name,
+)
+def test_every_method_herder_declares_is_talos_s(
+    talos: descriptor_pool.DescriptorPool, ours: ServiceDescriptor
+) -> None:
+    theirs = talos.FindServiceByName(ours.full_name)
     problems = []
     for method in ours.methods:
         other = theirs.methods_by_name.get(method.name)

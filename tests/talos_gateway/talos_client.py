@@ -1,6 +1,7 @@
 """A Talos API client that is not herder's: Python bindings generated here, with grpcio-tools, from Talos's
-own ``machine.proto`` and resource definitions (tests/data/talos/proto), and plain grpc with the
-talosconfig's certificate. It calls every read-only call of the machine API on a node, reads the resources
+own ``machine.proto``, ``storage.proto`` and resource definitions (tests/data/talos/proto), and plain grpc
+with the talosconfig's certificate. It calls every read-only call of the machine API and the storage API's
+``Disks`` on a node, reads the resources
 ``talosctl get`` and ``talosctl dashboard`` read (Get, List and Watch of the resource API), and prints, as
 one JSON object, what it decoded.
 
@@ -52,7 +53,8 @@ def _bindings(protos: Path, out: Path) -> tuple[Any, Any, Any]:
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", f"-I{protos}", f"-I{cosi}", f"-I{includes}",
          f"--python_out={out}", f"--grpc_python_out={out}", "machine/machine.proto", "common/common.proto",
-         "google/rpc/status.proto", "cosi/resource.proto", "cosi/state.proto", *definitions],
+         "storage/storage.proto", "google/rpc/status.proto", "cosi/resource.proto", "cosi/state.proto",
+         *definitions],
         check=True,
     )  # fmt: skip
     # Talos's definitions are the package ``resource``, as Python's own module is named: a regular package
@@ -83,6 +85,9 @@ def main() -> None:
     protos, workdir, talosconfig, cp, worker = sys.argv[1:6]
     pb, pb_grpc, common = _bindings(Path(protos), Path(workdir))
     stub = pb_grpc.MachineServiceStub(_channel(Path(talosconfig)))
+    storage = importlib.import_module("storage.storage_pb2_grpc").StorageServiceStub(
+        _channel(Path(talosconfig))
+    )
     on_cp, on_worker = (("node", cp),), (("node", worker),)
     empty = empty_pb2.Empty()
 
@@ -113,6 +118,7 @@ def main() -> None:
         "systemstat": plain(first(stub.SystemStat(empty, metadata=on_cp, timeout=30))),
         "cpuinfo": [plain(c) for c in first(stub.CPUInfo(empty, metadata=on_cp, timeout=30)).cpu_info],
         "diskstats": plain(first(stub.DiskStats(empty, metadata=on_cp, timeout=30))),
+        "disks": [plain(d) for d in first(storage.Disks(empty, metadata=on_cp, timeout=30)).disks],
         "netdev": plain(first(stub.NetworkDeviceStats(empty, metadata=on_cp, timeout=30))),
         "mounts": [plain(m) for m in first(stub.Mounts(empty, metadata=on_cp, timeout=30)).stats],
         "containers": [

@@ -376,6 +376,10 @@ def test_a_talos_client_that_is_not_herders_reads_every_read_only_call(
     assert len(seen["systemstat"]["cpu"]) == len(seen["cpuinfo"]) == cp["hardware"]["cpus"]
     assert int(seen["systemstat"]["boot_time"]) > 0 and seen["systemstat"]["cpu_total"]["user"] > 0
     assert seen["diskstats"]["devices"][0]["name"] == "sda"
+    (disk,) = seen["disks"]
+    (emulated_disk,) = cp["hardware"]["disks"]
+    assert (disk["device_name"], int(disk["size"])) == (emulated_disk["name"], emulated_disk["size"])
+    assert disk["type"] == "HDD" and disk["system_disk"] and disk["model"] == emulated_disk["model"]
     assert {d["name"] for d in seen["netdev"]["devices"]} == {"lo", "eth0"}
     assert "/var" in {m["mounted_on"] for m in seen["mounts"]}
     assert {c["name"] for c in seen["containers"]} >= {"kube-apiserver"}

@@ -52,6 +52,23 @@ def test_calls_that_change_what_herder_manages_are_refused() -> None:
         assert known(_method(name)) and not let_through(_method(name)), name
 
 
+def test_of_the_storage_api_disks_goes_through_and_a_disk_wipe_is_refused_by_name() -> None:
+    storage = Path(__file__).parents[1] / "data/talos/proto/storage/storage.proto"
+    rpcs = set(re.findall(r"^\s*rpc\s+(\w+)\s*\(", storage.read_text(), re.MULTILINE))
+    assert rpcs == {"Disks", "BlockDeviceWipe"}
+    disks = METHODS[f"/{roles.STORAGE_SERVICE}/Disks"]
+    assert let_through(disks) and disks.one_to_many
+    wipe = Method(
+        roles.STORAGE_SERVICE,
+        f"/{roles.STORAGE_SERVICE}/BlockDeviceWipe",
+        "BlockDeviceWipe",
+        False,
+        False,
+        True,
+    )
+    assert known(wipe) and not let_through(wipe)
+
+
 def test_the_resource_api_reads_go_through_and_nothing_else_of_it() -> None:
     resource = {m.name for m in METHODS.values() if m.service == roles.RESOURCE_SERVICE}
     assert {name for name in resource if let_through(METHODS[f"/{roles.RESOURCE_SERVICE}/{name}"])} == {

@@ -1,10 +1,10 @@
-"""The methods the gateway knows: the Talos machine API (``machine.MachineService``) and the resource API
-(``cosi.resource.State``) that herder speaks, each with the shape of its messages, read from the protos,
-and which of them the gateway lets through.
+"""The methods the gateway knows: the Talos machine API (``machine.MachineService``), the resource API
+(``cosi.resource.State``) and the storage API's ``Disks`` (``storage.StorageService``) that herder speaks,
+each with the shape of its messages, read from the protos, and which of them the gateway lets through.
 
 The gateway relays raw messages and never decodes them; what it needs of a method is whether its requests
 and its replies stream, and whether apid fans it out to several nodes (``nodes`` metadata): the machine
-API yes, the resource API no.
+and storage APIs yes, the resource API no.
 
 What goes through, as Omni lets calls through its Talos API proxy: every call that only reads, and of the
 calls that change a machine only those that leave its configuration as herder made it (reboot, shutdown,
@@ -21,11 +21,11 @@ from typing import Any
 
 from herder.talos.api.cosi import state_pb2
 from herder.talos.api.machine import machine_pb2
+from herder.talos.api.storage import storage_pb2
 from herder.talos.machine import roles
 
-# The services apid proxies one-to-many; of Talos's others (cluster, inspect, storage, time) herder
-# speaks none.
-_ONE_TO_MANY = frozenset({roles.SERVICE})
+# The services apid proxies one-to-many; of Talos's others (cluster, inspect, time) herder speaks none.
+_ONE_TO_MANY = frozenset({roles.SERVICE, roles.STORAGE_SERVICE})
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,12 @@ def _methods(module: Any, service: str) -> list[Method]:
 
 
 METHODS: dict[str, Method] = {
-    m.path: m for m in [*_methods(machine_pb2, "MachineService"), *_methods(state_pb2, "State")]
+    m.path: m
+    for m in [
+        *_methods(machine_pb2, "MachineService"),
+        *_methods(state_pb2, "State"),
+        *_methods(storage_pb2, "StorageService"),
+    ]
 }
 
 READ_ONLY = frozenset(
@@ -65,10 +70,10 @@ READ_ONLY = frozenset(
         "Containers", "CPUInfo", "DiskStats", "DiskUsage", "Dmesg", "EtcdAlarmList", "EtcdMemberList",
         "EtcdStatus", "Events", "Hostname", "List", "LoadAvg", "Logs", "Memory", "Mounts", "Netstat",
         "NetworkDeviceStats", "Processes", "Read", "ServiceList", "Stats", "SystemStat", "Version",
-        "Get", "Watch",
+        "Get", "Watch", "Disks",
     }
 )  # fmt: skip
-"""The calls that only read (of both services; the resource API's Get, List and Watch)."""
+"""The calls that only read (of the three services; the resource API's Get, List and Watch)."""
 
 WRITES = frozenset(
     {
@@ -88,7 +93,12 @@ TALOS_ONLY = frozenset(
 """The machine API's other methods, which herder does not speak: refused like the calls herder manages,
 rather than answered as unknown."""
 
-_SERVICES = frozenset({roles.SERVICE, roles.RESOURCE_SERVICE})
+_TALOS_ONLY_PATHS = frozenset(
+    {f"/{roles.SERVICE}/{name}" for name in TALOS_ONLY} | {f"/{roles.STORAGE_SERVICE}/BlockDeviceWipe"}
+)
+"""The same, as full names, with the storage API's one other method (it wipes a disk)."""
+
+_SERVICES = frozenset({roles.SERVICE, roles.RESOURCE_SERVICE, roles.STORAGE_SERVICE})
 
 
 def let_through(method: Method) -> bool:
@@ -107,4 +117,4 @@ def refusal(method: Method) -> str:
 
 def known(method: Method) -> bool:
     """Whether the method is one of the Talos API's (relayed or refused), rather than unknown."""
-    return method.path in METHODS or (method.service == roles.SERVICE and method.name in TALOS_ONLY)
+    return method.path in METHODS or method.path in _TALOS_ONLY_PATHS

@@ -30,10 +30,11 @@ from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.network import Network
 from herder.emu.machine.record import Hardware, MachineRecord
 from herder.emu.machine.resource_service import ResourceService
-from herder.emu.machine.service import MachineService
+from herder.emu.machine.service import MachineService, StorageService
 from herder.emu.options import EmulatorOptions
 from herder.talos.api.cosi import state_pb2_grpc
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
+from herder.talos.api.storage import storage_pb2_grpc
 from herder.talos.machine.types import MachineStage
 from herder.talos.siderolink.kernel_args import parse as parse_join_args
 
@@ -96,6 +97,7 @@ class Emulator:
         )
         pb_grpc.add_MachineServiceServicer_to_server(MachineService(self), server)  # type: ignore[no-untyped-call]
         state_pb2_grpc.add_StateServicer_to_server(ResourceService(self), server)  # type: ignore[no-untyped-call]
+        storage_pb2_grpc.add_StorageServiceServicer_to_server(StorageService(self), server)  # type: ignore[no-untyped-call]
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         self._server = server

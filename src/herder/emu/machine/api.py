@@ -30,11 +30,14 @@ from herder.emu.machine.config import (
 from herder.emu.machine.kube_config import kube_facts
 from herder.emu.machine.lifecycle import Machine
 from herder.emu.machine.logs import LogBuffer, LogLine
+from herder.emu.machine.resources import disk_specs
 from herder.emu.machine.system import CRI_NAMESPACE, SYSTEM_NAMESPACE, Host
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
+from herder.talos.api.storage import storage_pb2
 from herder.talos.kubeconfig import generate_admin_kubeconfig
 from herder.talos.machine import roles as talos_roles
+from herder.talos.machine.resources import DiskSpec
 from herder.talos.machine.types import ApplyMode, MachineStage
 
 _IMAGE_TAG = re.compile(r"^[^\s@]+:(v?\d+\.\d+\.\d+[0-9A-Za-z.\-+]*)$")
@@ -293,6 +296,43 @@ def cpu_info(machine: Machine) -> pb.CPUsInfo:
 
 def disk_stats(machine: Machine) -> pb.DiskStats:
     return system.disk_stats(host_of(machine), time.time())
+
+
+def disks(machine: Machine) -> storage_pb2.Disks:
+    """The storage API's ``Disks``: the machine's ``Disks`` resources as storaged converts them, the one it
+    is installed on its system disk."""
+    answer = storage_pb2.Disks()
+    for index, (id, spec) in enumerate(disk_specs(machine.record.hardware)):
+        answer.disks.append(
+            storage_pb2.Disk(
+                device_name=f"/dev/{id}",
+                model=spec.model,
+                size=spec.size,
+                serial=spec.serial,
+                modalias=spec.modalias,
+                wwid=spec.wwid,
+                uuid=spec.uuid,
+                type=_disk_type(spec),
+                bus_path=spec.bus_path,
+                system_disk=machine.record.installed and index == 0,
+                subsystem=spec.sub_system,
+                readonly=spec.readonly,
+            )
+        )
+    return answer
+
+
+def _disk_type(spec: DiskSpec) -> storage_pb2.Disk.DiskType:
+    """As storaged tells them apart, in its order."""
+    if spec.cdrom:
+        return storage_pb2.Disk.CD
+    if spec.transport == "nvme":
+        return storage_pb2.Disk.NVME
+    if spec.transport == "mmc":
+        return storage_pb2.Disk.SD
+    if spec.rotational:
+        return storage_pb2.Disk.HDD
+    return storage_pb2.Disk.SSD if spec.transport else storage_pb2.Disk.UNKNOWN
 
 
 def network_device_stats(machine: Machine) -> pb.NetworkDeviceStats:

@@ -1,7 +1,8 @@
 """Emulated machines that join over SideroLink (``herder emu run --join "KERNEL ARGS"``), as a Talos machine
 booted with those kernel arguments does: at every boot it calls the Provision API named by
-``siderolink.api`` with its UUID, a fresh WireGuard key and the join token, brings up its side of the tunnel
-(wireguard-go, herder as its one peer, a keepalive) and serves its Talos API on its tunnel address only.
+``siderolink.api`` (or by its config's ``SideroLinkConfig``, once it has one) with its UUID, a fresh
+WireGuard key and the join token, brings up its side of the tunnel (wireguard-go, herder as its one peer, a
+keepalive) and serves its Talos API on its tunnel address only.
 
 Each machine lives in a network namespace of its own (``hj-<uuid prefix>``) behind the emulator's: a veth
 pair puts it on a bridge in the emulator's namespace, which forwards and masquerades its traffic (a machine
@@ -62,6 +63,8 @@ class JoinFailed(Exception):
 @dataclass
 class _Joined:
     netns: str
+    args: JoinArgs
+    """How it joined this time: the kernel arguments, or what its config says."""
     address: str = ""
     wireguard: WireGuard | None = None
     senders: list[asyncio.Task[None]] = field(default_factory=list)
@@ -70,6 +73,7 @@ class _Joined:
 @dataclass
 class Joiner:
     args: JoinArgs
+    """The kernel arguments every machine boots with."""
     keepalive: int = 25
     """Seconds between the keepalives a machine sends herder (Talos's: 25)."""
     tag: str = field(default_factory=lambda: secrets.token_hex(2))
@@ -121,9 +125,10 @@ class Joiner:
         self._hub = hub
         return hub
 
-    async def _ensure_netns(self, uuid: str) -> _Joined:
+    async def _ensure_netns(self, uuid: str, args: JoinArgs) -> _Joined:
         joined = self._machines.get(uuid)
         if joined is not None:
+            joined.args = args
             return joined
         hub = await self._ensure_hub()
         name = self.netns_of(uuid)
@@ -133,7 +138,7 @@ class Joiner:
         if (netns.NETNS_DIR / name).exists():
             await self._sh("ip", "netns", "del", name)  # left by an emulator killed with -9
         await self._sh("ip", "netns", "add", name)
-        joined = _Joined(name)
+        joined = _Joined(name, args)
         self._machines[uuid] = joined
         await self._sh("ip", "link", "set", "lo", "up", inside=name)
         await self._sh("ip", "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", name)
@@ -145,13 +150,14 @@ class Joiner:
         )
         return joined
 
-    async def up(self, uuid: str, talos_version: str) -> str:
-        """Join (again): Provision, then the machine's side of the tunnel. Its tunnel address."""
+    async def up(self, uuid: str, talos_version: str, args: JoinArgs) -> str:
+        """Join (again) as ``args`` say: Provision, then the machine's side of the tunnel. Its tunnel
+        address."""
         async with self._lock:
-            joined = await self._ensure_netns(uuid)
+            joined = await self._ensure_netns(uuid, args)
         await self.down(uuid)
         keys = generate_keys()
-        answer = await self._provision(joined.netns, uuid, keys.public, talos_version)
+        answer = await self._provision(joined.netns, uuid, keys.public, talos_version, args)
         interface = f"sl{uuid.replace('-', '')[:10]}"
         wireguard = WireGuard(interface, netns=joined.netns)
         try:
@@ -184,9 +190,9 @@ class Joiner:
         raise JoinFailed(f"no handshake with herder within {HANDSHAKE_TIMEOUT:.0f}s")
 
     async def _provision(
-        self, name: str, uuid: str, public_key: str, talos_version: str
+        self, name: str, uuid: str, public_key: str, talos_version: str, args: JoinArgs
     ) -> pb.ProvisionResponse:
-        host, port = split_endpoint(self.args.target)
+        host, port = split_endpoint(args.target)
         door = netns.Dialer(name, host, port)
         await door.start()
         through = f"127.0.0.1:{door.port}"
@@ -196,7 +202,7 @@ class Joiner:
             grpc.aio.secure_channel(
                 through, grpc.ssl_channel_credentials(), options=[("grpc.ssl_target_name_override", host)]
             )
-            if self.args.secure
+            if args.secure
             else grpc.aio.insecure_channel(through)
         )
         try:
@@ -206,30 +212,34 @@ class Joiner:
                     pb.ProvisionRequest(
                         node_uuid=uuid,
                         node_public_key=public_key,
-                        join_token=self.args.token,
+                        join_token=args.token,
                         talos_version=talos_version,
                     ),
                     timeout=PROVISION_TIMEOUT,
                 )
                 return answer
         except grpc.aio.AioRpcError as exc:
-            raise JoinFailed(f"Provision at {self.args.api}: {exc.code().name}: {exc.details()}") from None
+            raise JoinFailed(f"Provision at {args.api}: {exc.code().name}: {exc.details()}") from None
         finally:
             await door.close()
 
     def report(self, uuid: str, events: EventLog, kernel: Callable[[], LogBuffer]) -> None:
-        """Send the machine's events and kernel log where its kernel arguments say, through the tunnel, as
-        Talos does from the moment it joined (what it logged since it booted first)."""
+        """Send the machine's events and kernel log where it joined saying, through the tunnel, as Talos
+        does from the moment it joined (what it logged since it booted first)."""
         joined = self._machines.get(uuid)
         if joined is None:
             return
-        if self.args.events_sink:
-            joined.senders.append(asyncio.create_task(self._send_events(joined.netns, events)))
-        if self.args.kernel_log:
-            joined.senders.append(asyncio.create_task(self._send_kernel_log(joined.netns, kernel)))
+        if joined.args.events_sink:
+            joined.senders.append(
+                asyncio.create_task(self._send_events(joined.netns, joined.args.events_sink, events))
+            )
+        if joined.args.kernel_log:
+            joined.senders.append(
+                asyncio.create_task(self._send_kernel_log(joined.netns, joined.args.kernel_log, kernel))
+            )
 
-    async def _send_events(self, name: str, events: EventLog) -> None:
-        host, port = split_endpoint(self.args.events_sink)
+    async def _send_events(self, name: str, sink: str, events: EventLog) -> None:
+        host, port = split_endpoint(sink)
         door = netns.Dialer(name, host, port)
         await door.start()
         try:
@@ -242,13 +252,13 @@ class Joiner:
                             await stub.Publish(request, timeout=SEND_TIMEOUT)
                             break
                         except grpc.aio.AioRpcError as exc:
-                            log.info("events sink %s: %s", self.args.events_sink, exc.details())
+                            log.info("events sink %s: %s", sink, exc.details())
                             await asyncio.sleep(1)
         finally:
             await door.close()
 
-    async def _send_kernel_log(self, name: str, kernel: Callable[[], LogBuffer]) -> None:
-        host, port = split_endpoint(self.args.kernel_log)
+    async def _send_kernel_log(self, name: str, sink: str, kernel: Callable[[], LogBuffer]) -> None:
+        host, port = split_endpoint(sink)
         sequence = 0
         while True:
             try:
@@ -263,7 +273,7 @@ class Joiner:
                     writer.close()
                 return
             except OSError as exc:
-                log.info("kernel log sink %s: %s", self.args.kernel_log, exc)
+                log.info("kernel log sink %s: %s", sink, exc)
                 await asyncio.sleep(1)
 
     async def down(self, uuid: str) -> None:

@@ -52,6 +52,7 @@ from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.machine import tls as machine_tls
 from herder.talos.machine.types import ApplyMode, MachineStage
 from herder.talos.pki import CertificateAndKey
+from herder.talos.siderolink.kernel_args import JoinArgsError, configured
 from herder.talos.versions import check_talos_upgrade
 
 
@@ -427,17 +428,19 @@ class Machine:
         await self._configured_boot()
 
     async def _join(self) -> None:
-        """With ``--join``, as Talos with ``siderolink.api`` does at every boot: join herder, again and again
-        until it lets the machine in; from then on the machine's address is its tunnel address."""
+        """With ``--join``, as Talos with ``siderolink.api`` does at every boot: join herder (as the config
+        the machine boots with says, if it says), again and again until it lets the machine in; from then on
+        the machine's address is its tunnel address."""
         joiner = self.host.joiner
         if joiner is None:
             return
         while True:
             try:
-                address = await joiner.up(self.uuid, self.record.talos_version)
+                args = configured(self._booting_documents(), joiner.args)
+                address = await joiner.up(self.uuid, self.record.talos_version, args)
                 joiner.report(self.uuid, self.events, self.logs.kernel)
                 break
-            except JoinFailed as exc:
+            except (JoinFailed, JoinArgsError) as exc:
                 self.last_error = f"siderolink: {exc}"
                 self.logs.write("siderolink", f"join failed: {exc}")
                 await asyncio.sleep(self.host.timings.join_retry)
@@ -473,6 +476,17 @@ class Machine:
                 self._resources.refresh()  # its extensions are the booted image's
         self.last_error = ""
         return True
+
+    def _booting_documents(self) -> list[Any]:
+        """The documents of the config this boot comes up with: none in maintenance, or when it does not
+        validate (the machine stays in maintenance then)."""
+        raw = self.record.staged_config or self.record.config
+        if raw is None:
+            return []
+        try:
+            return parse_config(raw, self.record.talos_version).documents()
+        except ConfigError:
+            return []
 
     def _parse_persisted(self) -> MachineConfig | None:
         if self.record.config is None:
@@ -512,10 +526,12 @@ class Machine:
     async def _reboot_steps(self) -> None:
         self._set_stage(MachineStage.REBOOTING)
         self._api_down()
+        await self._leave()
         await self._sleep("reboot")
         self._count_boot()
         self._set_stage(MachineStage.BOOTING)
         await self._sleep("boot")
+        await self._join()
 
     async def _come_up(self) -> None:
         config, cluster = self.config, self.cluster

@@ -303,6 +303,14 @@ def hardware_resources(uuid: str, hardware: Hardware) -> list[tuple[str, str, st
             ),
         ),
     ]
+    items += [(res.RUNTIME, res.DISK, id, spec) for id, spec in disk_specs(hardware)]
+    return items
+
+
+def disk_specs(hardware: Hardware) -> list[tuple[str, res.DiskSpec]]:
+    """(id, spec) of a machine's whole disks: its ``Disks`` resources, and what the storage API's ``Disks``
+    call answers."""
+    specs = []
     for disk in hardware.disks:
         path, size = str(disk["name"]), int(disk["size"])
         spec = res.DiskSpec(
@@ -317,8 +325,8 @@ def hardware_resources(uuid: str, hardware: Hardware) -> list[tuple[str, str, st
             sub_system="/sys/class/block",
             rotational=True,
         )
-        items.append((res.RUNTIME, res.DISK, path.removeprefix("/dev/"), spec))
-    return items
+        specs.append((path.removeprefix("/dev/"), spec))
+    return specs
 
 
 def address_resources(address: str) -> list[tuple[str, str, str, Spec]]:

@@ -21,11 +21,41 @@ from herder.emu.machine.routing import Context, Fleet, Router
 from herder.talos.api.common import common_pb2
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
+from herder.talos.api.storage import storage_pb2, storage_pb2_grpc
 from herder.talos.machine import roles
 
 CHUNK = 1 << 20
 
 _R = TypeVar("_R")
+
+
+async def unary(
+    router: Router,
+    method: str,
+    context: Context,
+    handler: Callable[[Machine, Peer], Any],
+    message: Callable[..., Any],
+    reply: Callable[..., _R],
+) -> _R:
+    """A one-to-many unary call (``method``: its full gRPC name), as apid answers it: one message per
+    machine, a machine's error in its message's metadata when the call named ``nodes``."""
+    peer, entry = await router.caller(method, context)
+    targets, aggregate = await router.targets(entry, context)
+    messages = []
+    for name, target in targets:
+        try:
+            if isinstance(target, ApiError):
+                raise target
+            result = handler(target, peer)
+        except ApiError as e:
+            if not aggregate:
+                await context.abort(e.code, e.message)
+            messages.append(message(metadata=common_pb2.Metadata(hostname=name, error=e.message)))
+            continue
+        if aggregate:
+            result.metadata.hostname = name
+        messages.append(result)
+    return reply(messages=messages)
 
 
 class MachineService(pb_grpc.MachineServiceServicer):
@@ -40,23 +70,7 @@ class MachineService(pb_grpc.MachineServiceServicer):
         message: Callable[..., Any],
         reply: Callable[..., _R],
     ) -> _R:
-        peer, entry = await self.router.caller(_method(method), context)
-        targets, aggregate = await self.router.targets(entry, context)
-        messages = []
-        for name, target in targets:
-            try:
-                if isinstance(target, ApiError):
-                    raise target
-                result = handler(target, peer)
-            except ApiError as e:
-                if not aggregate:
-                    await context.abort(e.code, e.message)
-                messages.append(message(metadata=common_pb2.Metadata(hostname=name, error=e.message)))
-                continue
-            if aggregate:
-                result.metadata.hostname = name
-            messages.append(result)
-        return reply(messages=messages)
+        return await unary(self.router, _method(method), context, handler, message, reply)
 
     async def _abort(self, context: Context, error: ApiError) -> None:
         await context.abort(error.code, error.message)
@@ -396,3 +410,21 @@ class MachineService(pb_grpc.MachineServiceServicer):
 
 def _method(name: str) -> str:
     return f"/{roles.SERVICE}/{name}"
+
+
+class StorageService(storage_pb2_grpc.StorageServiceServicer):
+    """``storage.StorageService``, of which the emulator answers ``Disks`` (``BlockDeviceWipe`` is not
+    herder's: UNIMPLEMENTED)."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.router = Router(fleet)
+
+    async def Disks(self, request: empty_pb2.Empty, context: Context) -> storage_pb2.DisksResponse:
+        return await unary(
+            self.router,
+            f"/{roles.STORAGE_SERVICE}/Disks",
+            context,
+            lambda m, _p: api.disks(m),
+            storage_pb2.Disks,
+            storage_pb2.DisksResponse,
+        )

@@ -1,4 +1,4 @@
-"""Which Talos roles may call which Talos API method (machine and resource API), as machined's authorizer
+"""Which Talos roles may call which Talos API method (machine, resource and storage API), as machined's authorizer
 decides it.
 
 Shared by the emulator (which enforces it) and by anything that proxies the Talos API for users.
@@ -16,6 +16,7 @@ NOT_AUTHORIZED = "not authorized"
 
 SERVICE = "machine.MachineService"
 RESOURCE_SERVICE = "cosi.resource.State"
+STORAGE_SERVICE = "storage.StorageService"
 
 _READ = frozenset({ADMIN, OPERATOR, READER})
 
@@ -70,6 +71,7 @@ METHOD_ROLES: dict[str, frozenset[str]] = {
     f"/{RESOURCE_SERVICE}/Get": _READ,
     f"/{RESOURCE_SERVICE}/List": _READ,
     f"/{RESOURCE_SERVICE}/Watch": _READ,
+    f"/{STORAGE_SERVICE}/Disks": _READ,
 }
 """Full gRPC method name (``/machine.MachineService/Version``) → roles allowed; a method not listed needs
 os:admin."""

@@ -1,13 +1,17 @@
 """The kernel arguments that make a Talos machine join a management plane over SideroLink, as Talos reads
 them (``pkg/machinery/constants``): ``siderolink.api=URL?jointoken=TOKEN``, ``talos.events.sink=[ADDR]:PORT``
 and ``talos.logging.kernel=tcp://[ADDR]:PORT``; the last two name the server's address inside the tunnel.
+A machine's config may say the same in documents (``SideroLinkConfig``, ``EventSinkConfig``,
+``KmsgLogConfig``), which Talos prefers to its kernel arguments.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 API_ARG = "siderolink.api"
@@ -85,3 +89,26 @@ def parse(command_line: str | list[str]) -> JoinArgs:
         values.get(EVENTS_SINK_ARG, ""),
         values.get(KERNEL_LOG_ARG, ""),
     )
+
+
+_CONFIG_DOCUMENTS = (
+    ("SideroLinkConfig", "apiUrl", API_ARG),
+    ("EventSinkConfig", "endpoint", EVENTS_SINK_ARG),
+    ("KmsgLogConfig", "url", KERNEL_LOG_ARG),
+)
+
+
+def configured(documents: Iterable[Any], booted: JoinArgs) -> JoinArgs:
+    """How a machine booted with ``booted`` joins once it has a config of these documents: what the config
+    says wins, as Talos's SideroLink and event sink controllers pick it (so a machine that joined with a
+    token herder no longer admits rejoins with the one herder wrote into its config). Talos sends its
+    kernel log to every destination it is given, the config's and the kernel arguments'; this names one,
+    the config's (herder's configs name the same as their kernel arguments). Raises ``JoinArgsError`` for
+    a SideroLinkConfig that says no token."""
+    typed = {str(d.get("kind")): d for d in documents if isinstance(d, dict) and "kind" in d}
+    words = booted.kernel_args()
+    for kind, key, arg in _CONFIG_DOCUMENTS:
+        value = (typed.get(kind) or {}).get(key)
+        if value:
+            words.append(f"{arg}={value}")
+    return parse(words)

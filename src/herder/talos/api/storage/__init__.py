@@ -1,0 +1,1 @@
+"""Generated stubs of Talos's ``storage`` proto package (``storage.StorageService``, herder's subset)."""
