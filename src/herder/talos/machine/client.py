@@ -27,6 +27,8 @@ from herder.talos.api.common import common_pb2
 from herder.talos.api.cosi import state_pb2, state_pb2_grpc
 from herder.talos.api.machine import machine_pb2 as pb
 from herder.talos.api.machine import machine_pb2_grpc as pb_grpc
+from herder.talos.machine import connections as shared
+from herder.talos.machine.connections import Connection
 from herder.talos.machine.errors import (
     InvalidArgument,
     MachineAPIError,
@@ -80,6 +82,13 @@ class _Stubs:
     state: state_pb2_grpc.StateStub
 
 
+def _stubs(channel: grpc.aio.Channel) -> _Stubs:
+    return _Stubs(
+        pb_grpc.MachineServiceStub(channel),  # type: ignore[no-untyped-call]
+        state_pb2_grpc.StateStub(channel),  # type: ignore[no-untyped-call]
+    )
+
+
 _Metadata = tuple[tuple[str, str], ...]
 
 
@@ -130,9 +139,13 @@ class MachineClient:
         self._host, self._port = split_endpoint(endpoint)
         self._connect_timeout = connect_timeout
         self._credentials = credentials
-        self._tunnel: ClientTunnel | None = None
-        self._channel: grpc.aio.Channel | None = None
-        self._stubs: _Stubs | None = None
+        # The connection this client holds of those the process shares (``connections``), while open.
+        self._connection: Connection | None = None
+        self._key: shared.Key = (
+            f"{self._host}:{self._port}",
+            credentials.crt if credentials is not None else b"",
+            credentials.ca if credentials is not None else b"",
+        )
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -173,65 +186,68 @@ class MachineClient:
         await self.close()
 
     async def close(self) -> None:
-        channel, tunnel = self._channel, self._tunnel
-        self._channel = self._tunnel = self._stubs = None
-        if channel is not None:
-            await channel.close()
-        if tunnel is not None:
-            await tunnel.close()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await shared.of_this_loop().give_back(self._key, connection)
+
+    @property
+    def _tunnel(self) -> ClientTunnel | None:
+        return self._connection.tunnel if self._connection is not None else None
 
     async def _connect(self) -> _Stubs:
         async with self._lock:
-            if self._stubs is not None:
-                return self._stubs
-            creds = self._credentials
-            options = [
-                ("grpc.default_authority", f"{self._host}:{self._port}"),
-                ("grpc.max_receive_message_length", 32 << 20),
-                ("grpc.enable_retries", 0),
-            ]
-            if creds is not None and machine_tls.native(creds.ca, creds.crt, creds.key):
-                # grpc's TLS can use these keys (a gateway's, not a Talos machine's Ed25519 ones): no
-                # tunnel, nothing of the connection in Python.
-                self._channel = grpc.aio.secure_channel(
-                    f"{self._host}:{self._port}",
-                    grpc.ssl_channel_credentials(creds.ca, creds.key, creds.crt),
-                    options=[*options, ("grpc.ssl_target_name_override", self._host)],
-                )
-                self._stubs = _Stubs(
-                    pb_grpc.MachineServiceStub(self._channel),  # type: ignore[no-untyped-call]
-                    state_pb2_grpc.StateStub(self._channel),  # type: ignore[no-untyped-call]
-                )
-                return self._stubs
-            if creds is None:
-                context: ssl.SSLContext = machine_tls.insecure_client_context()
-            else:
-                try:
-                    context = machine_tls.client_context(creds.ca, creds.crt, creds.key)
-                except (ssl.SSLError, ValueError) as e:
-                    raise Unauthenticated(f"unusable Talos client credentials: {e}") from None
-            tunnel = ClientTunnel(
-                self._host,
-                self._port,
-                context,
-                server_hostname=self._host if creds is not None else None,
-                handshake_timeout=self._connect_timeout,
+            if self._connection is None or self._connection.retired:
+                if self._connection is not None:
+                    await self.close()
+                self._connection = await shared.of_this_loop().take(self._key, self._open)
+            stubs: _Stubs = self._connection.stubs
+            return stubs
+
+    def _unreachable(self) -> None:
+        """The machine could not be reached over this client's connection: later clients open another."""
+        if self._connection is not None:
+            shared.of_this_loop().retire(self._key, self._connection)
+
+    async def _open(self) -> Connection:
+        creds = self._credentials
+        options = [
+            ("grpc.default_authority", f"{self._host}:{self._port}"),
+            ("grpc.max_receive_message_length", 32 << 20),
+            ("grpc.enable_retries", 0),
+        ]
+        if creds is not None and machine_tls.native(creds.ca, creds.crt, creds.key):
+            # grpc's TLS can use these keys (a gateway's, not a Talos machine's Ed25519 ones): no
+            # tunnel, nothing of the connection in Python.
+            channel = grpc.aio.secure_channel(
+                f"{self._host}:{self._port}",
+                grpc.ssl_channel_credentials(creds.ca, creds.key, creds.crt),
+                options=[*options, ("grpc.ssl_target_name_override", self._host)],
             )
-            port = await tunnel.start()
-            self._tunnel = tunnel
-            self._channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
-            self._stubs = _Stubs(
-                pb_grpc.MachineServiceStub(self._channel),  # type: ignore[no-untyped-call]
-                state_pb2_grpc.StateStub(self._channel),  # type: ignore[no-untyped-call]
-            )
-            return self._stubs
+            return Connection(channel, None, _stubs(channel))
+        if creds is None:
+            context: ssl.SSLContext = machine_tls.insecure_client_context()
+        else:
+            try:
+                context = machine_tls.client_context(creds.ca, creds.crt, creds.key)
+            except (ssl.SSLError, ValueError) as e:
+                raise Unauthenticated(f"unusable Talos client credentials: {e}") from None
+        tunnel = ClientTunnel(
+            self._host,
+            self._port,
+            context,
+            server_hostname=self._host if creds is not None else None,
+            handshake_timeout=self._connect_timeout,
+        )
+        port = await tunnel.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
+        return Connection(channel, tunnel, _stubs(channel))
 
     async def channel(self) -> grpc.aio.Channel:
         """The gRPC channel to the endpoint, for calls this client has no method for (a proxy relays raw
         messages over it); ``explain`` tells what a call's failure on it means."""
         await self._connect()
-        assert self._channel is not None
-        return self._channel
+        assert self._connection is not None
+        return self._connection.channel
 
     def explain(self, exc: grpc.aio.AioRpcError, *, node: str | None = None) -> MachineAPIError:
         """A failed call made on ``channel()``, as this client reports its own: a machine that refused the
@@ -243,6 +259,12 @@ class MachineClient:
         return (("node", target),) if target else ()
 
     def _error(self, exc: grpc.aio.AioRpcError, node: str | None) -> MachineAPIError:
+        error = self._explained(exc, node)
+        if isinstance(error, Unavailable):
+            self._unreachable()
+        return error
+
+    def _explained(self, exc: grpc.aio.AioRpcError, node: str | None) -> MachineAPIError:
         target = node or self.node or self._host
         code = exc.code()
         details = exc.details() or ""
