@@ -7,8 +7,6 @@ import os
 import signal
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -41,21 +39,6 @@ async def main(endpoints, prefix, identity):
 
 asyncio.run(main(*sys.argv[1:]))
 """
-
-
-@pytest.fixture(scope="module")
-def etcd() -> Iterator[EtcdCluster]:
-    with EtcdCluster(1) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-async def backend(etcd: EtcdCluster) -> AsyncIterator[EtcdBackend]:
-    b = await EtcdBackend(etcd.endpoints, prefix=f"/le-{uuid.uuid4().hex[:8]}").open()
-    try:
-        yield b
-    finally:
-        await b.close()
 
 
 async def _line(proc: asyncio.subprocess.Process, timeout: float) -> str:

@@ -6,29 +6,19 @@ import asyncio
 import itertools
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from prometheus_client import REGISTRY
 
 from herder.resources import OwnerReference
-from herder.resources.catalog import herder_registry
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
 from herder.runtime.garbage_collector import GarbageCollector
 from herder.runtime.manager import Manager
 from herder.runtime.outputs import Owns
 from herder.state.errors import Forbidden
-from herder.state.memory import MemoryBackend
 from herder.state.store import Store
-from tests.state.conftest import ns, patch
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    s = await Store(MemoryBackend(), herder_registry()).start()
-    await s.create(ns("default"))
-    yield s
-    await s.close()
+from tests.state.conftest import patch
 
 
 async def eventually(check: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float = 10) -> None:

@@ -3,13 +3,10 @@ over, releases go through the owner's leave, conditions keep their transition ti
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from herder.resources import Resource
 from herder.resources.backups import BackupsStatus
-from herder.resources.catalog import herder_registry
 from herder.resources.clusters import ClusterStatus
 from herder.runtime.clock import FakeClock
 from herder.runtime.controller import Context, ObjectKey
@@ -22,19 +19,10 @@ from herder.runtime.outputs import (
     declarations_of,
 )
 from herder.state.errors import AlreadyExists, Forbidden
-from herder.state.memory import MemoryBackend
 from herder.state.store import Store
-from tests.state.conftest import ns, patch
+from tests.state.conftest import patch
 
 PATCH = "ConfigPatch"
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    s = await Store(MemoryBackend(), herder_registry()).start()
-    await s.create(ns("default"))
-    yield s
-    await s.close()
 
 
 def contexts(store: Store, **declared: tuple[object, ...]) -> dict[str, Context]:

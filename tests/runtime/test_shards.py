@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from herder.resources.catalog import herder_registry
 from herder.resources.machines import CLUSTER_LABEL
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch
+from herder.runtime.lease import stop
 from herder.runtime.manager import Manager
 from herder.runtime.shards import (
     NO_CLUSTER,
@@ -26,9 +26,8 @@ from herder.runtime.shards import (
 )
 from herder.state.errors import Fenced
 from herder.state.etcd import EtcdBackend
-from herder.state.etcd_process import EtcdCluster, etcd_available
+from herder.state.etcd_process import EtcdCluster
 from herder.state.fence import fenced
-from herder.state.memory import MemoryBackend
 from herder.state.store import Store
 from tests.runtime.test_manager import eventually
 from tests.state.conftest import ns, patch
@@ -85,14 +84,6 @@ class Given:
         pass
 
 
-@pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    s = await Store(MemoryBackend(), herder_registry()).start()
-    await s.create(ns("default"))
-    yield s
-    await s.close()
-
-
 async def test_the_runtime_reconciles_only_the_keys_of_the_shards_it_holds(store: Store) -> None:
     count = 3
     mine = shard_of_cluster("alpha", count)
@@ -118,23 +109,6 @@ async def test_the_runtime_reconciles_only_the_keys_of_the_shards_it_holds(store
     finally:
         manager.stop()
         await task
-
-
-@pytest.fixture(scope="module")
-def etcd() -> Iterator[EtcdCluster]:
-    if not etcd_available():
-        pytest.skip("the etcd binary is not installed (make test installs Debian's etcd-server)")
-    with EtcdCluster(1) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-async def backend(etcd: EtcdCluster) -> AsyncIterator[EtcdBackend]:
-    b = await EtcdBackend(etcd.endpoints, prefix=f"/sh-{uuid.uuid4().hex[:8]}").open()
-    try:
-        yield b
-    finally:
-        await b.close()
 
 
 async def _settled(*replicas: ShardLeases, count: int) -> list[set[str]]:
@@ -169,7 +143,7 @@ async def test_replicas_share_the_shards_and_a_dead_ones_are_taken_within_its_tt
         of_a, of_b = await _settled(a, b, count=count)
         assert {len(of_a), len(of_b)} == {2, 3}
         # b dies without a word (its lease is no longer kept alive): its shards are a's within the ttl.
-        await b._stop_tasks()
+        await stop(b._tasks)
         started = asyncio.get_running_loop().time()
         await asyncio.wait_for(a.changed.wait(), ttl + 5)
         assert await _settled(a, count=count) == [set(shard_names(count))]

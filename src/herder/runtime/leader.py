@@ -9,11 +9,10 @@ the leader dies (its lease expires) or at once when it releases leadership.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Protocol
 
-from herder.runtime.lease import keep
+from herder.runtime.lease import keep, stop
 from herder.state.backend import KV, Compacted
 from herder.state.errors import StateError
 from herder.state.etcd import EtcdBackend
@@ -123,12 +122,7 @@ class EtcdLeaderElection:
 
     async def release(self) -> None:
         """Stop leading: end the lease, which deletes the key so that another process takes over now."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        await stop(self._tasks)
         if self._lease is not None:
             lease, self._lease = self._lease, None
             try:

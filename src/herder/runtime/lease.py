@@ -1,9 +1,11 @@
 """Keeping an etcd lease alive, for the leader election and the shards: what holds a key bound to a lease
-must learn that it lost it before anyone else can have taken the key over."""
+must learn that it lost it before anyone else can have taken the key over; and ending the tasks that keep
+it and watch its keys."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from herder.state.errors import StateError
 from herder.state.etcd import EtcdBackend
@@ -29,4 +31,14 @@ async def keep(backend: EtcdBackend, lease: int, ttl: float) -> str:
         await asyncio.sleep(ttl / 3)
 
 
-__all__ = ["keep"]
+async def stop(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` (a lease's keep-alive and watches) and wait until they have ended; empties the list."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    tasks.clear()
+
+
+__all__ = ["keep", "stop"]

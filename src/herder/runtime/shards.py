@@ -17,7 +17,6 @@ replicas at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import zlib
 from collections import OrderedDict
@@ -27,7 +26,7 @@ from typing import Protocol
 from herder.resources.machines import CLUSTER_LABEL
 from herder.runtime.controller import ObjectKey
 from herder.runtime.leader import LeaderElection
-from herder.runtime.lease import keep
+from herder.runtime.lease import keep, stop
 from herder.state.backend import KV, Compacted
 from herder.state.errors import NotFound, StateError
 from herder.state.etcd import EtcdBackend
@@ -191,7 +190,7 @@ class ShardLeases:
 
     async def _join(self) -> None:
         """Take a lease, register under it, read the members and claims, and follow them."""
-        await self._stop_tasks()
+        await stop(self._tasks)
         await self._end_lease()
         lease = await self._backend.grant_lease(self.ttl)
         self._lease = lease
@@ -273,14 +272,6 @@ class ShardLeases:
                 log.info("%s handed shard %s over", self.identity, shard)
         self._running = set()
 
-    async def _stop_tasks(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-
     async def _end_lease(self) -> None:
         if self._lease is not None:
             lease, self._lease = self._lease, None
@@ -291,7 +282,7 @@ class ShardLeases:
 
     async def release(self) -> None:
         """Leave: end the lease, which deletes this replica's keys, so the others take its shards now."""
-        await self._stop_tasks()
+        await stop(self._tasks)
         await self._end_lease()
         self._joined = False
         self._claims = {}
