@@ -196,9 +196,8 @@ class MachineClient:
 
     async def _connect(self) -> _Stubs:
         async with self._lock:
-            if self._connection is None or self._connection.retired:
-                if self._connection is not None:
-                    await self.close()
+            # A client keeps its connection until it is closed, retired or not: its streams run on it.
+            if self._connection is None:
                 self._connection = await shared.of_this_loop().take(self._key, self._open)
             stubs: _Stubs = self._connection.stubs
             return stubs

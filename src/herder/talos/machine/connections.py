@@ -7,9 +7,11 @@ a control plane, a config apply): each ``MachineClient`` takes the endpoint's op
 it back when closed, and the last one to give it back closes it, so a machine costs one connection
 however many follow it.
 
-A client that finds the machine unreachable retires the connection: later clients open a new one (a new
-TCP connection and handshake, rather than waiting for gRPC's reconnect backoff on the old one), and the
-old one closes once the clients still holding it give it back. Connections belong to the event loop they
+A client that finds the machine unreachable retires the connection: clients made later (a pool's, once it
+dropped the one that failed; a follower dialling again) open a new one, a new TCP connection and
+handshake rather than gRPC's reconnect backoff on the old one. The old one closes once the clients still
+holding it give it back; a client keeps its connection, retired or not, until it is closed, as its streams
+run on it. Connections belong to the event loop they
 were opened on (gRPC's channels do).
 """
 
@@ -37,7 +39,6 @@ class Connection:
     tunnel: ClientTunnel | None
     stubs: Any
     users: int = field(default=0)
-    retired: bool = field(default=False)
 
     async def close(self) -> None:
         await self.channel.close()
@@ -73,7 +74,6 @@ class Connections:
 
     def retire(self, key: Key, connection: Connection) -> None:
         """No new client gets ``connection``; it closes once its clients gave it back."""
-        connection.retired = True
         if self._open.get(key) is connection:
             del self._open[key]
 
