@@ -4,11 +4,13 @@ reopen (a restart of the server), followed live, and removed once a machine is l
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
 import pytest
 
+from herder.state import machine_logs
 from herder.state.machine_logs import KERNEL, MIN_BUDGET, LogScope, MachineLogs
 
 UUID = "6c8f1a2e-1111-4a4a-8b8b-000000000001"
@@ -149,3 +151,24 @@ def test_names_that_are_no_machine_are_refused(tmp_path: Path) -> None:
         logs.append("..", ALPHA, "kubelet", ["x"])
     with pytest.raises(ValueError, match="at least"):
         MachineLogs(tmp_path, 1000)
+
+
+def test_only_the_rings_written_last_hold_an_open_file_and_the_others_go_on_in_their_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machine_logs, "OPEN_FILES", 2)
+    logs = MachineLogs(tmp_path)
+    machines = [f"6c8f1a2e-1111-4a4a-8b8b-00000000000{i}" for i in range(4)]
+    for i, uuid in enumerate(machines):
+        logs.append(uuid, ALPHA, "kubelet", [f"first of {i}"], at=100.0 + i)
+    fds = os.listdir("/proc/self/fd")
+    assert sum(1 for fd in fds if os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(tmp_path))) == 2
+    # The first machine's file was closed for room: its next line goes on in the same segment.
+    logs.append(machines[0], ALPHA, "kubelet", ["second of 0"], at=110.0)
+    assert len(list((tmp_path / "default" / machines[0]).glob("*.log"))) == 1
+    logs.close()
+    again = MachineLogs(tmp_path)
+    assert [e.text for e in again.entries("default", machines[0], allowed=everything)] == [
+        "first of 0",
+        "second of 0",
+    ]

@@ -247,6 +247,9 @@ def _run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # A line per request drowns what matters: the web UI makes one per API call it serves a page with.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    from herder.state import open_files
+
+    log.info("open files: up to %d", open_files.raise_limit())
     try:
         logs = MachineLogs(options.data_dir / MACHINE_LOGS, machine_log_bytes or DEFAULT_BUDGET)
         work = [

@@ -32,7 +32,7 @@ import logging
 import os
 import shutil
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -56,6 +56,10 @@ RECENT = 3
 KEEP_GONE = 7 * 24 * 3600.0
 """Seconds a machine's logs are kept after its last line once the machine no longer exists."""
 FOLLOW_QUEUE = 10_000
+OPEN_FILES = 256
+"""Rings whose newest segment is kept open between writes, the most recently written: a thousand machines'
+logs must not hold a thousand file descriptors beside their connections (a process has a few thousand to
+spend). A ring closed for room is opened again at its next line, appending to the same segment."""
 """Lines a follower may fall behind by before it is ended (a reader that does not read)."""
 _HEADER = "#herder-machine-log v1 "
 _SUFFIX = ".log"
@@ -144,6 +148,8 @@ class _Ring:
     directory: Path
     segments: list[_Segment]
     fd: int | None = None
+    resumable: bool = False
+    """Whether ``fd`` was closed only for room: the next line goes on in the same segment."""
     recent: dict[str, deque[str]] = field(default_factory=dict)
     """The last lines of each source, as written (for a collector to tell a backlog from new lines)."""
     recent_loaded: bool = False
@@ -218,6 +224,8 @@ class MachineLogs:
         self.segment_bytes = budget // 8
         self.keep_gone = keep_gone
         self._rings: dict[tuple[str, str], _Ring] = {}
+        # The rings with an open segment, the least recently written first.
+        self._open: OrderedDict[tuple[str, str], _Ring] = OrderedDict()
         self._followers: dict[tuple[str, str], set[asyncio.Queue[LogEntry | None]]] = {}
         self.lines_written = 0
 
@@ -243,8 +251,12 @@ class MachineLogs:
         stamp = f"{moment:.6f}\t{escape(source)}\t"
         encoded = [f"{stamp}{escape(t)}\n".encode() for t in kept]
         current = ring.segments[-1] if ring.segments else None
+        if current is not None and current.scope == scope and ring.fd is None and ring.resumable:
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: a new segment, then
+                ring.fd = os.open(current.path, os.O_WRONLY | os.O_APPEND)
         if current is None or current.scope != scope or ring.fd is None:
             current = self._rotate(ring, scope)
+        self._keep_open((scope.namespace, uuid), ring)
         start = 0
         while start < len(encoded):
             # As many lines as fit in the segment (at least one: a line is never split), in one write.
@@ -281,6 +293,14 @@ class MachineLogs:
                         with contextlib.suppress(asyncio.QueueFull):
                             queue.get_nowait()
                             queue.put_nowait(None)
+
+    def _keep_open(self, key: tuple[str, str], ring: _Ring) -> None:
+        self._open[key] = ring
+        self._open.move_to_end(key)
+        while len(self._open) > OPEN_FILES:
+            _, oldest = self._open.popitem(last=False)
+            oldest.close()
+            oldest.resumable = True
 
     def _rotate(self, ring: _Ring, scope: LogScope) -> _Segment:
         ring.close()
@@ -422,6 +442,7 @@ class MachineLogs:
             if moment - newest < self.keep_gone:
                 continue
             ring = self._rings.pop(key, None)
+            self._open.pop(key, None)
             if ring is not None:
                 ring.close()
             shutil.rmtree(directory, ignore_errors=True)
@@ -432,6 +453,7 @@ class MachineLogs:
         for ring in self._rings.values():
             ring.close()
         self._rings.clear()
+        self._open.clear()
         for followers in self._followers.values():
             for queue in followers:
                 with contextlib.suppress(asyncio.QueueFull):

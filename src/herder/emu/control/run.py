@@ -6,7 +6,6 @@ import asyncio
 import ctypes
 import ctypes.util
 import logging
-import resource
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from typing import Any
 from herder.emu.control.api import ControlAPI
 from herder.emu.control.emulator import Emulator
 from herder.emu.options import EmulatorOptions
+from herder.state import open_files
 
 log = logging.getLogger("herder.emu")
 
@@ -38,21 +38,13 @@ def _report_failure(task: asyncio.Task[None]) -> None:
         log.error("emulator: %s", task.exception(), exc_info=task.exception())
 
 
-def _raise_file_limit() -> None:
-    """Each machine holds a listening socket and each call two more: lift the soft limit on open files
-    (often 1024) to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 @asynccontextmanager
 async def running(
     options: EmulatorOptions, listen_host: str, listen_port: int, *, listen_option: str = "--listen"
 ) -> AsyncIterator[Emulator]:
     """The emulator and its control API, listening until the block ends. An address in use (the control
     API's, named by ``listen_option``, or a machine's) ends the start with an ``OSError`` saying which."""
-    _raise_file_limit()
+    open_files.raise_limit()
     emulator = Emulator(options)
     await emulator.start()
     control = ControlAPI(emulator)
