@@ -165,9 +165,6 @@ class ShardLeases:
     def held(self) -> dict[str, KV]:
         return {s: kv for s, kv in self._claims.items() if kv.value == self.identity.encode()}
 
-    def members(self) -> set[str]:
-        return set(self._members)
-
     async def acquire(self) -> Held:
         retry = min(1.0, self.ttl / 10)
         while True:
