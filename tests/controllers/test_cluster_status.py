@@ -92,18 +92,33 @@ async def test_a_healthy_cluster_is_ready_and_says_so_once(site: Site) -> None:
     ]
 
 
-async def test_a_control_plane_not_ready_is_named_with_its_reason(site: Site) -> None:
+async def test_a_control_plane_not_ready_is_named_with_its_fault_and_on_its_way_in_one_write(
+    site: Site,
+) -> None:
     fleet = await running(site)
     cp2 = await site.get("ClusterMachine", "cp2")
     assert cp2 is not None
+    versions = []
+    for reason, step in (("NotRunning", "machine is booting"), ("EtcdNotJoined", "waiting for etcd")):
+        # Each step is the member's own condition's to tell: the cluster is not written again for it.
+        await site.set_status(cp2, ready=False, conditions=[ready("Ready", False, reason, step)])
+        got = await verdicts(site, fleet)
+        why = "1/2 ready; cp2: on its way (its ClusterMachine's Ready condition says how far)"
+        assert got["ControlPlaneReady"] == (False, "ControlPlanesNotReady", why)
+        assert got["Ready"] == (False, "ControlPlaneReady", why)
+        assert got["machines"] == {"total": 3, "ready": 2, "wanted": 3}
+        versions.append((await site.get("Cluster", fleet.name)).metadata.resource_version)  # type: ignore[union-attr]
+    assert versions[0] == versions[1]
+    # A fault is named with its message.
     await site.set_status(
-        cp2, ready=False, conditions=[ready("Ready", False, "NotRunning", "machine is booting")]
+        cp2, ready=False, conditions=[ready("Ready", False, "Unreachable", "machine is unreachable")]
     )
     got = await verdicts(site, fleet)
-    why = "1/2 ready; cp2: machine is booting"
-    assert got["ControlPlaneReady"] == (False, "ControlPlanesNotReady", why)
-    assert got["Ready"] == (False, "ControlPlaneReady", why)
-    assert got["machines"] == {"total": 3, "ready": 2, "wanted": 3}
+    assert got["ControlPlaneReady"] == (
+        False,
+        "ControlPlanesNotReady",
+        "1/2 ready; cp2: machine is unreachable",
+    )
 
 
 async def test_losing_etcd_health_is_told_as_a_warning_and_coming_back_as_normal(site: Site) -> None:

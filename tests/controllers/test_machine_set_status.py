@@ -1,6 +1,6 @@
 """MachineSetStatus's verdicts: machines total, ready and wanted (its list, its class's size, its request
 set's count), its phase, and a Ready condition naming what it waits for — machines it cannot get, more
-to allocate, machines leaving, the first machine that is not ready and why."""
+to allocate, machines leaving, the first machine that is not ready (and why, when it is a fault)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,21 @@ async def test_the_first_machine_not_ready_is_named_with_its_reason(site: Site) 
         {"total": 2, "ready": 1, "wanted": 2},
         (False, "MachinesNotReady", "1/2 ready; w2: machine is unreachable"),
     )
+
+
+async def test_a_fault_is_named_before_a_machine_on_its_way_and_steps_are_no_writes(site: Site) -> None:
+    fleet = await listed(site, "w1", "w2", "w3")
+    await fleet.member("w1", ready=True)
+    w2 = await fleet.member("w2", conditions=[ready("Ready", False, "NotRunning", "machine is maintenance")])
+    w3 = await fleet.member("w3")  # no verdict yet: its config is being made
+    on_its_way = "1/3 ready; w2: on its way (its ClusterMachine's Ready condition says how far)"
+    assert (await verdict(site))[2] == (False, "MachinesNotReady", on_its_way)
+    written = (await site.get("MachineSet", "workers")).metadata.resource_version  # type: ignore[union-attr]
+    await site.set_status(w2, conditions=[ready("Ready", False, "NotRunning", "machine is booting")])
+    assert (await verdict(site))[2] == (False, "MachinesNotReady", on_its_way)
+    assert (await site.get("MachineSet", "workers")).metadata.resource_version == written  # type: ignore[union-attr]
+    await site.set_status(w3, conditions=[ready("Ready", False, "ApplyFailed", "connection refused")])
+    assert (await verdict(site))[2] == (False, "MachinesNotReady", "1/3 ready; w3: connection refused")
 
 
 async def test_machines_the_set_cannot_get_come_first(site: Site) -> None:

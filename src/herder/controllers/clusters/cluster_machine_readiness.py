@@ -114,6 +114,22 @@ class ClusterMachineReadinessController(Controller):
         return None
 
 
+# The reasons a member on its way to ready gives (the rest are faults): its config being made and applied,
+# its machine booting, installing or upgrading, a control plane joining etcd.
+PROGRESS = frozenset({"ConfigPending", "NotRunning", "EtcdNotJoined"})
+
+
+def waiting_for(unready: list[tuple[Resource, ClusterMachineStatus]]) -> str:
+    """What a summary (a set's, a cluster's) tells of its members not ready: the first fault with its
+    message, else the first member on its way, by name only. Its steps are its own Ready condition's to
+    tell: repeated, each would be a write of every summary above it too."""
+    for member, status in unready:
+        why = status.condition("Ready")
+        if why is not None and why.status == "False" and why.reason not in PROGRESS:
+            return f"{member.name}: {why.message or why.reason}"
+    return f"{unready[0][0].name}: on its way (its ClusterMachine's Ready condition says how far)"
+
+
 def verdict(
     status: ClusterMachineStatus, machine: MachineStatus | None, wanted: str, role: str
 ) -> tuple[str, str]:

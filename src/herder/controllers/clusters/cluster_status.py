@@ -7,6 +7,7 @@ Kubernetes API are measured) changes. A condition that flips is told in an Event
 
 from __future__ import annotations
 
+from herder.controllers.clusters.cluster_machine_readiness import waiting_for
 from herder.controllers.members import (
     cluster_changes,
     cluster_machines,
@@ -147,13 +148,11 @@ class ClusterStatusController(Controller):
                 "the cluster has no control plane machine",
             )
         elif len(cp_ready) < len(control_planes):
-            first, first_status = next((m, s) for m, s in control_planes if not s.ready)
-            why = first_status.condition("Ready")
+            unready = [(m, s) for m, s in control_planes if not s.ready]
             verdicts["ControlPlaneReady"] = (
                 False,
                 "ControlPlanesNotReady",
-                f"{len(cp_ready)}/{len(control_planes)} ready; "
-                f"{first.name}: {(why.message if why else '') or 'not ready'}",
+                f"{len(cp_ready)}/{len(control_planes)} ready; {waiting_for(unready)}",
             )
         else:
             verdicts["ControlPlaneReady"] = (True, "Ready", f"{len(control_planes)} control plane(s) ready")

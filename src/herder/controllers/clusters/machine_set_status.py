@@ -1,9 +1,10 @@
 """A machine set's status: its machines (total, ready, wanted), its phase, and a ``Ready`` condition
 whose message says what it waits for: machines it cannot get (from ``status.allocation``), or the first
-of its machines that is not ready, and why."""
+of its machines that is not ready: why, when it is a fault; only its name while it is on its way."""
 
 from __future__ import annotations
 
+from herder.controllers.clusters.cluster_machine_readiness import waiting_for
 from herder.controllers.members import labelled, request_set_count, request_set_sources, set_nodes
 from herder.resources import Resource
 from herder.resources.clusters import (
@@ -91,12 +92,9 @@ class MachineSetStatusController(Controller):
             phase, ok, reason = "ScalingUp", False, "ScalingUp"
             message = f"{len(staying)}/{wanted} machines allocated"
         elif len(ready) < len(staying):
-            first, status = next((m, status) for m, status in staying if not status.ready)
-            why = status.condition("Ready")
             phase, ok, reason = "Running", False, "MachinesNotReady"
-            message = (
-                f"{len(ready)}/{wanted} ready; {first.name}: {(why.message if why else '') or 'not ready'}"
-            )
+            unready = [(m, status) for m, status in staying if not status.ready]
+            message = f"{len(ready)}/{wanted} ready; {waiting_for(unready)}"
         else:
             phase, ok, reason, message = "Running", True, "Ready", f"{len(ready)}/{wanted} machines ready"
         counts = MachineCounts(total=len(staying), ready=len(ready), wanted=wanted)
