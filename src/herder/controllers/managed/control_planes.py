@@ -39,6 +39,7 @@ from herder.resources.managed import (
 from herder.resources.provisioning import INFRA_PROVIDER, MACHINE_REQUEST_SET, ManagedControlPlanes
 from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.runtime.event_recorder import EventType
 from herder.runtime.index import FieldIndex
 from herder.runtime.outputs import Owns, Writes
 from herder.talos.contracts import VersionContract
@@ -220,9 +221,11 @@ def _offering_of(cluster: Resource) -> str | None:
 
 
 async def _condition(ctx: Context, cluster: Resource, ok: bool, reason: str, message: str) -> None:
-    # Getting its machines is no fault: only a control plane no longer offered is a Warning.
+    # Getting its machines is no fault: only a control plane no longer offered is a Warning. Its control
+    # planes ready is no Event of its own: the cluster's ControlPlaneReady tells it at the same moment.
     warn = not ok and reason != PROVISIONING
-    await ctx.condition(cluster, CONDITION, ok, reason, message, event="Warning" if warn else "Normal")
+    event: EventType | None = None if ok else "Warning" if warn else "Normal"
+    await ctx.condition(cluster, CONDITION, ok, reason, message, event=event)
 
 
 async def _apply(ctx: Context, cluster: Resource, desired: Resource) -> None:
