@@ -4,12 +4,13 @@ rollout, visibly; the config rollout shows how far the newest configs are applie
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from herder.controllers.clusters.version_rollout import VersionRolloutController
 from herder.resources import Resource
 from tests.controllers.fleet import KUBERNETES, TALOS, Fleet, ready
-from tests.controllers.site import Site
+from tests.controllers.site import Site, eventually
 
 TARGET = "v1.13.2"
 
@@ -230,3 +231,28 @@ async def test_the_config_rollout_shows_machines_behind_and_the_first_failure(si
     await site.set_status(w2, apply={"attempts": 2, "lastError": "connection refused"})
     config = (await roll(site, fleet))["Config"]
     assert (config["state"], config["message"]) == ("Stopped", "machine w2: connection refused")
+
+
+async def test_members_coming_up_together_are_one_write_of_the_rollouts(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()
+    members = [
+        await fleet.member(uuid, role, configHash="c1")
+        for uuid, role in (("cp1", "controlplane"), ("w1", "worker"), ("w2", "worker"))
+    ]
+    for member in members:
+        await fleet.config(member, "c1")
+
+    def talos(cluster: Resource) -> list[tuple[int, str]]:
+        rollouts = (cluster.status or {}).get("rollouts", [])
+        return [(r["done"], r["state"]) for r in rollouts if r["kind"] == "Talos"]
+
+    async with site.writes("Cluster", talos) as written, site.running(VersionRolloutController()):
+        await eventually(lambda: written == [[(0, "Rolling")]])
+        # A new cluster's members come up within a moment of each other (as they do after its bootstrap).
+        for member in members:
+            await site.set_status(member, ready=True, talosVersion=TALOS)
+            await asyncio.sleep(0.1)
+        await eventually(lambda: written[-1:] == [[(3, "Done")]])
+        await asyncio.sleep(1.5)
+    assert written == [[(0, "Rolling")], [(3, "Done")]]

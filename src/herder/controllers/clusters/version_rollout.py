@@ -92,6 +92,9 @@ class VersionRolloutController(Controller):
         Writes(CLUSTER_MACHINE.kind, "spec.talosVersion", "spec.kubernetesVersion"),
     )
     concurrency = 4
+    # Its counts change in bursts (a new cluster's machines come up within a moment of each other), each
+    # once a write; a rollout waits as long for its next machine.
+    settle = 1.0
     watches = (
         Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions")),
         Watch(
