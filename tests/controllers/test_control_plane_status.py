@@ -5,6 +5,7 @@ move on their own, every ten minutes)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -55,9 +56,12 @@ def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
 async def test_a_cluster_not_bootstrapped_says_so(site: Site) -> None:
     fleet = Fleet(site)
     await fleet.cluster(bootstrapped=False)
-    status = await measured(site, fleet, controller(site, fleet))
+    async with site.writes("ControlPlaneStatus", lambda made: made.status) as written:
+        status = await measured(site, fleet, controller(site, fleet))
+        await asyncio.sleep(0.1)
     pending = ("False", "NotBootstrapped", "etcd is not bootstrapped yet")
     assert conditions(status) == {"EtcdHealthy": pending, "APIReachable": pending, "Ready": pending}
+    assert written == [status]  # made with its first verdicts, in one write
     assert site.machines.calls == []
 
 

@@ -212,17 +212,6 @@ class ControlPlaneStatusController(Controller):
         """Write the cluster's ControlPlaneStatus; whether every condition is good, and whether anything
         but etcd's moving figures changed."""
         key = ObjectKey(CONTROL_PLANE_STATUS.kind, cluster.namespace, cluster.name)
-        if await ctx.get(key) is None:
-            await ctx.apply_output(
-                cluster,
-                Resource.model_validate(
-                    {
-                        "apiVersion": CONTROL_PLANE_STATUS.api_version,
-                        "kind": CONTROL_PLANE_STATUS.kind,
-                        "metadata": {"name": cluster.name, "namespace": cluster.namespace},
-                    }
-                ),
-            )
         verdicts = _verdicts(etcd, kubernetes, balancer, pending_reason, pending_message)
         elections = self._elections.get((cluster.namespace or "default", cluster.name), 0)
         measured = _etcd_health(etcd, elections) if etcd is not None else None
@@ -260,7 +249,24 @@ class ControlPlaneStatusController(Controller):
                 else:
                     status.etcd = figures
 
-        await ctx.mutate_status(key, ControlPlaneStatusStatus, record)
+        if await ctx.get(key) is None:
+            # Made with its first verdicts: one write, not two.
+            first = ControlPlaneStatusStatus()
+            record(cluster, first)
+            made = {"name": cluster.name, "namespace": cluster.namespace}
+            await ctx.apply_output(
+                cluster,
+                Resource.model_validate(
+                    {
+                        "apiVersion": CONTROL_PLANE_STATUS.api_version,
+                        "kind": CONTROL_PLANE_STATUS.kind,
+                        "metadata": made,
+                        "status": dump_status(first),
+                    }
+                ),
+            )
+        else:
+            await ctx.mutate_status(key, ControlPlaneStatusStatus, record)
         return all(ok for ok, _, _ in verdicts.values()), changed
 
 
