@@ -1,6 +1,6 @@
 """ClusterStatus's verdicts: phase, machine counts and the conditions ControlPlaneReady, EtcdHealthy,
-KubernetesAPIReady and Ready, each naming what the cluster waits for; a flip is told once, a loss as a
-Warning; a cluster being deleted says what its teardown waits for."""
+KubernetesAPIReady and Ready, each naming what the cluster waits for; a loss is told as a Warning, and
+only Ready as it comes (its steps are its conditions'); a cluster being deleted says what its teardown waits for."""
 
 from __future__ import annotations
 
@@ -84,12 +84,26 @@ async def test_a_healthy_cluster_is_ready_and_says_so_once(site: Site) -> None:
     assert await verdicts(site, fleet) == got
     cluster = await site.get("Cluster", fleet.name)
     told = [(kind, reason) for kind, reason, _ in await site.told(cluster)]
-    assert told == [
-        ("Normal", "ControlPlaneReady"),
-        ("Normal", "EtcdHealthy"),
-        ("Normal", "KubernetesAPIReady"),
-        ("Normal", "Ready"),
+    assert told == [("Normal", "Ready")]  # its conditions tell each step
+
+
+async def test_a_forming_cluster_tells_only_that_it_is_ready_at_the_end(site: Site) -> None:
+    fleet = await running(site)
+    w1 = await site.get("ClusterMachine", "w1")
+    assert w1 is not None
+    w1 = await site.set_status(w1, ready=False, conditions=[ready("Ready", False, "NotRunning", "booting")])
+    got = await verdicts(site, fleet)  # its control planes, etcd and API are up; a worker is not
+    assert [got[k][0] for k in ("ControlPlaneReady", "EtcdHealthy", "KubernetesAPIReady", "Ready")] == [
+        True,
+        True,
+        True,
+        False,
     ]
+    cluster = await site.get("Cluster", fleet.name)
+    assert await site.told(cluster) == []  # each step is its condition's to tell
+    await site.set_status(w1, ready=True, conditions=[ready("Ready")])
+    await verdicts(site, fleet)
+    assert await site.told(cluster) == [("Normal", "Ready", "3/3 machines ready")]
 
 
 async def test_a_control_plane_not_ready_is_named_with_its_fault_and_on_its_way_in_one_write(
@@ -121,7 +135,7 @@ async def test_a_control_plane_not_ready_is_named_with_its_fault_and_on_its_way_
     )
 
 
-async def test_losing_etcd_health_is_told_as_a_warning_and_coming_back_as_normal(site: Site) -> None:
+async def test_losing_etcd_health_is_told_as_a_warning_and_coming_back_as_ready(site: Site) -> None:
     fleet = await running(site)
     await verdicts(site, fleet)
     await health(site, fleet, etcd=False)
@@ -131,10 +145,10 @@ async def test_losing_etcd_health_is_told_as_a_warning_and_coming_back_as_normal
     await health(site, fleet)
     await verdicts(site, fleet)
     cluster = await site.get("Cluster", fleet.name)
-    assert (await site.told(cluster))[-4:] == [
+    # (Ready again is the Event of the first time Ready, counted twice.)
+    assert (await site.told(cluster))[-3:] == [
         ("Warning", "EtcdHealthyLost", "cp2: no answer"),
         ("Warning", "ReadyLost", "cp2: no answer"),
-        ("Normal", "EtcdHealthy", "Healthy"),
         ("Normal", "Ready", "3/3 machines ready"),
     ]
 

@@ -2,7 +2,8 @@
 ``ControlPlaneReady``, ``EtcdHealthy``, ``KubernetesAPIReady`` and ``Ready``, each with a reason and message.
 
 It is recomputed whenever a member, a machine set or the cluster's ControlPlaneStatus (where etcd and the
-Kubernetes API are measured) changes. A condition that flips is told in an Event.
+Kubernetes API are measured) changes. A condition lost is told as a Warning; the cluster's steps to
+ready (forming, or coming back) are its conditions' to tell, and only Ready is told once it holds.
 """
 
 from __future__ import annotations
@@ -219,6 +220,10 @@ async def _tell_flips(ctx: Context, cluster: Resource, before: ClusterStatus) ->
         good = now.status == "True"
         if not good and was is None:
             continue  # a new cluster is not ready yet: nothing went wrong
+        if good and kind != "Ready":
+            # A step of a cluster forming (or coming back), which its condition tells: the Ready Event at
+            # the end tells the whole, one Event rather than one per step.
+            continue
         await ctx.event(
             cluster,
             "Normal" if good else "Warning",
