@@ -4,12 +4,14 @@ only Ready as it comes (its steps are its conditions'); a cluster being deleted 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from herder.controllers.clusters.cluster_status import ClusterStatusController
+from herder.controllers.clusters.machine_set_status import MachineSetStatusController
 from herder.resources import Resource
 from tests.controllers.fleet import Fleet, ready
-from tests.controllers.site import Site, obj
+from tests.controllers.site import Site, eventually, obj
 
 
 async def verdicts(site: Site, fleet: Fleet) -> dict[str, Any]:
@@ -209,3 +211,31 @@ async def test_a_cluster_being_deleted_says_what_its_teardown_waits_for(site: Si
     got = await verdicts(site, fleet)
     assert got["phase"] == "Destroying"
     assert got["Ready"] == (False, "Destroying", "waiting for 3 machine(s) to be reset: cp1, cp2, w1")
+
+
+async def test_the_last_member_ready_is_one_write_with_its_set_ready_too(site: Site) -> None:
+    fleet = Fleet(site)
+    cluster = await fleet.cluster()
+    await site.set_status(cluster, conditions=[ready("EndpointReady", reason="Serving")])
+    for uuid in ("cp1", "w1"):
+        await fleet.machine(uuid)
+    await fleet.control_plane_set(machines=["cp1"])
+    await fleet.machine_set("workers", machines=["w1"])
+    await fleet.member("cp1", "controlplane", ready=True, conditions=[ready("Ready")])
+    w1 = await fleet.member("w1", conditions=[ready("Ready", False, "NotRunning", "machine is booting")])
+    await health(site, fleet)
+
+    def seen(cluster: Resource) -> tuple[int, str]:
+        status = cluster.status or {}
+        found = next(c for c in status.get("conditions", []) if c["type"] == "Ready")
+        return status["machines"]["ready"], found["message"]
+
+    summaries = (MachineSetStatusController(), ClusterStatusController())
+    async with site.writes("Cluster", seen) as written, site.running(*summaries):
+        await eventually(lambda: written[-1:] == [(1, "machine set workers is not ready")])
+        before = len(written)
+        await site.set_status(w1, ready=True, conditions=[ready("Ready")])
+        await eventually(lambda: written[-1:] == [(2, "2/2 machines ready")])
+        await asyncio.sleep(2)
+    # Not once with the member and again with its set: the cluster reads the set's verdict of the same change.
+    assert written[before:] == [(2, "2/2 machines ready")]

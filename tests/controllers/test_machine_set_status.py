@@ -4,13 +4,16 @@ to allocate, machines leaving, the first machine that is not ready (and why, whe
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from herder.controllers.clusters.machine_set_allocation import MachineSetAllocationController
 from herder.controllers.clusters.machine_set_status import MachineSetStatusController
+from herder.resources import Resource
 from herder.runtime.controller import ObjectKey
 from herder.state.store import WatchEvent
 from tests.controllers.fleet import Fleet, ready
-from tests.controllers.site import Site, obj
+from tests.controllers.site import Site, eventually, obj
 
 KEY = ObjectKey("MachineSet", "default", "workers")
 
@@ -134,3 +137,21 @@ async def test_a_set_being_deleted_says_how_many_machines_leave(site: Site) -> N
     await site.store.delete("MachineSet", "workers", "default")
     phase, _, condition = await verdict(site)
     assert (phase, condition) == ("Destroying", (False, "Destroying", "1 machine(s) leaving"))
+
+
+async def test_a_new_set_short_of_machines_says_why_in_its_first_verdict(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()
+    await site.create(obj("MachineClass", "pool", spec={"selector": {"matchLabels": {"pool": "a"}}}))
+
+    def told(machine_set: Resource) -> str | None:
+        found = [c for c in (machine_set.status or {}).get("conditions", []) if c["type"] == "Ready"]
+        return found[0]["reason"] if found else None
+
+    controllers = (MachineSetAllocationController(), MachineSetStatusController())
+    async with site.writes("MachineSet", told) as written, site.running(*controllers):
+        await fleet.machine_set("workers", machineClass={"name": "pool", "size": 2})
+        await eventually(lambda: "MachinesMissing" in written)
+        await asyncio.sleep(1.5)
+    # Its summary waits for the allocation's verdict: not "ScalingUp" first, then why, a write each.
+    assert [reason for reason in written if reason] == ["MachinesMissing"]

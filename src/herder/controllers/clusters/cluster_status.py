@@ -60,8 +60,9 @@ class ClusterStatusController(Controller):
         ),
     )
     concurrency = 8
-    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write.
-    settle = 0.5
+    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write. Longer
+    # than its sets' summary's, so that it reads their verdicts on the same burst, not a write before them.
+    settle = 1.5
 
     def __init__(self) -> None:
         self.watches = (

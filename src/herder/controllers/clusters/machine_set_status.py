@@ -37,8 +37,9 @@ class MachineSetStatusController(Controller):
         ),
     )
     concurrency = 4
-    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write.
-    settle = 0.5
+    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write. Longer
+    # than the allocation's, so that it shows the allocation's verdict on the same burst, not a write before.
+    settle = 1.0
 
     def __init__(self) -> None:
         self._sources = request_set_sources()
