@@ -4,6 +4,7 @@ in etcd — or ready, an older config included."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -12,9 +13,10 @@ from herder.controllers.clusters.cluster_machine_readiness import (
     PENDING_GRACE,
     ClusterMachineReadinessController,
 )
+from herder.resources import Resource
 from herder.runtime.controller import ObjectKey
 from tests.controllers.fleet import Fleet, ready
-from tests.controllers.site import Site
+from tests.controllers.site import Site, eventually
 
 PENDING = "waiting for the machine's config to be generated and applied"
 KEY = ObjectKey("ClusterMachine", "default", "m1")
@@ -143,3 +145,26 @@ async def test_a_new_member_whose_config_comes_at_once_never_says_it_waited(site
     assert waiting is not None and waiting.requeue_after == PENDING_GRACE - 2
     await site.set_status(member, configHash="c1")  # applied within the grace
     assert await verdict(site, readiness) == (False, "NotRunning", "machine is maintenance")
+
+
+async def test_stages_that_follow_each_other_closely_are_one_write(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()
+    machine = await fleet.machine("m1", stage="Maintenance")
+    member = await fleet.member("m1", configHash="c1")
+    await fleet.config(member, "c1")
+
+    def stage(member: Resource) -> str:
+        return str((member.status or {}).get("stage"))
+
+    async with (
+        site.writes("ClusterMachine", stage) as written,
+        site.running(ClusterMachineReadinessController()),
+    ):
+        await eventually(lambda: written == ["Maintenance"])
+        for step in ("Installing", "Rebooting", "Booting"):  # a machine installing its config
+            machine = await site.set_status(machine, stage=step)
+            await asyncio.sleep(0.1)
+        await eventually(lambda: written[-1:] == ["Booting"])
+        await asyncio.sleep(1.5)
+    assert written == ["Maintenance", "Booting"]

@@ -53,6 +53,9 @@ class ClusterMachineReadinessController(Controller):
         ),
     )
     concurrency = 8
+    # A machine's stages follow each other closely as it installs its config and reboots: the one that
+    # stands is written, not each (and each would be a write of the member and a reconcile of all above).
+    settle = 1.0
     # What a verdict reads, and none of what it writes: a write does not wake it again.
     watches = (
         Watch(
