@@ -233,13 +233,24 @@ async def test_the_config_rollout_shows_machines_behind_and_the_first_failure(si
     assert (config["state"], config["message"]) == ("Stopped", "machine w2: connection refused")
 
 
-async def test_members_coming_up_together_are_one_write_of_the_rollouts(site: Site) -> None:
+async def test_a_forming_cluster_shows_its_rollouts_once_its_members_run_its_versions(site: Site) -> None:
     fleet = Fleet(site)
-    await fleet.cluster()
-    members = [
-        await fleet.member(uuid, role, configHash="c1")
-        for uuid, role in (("cp1", "controlplane"), ("w1", "worker"), ("w2", "worker"))
+    await fleet.cluster()  # bootstrapped; its members still come up
+    member = await fleet.member("cp1", "controlplane", configHash="c1")
+    await fleet.config(member, "c1")
+    assert await roll(site, fleet) == {}  # nothing moves: what there is to tell is its members' to tell
+    await site.set_status(member, ready=True, talosVersion=TALOS)
+    rollouts = await roll(site, fleet)
+    assert [(r["kind"], r["state"], r["done"]) for r in rollouts.values()] == [
+        ("Talos", "Done", 1),
+        ("Kubernetes", "Done", 1),
     ]
+
+
+async def test_members_coming_up_together_are_one_write_of_the_rollouts(site: Site) -> None:
+    fleet = await formed(site, workers=0)
+    await roll(site, fleet)  # its rollouts are shown
+    members = [await fleet.member(uuid, configHash="c1") for uuid in ("w1", "w2", "w3")]
     for member in members:
         await fleet.config(member, "c1")
 
@@ -248,11 +259,11 @@ async def test_members_coming_up_together_are_one_write_of_the_rollouts(site: Si
         return [(r["done"], r["state"]) for r in rollouts if r["kind"] == "Talos"]
 
     async with site.writes("Cluster", talos) as written, site.running(VersionRolloutController()):
-        await eventually(lambda: written == [[(0, "Rolling")]])
-        # A new cluster's members come up within a moment of each other (as they do after its bootstrap).
+        await eventually(lambda: written == [[(2, "Rolling")]])
+        # New members come up within a moment of each other (as a new set's do).
         for member in members:
             await site.set_status(member, ready=True, talosVersion=TALOS)
             await asyncio.sleep(0.1)
-        await eventually(lambda: written[-1:] == [[(3, "Done")]])
+        await eventually(lambda: written[-1:] == [[(5, "Done")]])
         await asyncio.sleep(1.5)
-    assert written == [[(0, "Rolling")], [(3, "Done")]]
+    assert written == [[(2, "Rolling")], [(5, "Done")]]

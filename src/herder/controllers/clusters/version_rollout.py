@@ -130,6 +130,19 @@ class VersionRolloutController(Controller):
             for m in await cluster_machines(ctx, cluster)
             if not m.metadata.deletion_timestamp
         ]
+        created_with = all(
+            m.wants("Talos") == spec.talos_version and m.wants("Kubernetes") == spec.kubernetes_version
+            for m in members
+        )
+        running = all(
+            m.runs("Talos", spec.talos_version) and m.runs("Kubernetes", spec.kubernetes_version)
+            for m in members
+        )
+        if not status.rollouts and created_with and not running:
+            # Bootstrapped, still forming: nothing is rolling, its members come up with the versions they
+            # were made with (their Ready conditions say how far). Shown once they run them, in one write
+            # rather than one per member ready.
+            return None
         strategies = {
             s.name: MACHINE_SET.spec_of(s, MachineSetSpec).upgrade_strategy
             for s in await machine_sets(ctx, cluster)
