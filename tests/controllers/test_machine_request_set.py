@@ -3,13 +3,14 @@ machine another holds), shrink the requests no cluster uses first, and replace a
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from herder.controllers.provisioning.machine_request_set import MachineRequestSetController
 from herder.resources import Resource
 from herder.runtime.controller import ObjectKey
 from tests.controllers.provisioned import bound, condition, provider, reported, request_set, workers
-from tests.controllers.site import Site, names
+from tests.controllers.site import Site, eventually, names
 
 SET = {"herder.dev/machine-request-set": "pool"}
 
@@ -189,3 +190,25 @@ async def test_progress_within_a_stage_does_not_wake_the_set(site: Site) -> None
     assert await site.show(controller, after, before=before) == []
     provisioned = await reported(site, after, "m0", "127.0.0.2")
     assert await site.show(controller, provisioned, before=after) == [ObjectKey.of(pool)]
+
+
+async def test_requests_provisioned_together_are_one_write_of_the_set(site: Site) -> None:
+    await site.create(provider())
+
+    def counted(made: Resource) -> tuple[int, int]:
+        status = made.status or {}
+        return int(status.get("requests", 0)), int(status.get("provisioned", 0))
+
+    async with (
+        site.writes("MachineRequestSet", counted) as written,
+        site.running(MachineRequestSetController()),
+    ):
+        await site.create(request_set("pool", 2))
+        await eventually(lambda: written[-1:] == [(2, 0)])  # its requests made, none provisioned
+        before = len(written)
+        for i, each in enumerate(await _requests(site)):  # a provider's machines come within a moment
+            await reported(site, each, f"m{i}")
+            await asyncio.sleep(0.1)
+        await eventually(lambda: written[-1:] == [(2, 2)])
+        await asyncio.sleep(1)
+    assert written[before:] == [(2, 2)]

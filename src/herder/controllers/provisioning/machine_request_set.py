@@ -94,6 +94,9 @@ class MachineRequestSetController(Controller):
         Owns(MACHINE_REQUEST.kind, releasable=True),
     )
     concurrency = 4
+    # A summary too: a provider's requests move in bursts (its machines come within a moment of each
+    # other), and each step of each request was a write of the set.
+    settle = 0.5
 
     def __init__(self) -> None:
         # Each set's requests as the watch last showed them: a set whose count is right takes its
