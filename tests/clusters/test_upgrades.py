@@ -142,8 +142,13 @@ def test_a_failed_upgrade_stops_the_rollout_visibly(site: Site) -> None:
     member = site.get("clustermachine", worker)
     assert member["status"]["upgrade"]["target"] == NEXT
     assert "came back on v1.14.1" in member["status"]["upgrade"]["error"]
-    ready = next(c for c in site.get("cluster", "echo")["status"]["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "False" and worker in ready["message"]
+
+    def ready() -> dict[str, Any]:
+        return next(c for c in site.get("cluster", "echo")["status"]["conditions"] if c["type"] == "Ready")
+
+    # The cluster's summary settles a moment after the rollout it reads.
+    told = site.until(lambda: worker in ready()["message"] and ready(), timeout=15, what="Ready to name it")
+    assert told["status"] == "False"
     failures = site.get(
         "events", None, "--field-selector", f"involvedObject.name={worker},reason=UpgradeFailed"
     )

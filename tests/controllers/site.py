@@ -8,6 +8,8 @@ reconcile, and asserts what it wrote, which Events it told and which machine cal
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from herder.resources.catalog import herder_registry
 from herder.runtime.clock import FakeClock
 from herder.runtime.controller import Context, Controller, ObjectKey, Result
 from herder.runtime.event_recorder import EventRecorder
+from herder.runtime.manager import Manager
 from herder.runtime.outputs import Declaration, declarations_of
 from herder.state.encryption import Cipher
 from herder.state.memory import MemoryBackend
@@ -178,6 +181,37 @@ class Site:
         assert key.kind == controller.primary or controller.primary == "*", key
         return await controller.reconcile(key, self.context(controller))
 
+    @contextlib.asynccontextmanager
+    async def running(self, *controllers: Controller) -> AsyncIterator[None]:
+        """``controllers`` run as herder runs them (its manager: their watches, settling, real time), for
+        what one reconcile cannot show: how many a burst of changes gets."""
+        manager = Manager(self.store, list(controllers))
+        task = asyncio.create_task(manager.run())
+        try:
+            await asyncio.wait_for(manager.wait_synced(), 10)
+            yield
+        finally:
+            manager.stop()
+            await task
+
+    @contextlib.asynccontextmanager
+    async def writes(self, kind: str, pick: Callable[[Resource], Any]) -> AsyncIterator[list[Any]]:
+        """What ``pick`` reads from each write of ``kind`` from now on, in a list that grows meanwhile."""
+        seen: list[Any] = []
+        since = await self.store.revision()
+
+        async def follow() -> None:
+            async for event in self.store.watch(kind, resource_version=since):
+                seen.append(pick(event.object))
+
+        task = asyncio.create_task(follow())
+        try:
+            yield seen
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def show(
         self, controller: Controller, obj: Resource, *, before: Resource | None = None, deleted: bool = False
     ) -> list[ObjectKey]:
@@ -247,6 +281,13 @@ class Site:
         )
         (made,) = await self.create(secrets)
         return made
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:
+    """Wait until ``check`` holds (for what controllers that ``Site.running`` runs do in their time)."""
+    async with asyncio.timeout(timeout):
+        while not check():  # noqa: ASYNC110 - what it checks offers nothing to wait on
+            await asyncio.sleep(0.02)
 
 
 def names(objects: Iterable[Resource]) -> list[str]:

@@ -42,6 +42,20 @@ async def test_a_node_becomes_a_member_of_the_cluster_and_labels_its_machine(sit
     assert ("Normal", "Joined", "machine m1 joins cluster alpha as worker") in await site.told(node)
 
 
+async def test_a_node_the_allocation_made_is_told_once_by_the_allocation(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()
+    await fleet.machine("m1", stage="Maintenance")
+    workers = await fleet.machine_set("workers")
+    node = await fleet.node("m1", "workers")
+    owned = node.clone()
+    owned.metadata.owner_references = [site.context(ClusterMachineController()).reference_to(workers)]
+    node = await site.store.update(owned)
+    await site.reconcile(ClusterMachineController(), NODE)
+    assert await site.get("ClusterMachine", "m1") is not None
+    assert await site.told(node) == []
+
+
 async def test_a_node_that_goes_takes_its_member_and_then_lets_the_machine_go(site: Site) -> None:
     fleet = Fleet(site)
     await fleet.cluster()

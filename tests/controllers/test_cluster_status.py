@@ -1,15 +1,17 @@
 """ClusterStatus's verdicts: phase, machine counts and the conditions ControlPlaneReady, EtcdHealthy,
-KubernetesAPIReady and Ready, each naming what the cluster waits for; a flip is told once, a loss as a
-Warning; a cluster being deleted says what its teardown waits for."""
+KubernetesAPIReady and Ready, each naming what the cluster waits for; a loss is told as a Warning, and
+only Ready as it comes (its steps are its conditions'); a cluster being deleted says what its teardown waits for."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from herder.controllers.clusters.cluster_status import ClusterStatusController
+from herder.controllers.clusters.machine_set_status import MachineSetStatusController
 from herder.resources import Resource
 from tests.controllers.fleet import Fleet, ready
-from tests.controllers.site import Site, obj
+from tests.controllers.site import Site, eventually, obj
 
 
 async def verdicts(site: Site, fleet: Fleet) -> dict[str, Any]:
@@ -84,29 +86,58 @@ async def test_a_healthy_cluster_is_ready_and_says_so_once(site: Site) -> None:
     assert await verdicts(site, fleet) == got
     cluster = await site.get("Cluster", fleet.name)
     told = [(kind, reason) for kind, reason, _ in await site.told(cluster)]
-    assert told == [
-        ("Normal", "ControlPlaneReady"),
-        ("Normal", "EtcdHealthy"),
-        ("Normal", "KubernetesAPIReady"),
-        ("Normal", "Ready"),
+    assert told == [("Normal", "Ready")]  # its conditions tell each step
+
+
+async def test_a_forming_cluster_tells_only_that_it_is_ready_at_the_end(site: Site) -> None:
+    fleet = await running(site)
+    w1 = await site.get("ClusterMachine", "w1")
+    assert w1 is not None
+    w1 = await site.set_status(w1, ready=False, conditions=[ready("Ready", False, "NotRunning", "booting")])
+    got = await verdicts(site, fleet)  # its control planes, etcd and API are up; a worker is not
+    assert [got[k][0] for k in ("ControlPlaneReady", "EtcdHealthy", "KubernetesAPIReady", "Ready")] == [
+        True,
+        True,
+        True,
+        False,
     ]
+    cluster = await site.get("Cluster", fleet.name)
+    assert await site.told(cluster) == []  # each step is its condition's to tell
+    await site.set_status(w1, ready=True, conditions=[ready("Ready")])
+    await verdicts(site, fleet)
+    assert await site.told(cluster) == [("Normal", "Ready", "3/3 machines ready")]
 
 
-async def test_a_control_plane_not_ready_is_named_with_its_reason(site: Site) -> None:
+async def test_a_control_plane_not_ready_is_named_with_its_fault_and_on_its_way_in_one_write(
+    site: Site,
+) -> None:
     fleet = await running(site)
     cp2 = await site.get("ClusterMachine", "cp2")
     assert cp2 is not None
+    versions = []
+    for reason, step in (("NotRunning", "machine is booting"), ("EtcdNotJoined", "waiting for etcd")):
+        # Each step is the member's own condition's to tell: the cluster is not written again for it.
+        await site.set_status(cp2, ready=False, conditions=[ready("Ready", False, reason, step)])
+        got = await verdicts(site, fleet)
+        why = "1/2 ready; cp2: on its way (its ClusterMachine's Ready condition says how far)"
+        assert got["ControlPlaneReady"] == (False, "ControlPlanesNotReady", why)
+        assert got["Ready"] == (False, "ControlPlaneReady", why)
+        assert got["machines"] == {"total": 3, "ready": 2, "wanted": 3}
+        versions.append((await site.get("Cluster", fleet.name)).metadata.resource_version)  # type: ignore[union-attr]
+    assert versions[0] == versions[1]
+    # A fault is named with its message.
     await site.set_status(
-        cp2, ready=False, conditions=[ready("Ready", False, "NotRunning", "machine is booting")]
+        cp2, ready=False, conditions=[ready("Ready", False, "Unreachable", "machine is unreachable")]
     )
     got = await verdicts(site, fleet)
-    why = "1/2 ready; cp2: machine is booting"
-    assert got["ControlPlaneReady"] == (False, "ControlPlanesNotReady", why)
-    assert got["Ready"] == (False, "ControlPlaneReady", why)
-    assert got["machines"] == {"total": 3, "ready": 2, "wanted": 3}
+    assert got["ControlPlaneReady"] == (
+        False,
+        "ControlPlanesNotReady",
+        "1/2 ready; cp2: machine is unreachable",
+    )
 
 
-async def test_losing_etcd_health_is_told_as_a_warning_and_coming_back_as_normal(site: Site) -> None:
+async def test_losing_etcd_health_is_told_as_a_warning_and_coming_back_as_ready(site: Site) -> None:
     fleet = await running(site)
     await verdicts(site, fleet)
     await health(site, fleet, etcd=False)
@@ -116,10 +147,10 @@ async def test_losing_etcd_health_is_told_as_a_warning_and_coming_back_as_normal
     await health(site, fleet)
     await verdicts(site, fleet)
     cluster = await site.get("Cluster", fleet.name)
-    assert (await site.told(cluster))[-4:] == [
+    # (Ready again is the Event of the first time Ready, counted twice.)
+    assert (await site.told(cluster))[-3:] == [
         ("Warning", "EtcdHealthyLost", "cp2: no answer"),
         ("Warning", "ReadyLost", "cp2: no answer"),
-        ("Normal", "EtcdHealthy", "Healthy"),
         ("Normal", "Ready", "3/3 machines ready"),
     ]
 
@@ -180,3 +211,31 @@ async def test_a_cluster_being_deleted_says_what_its_teardown_waits_for(site: Si
     got = await verdicts(site, fleet)
     assert got["phase"] == "Destroying"
     assert got["Ready"] == (False, "Destroying", "waiting for 3 machine(s) to be reset: cp1, cp2, w1")
+
+
+async def test_the_last_member_ready_is_one_write_with_its_set_ready_too(site: Site) -> None:
+    fleet = Fleet(site)
+    cluster = await fleet.cluster()
+    await site.set_status(cluster, conditions=[ready("EndpointReady", reason="Serving")])
+    for uuid in ("cp1", "w1"):
+        await fleet.machine(uuid)
+    await fleet.control_plane_set(machines=["cp1"])
+    await fleet.machine_set("workers", machines=["w1"])
+    await fleet.member("cp1", "controlplane", ready=True, conditions=[ready("Ready")])
+    w1 = await fleet.member("w1", conditions=[ready("Ready", False, "NotRunning", "machine is booting")])
+    await health(site, fleet)
+
+    def seen(cluster: Resource) -> tuple[int, str]:
+        status = cluster.status or {}
+        found = next(c for c in status.get("conditions", []) if c["type"] == "Ready")
+        return status["machines"]["ready"], found["message"]
+
+    summaries = (MachineSetStatusController(), ClusterStatusController())
+    async with site.writes("Cluster", seen) as written, site.running(*summaries):
+        await eventually(lambda: written[-1:] == [(1, "machine set workers is not ready")])
+        before = len(written)
+        await site.set_status(w1, ready=True, conditions=[ready("Ready")])
+        await eventually(lambda: written[-1:] == [(2, "2/2 machines ready")])
+        await asyncio.sleep(2)
+    # Not once with the member and again with its set: the cluster reads the set's verdict of the same change.
+    assert written[before:] == [(2, "2/2 machines ready")]

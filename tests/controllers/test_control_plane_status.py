@@ -5,16 +5,21 @@ move on their own, every ten minutes)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
 from herder.controllers.clusters.control_plane_status import (
+    API_GRACE,
+    API_GRACE_RETRY,
     REFRESH_FIGURES_AFTER,
     ControlPlaneStatusController,
 )
+from herder.runtime.controller import Result
 from herder.talos.machine import EtcdMember, EtcdMemberStatus, Unavailable
 from tests.controllers.fleet import Fleet
 from tests.controllers.site import Site
+from tests.controllers.workload import ENDPOINT, Workload
 
 IDS = {"cp1": 0xA1, "cp2": 0xB2}
 
@@ -55,9 +60,12 @@ def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
 async def test_a_cluster_not_bootstrapped_says_so(site: Site) -> None:
     fleet = Fleet(site)
     await fleet.cluster(bootstrapped=False)
-    status = await measured(site, fleet, controller(site, fleet))
+    async with site.writes("ControlPlaneStatus", lambda made: made.status) as written:
+        status = await measured(site, fleet, controller(site, fleet))
+        await asyncio.sleep(0.1)
     pending = ("False", "NotBootstrapped", "etcd is not bootstrapped yet")
     assert conditions(status) == {"EtcdHealthy": pending, "APIReachable": pending, "Ready": pending}
+    assert written == [status]  # made with its first verdicts, in one write
     assert site.machines.calls == []
 
 
@@ -161,3 +169,34 @@ async def test_a_new_leader_is_counted(site: Site) -> None:
         site.machines.answer("etcd_status", etcd_status(member_id, IDS["cp2"]), fleet.endpoint(uuid))
     etcd = (await measured(site, fleet, probe))["etcd"]
     assert (etcd["leader"], etcd["leaderChanges"]) == ("cp2", 1)
+
+
+async def test_a_new_clusters_api_is_unreachable_only_past_its_grace(
+    site: Site, cluster_api: Workload
+) -> None:
+    fleet = Fleet(site)
+    cluster = await fleet.cluster(bootstrapped=False)
+    await site.set_status(cluster, endpoint=ENDPOINT)
+    await control_planes(site, fleet)
+    probe = ControlPlaneStatusController(
+        fleet.keys, lambda namespace, cluster: None, dialer=site.machines, kubernetes=cluster_api
+    )
+    pending = conditions(await measured(site, fleet, probe))
+    cluster_api.down = True  # its API server is starting
+    await site.set_status(
+        cluster,
+        bootstrap={
+            "machine": "cp1",
+            "requestedAt": site.clock.rfc3339(),
+            "completedAt": site.clock.rfc3339(),
+        },
+    )
+    before = await site.get("ControlPlaneStatus", fleet.name)
+    assert await site.reconcile(probe, fleet.key) == Result(requeue_after=API_GRACE_RETRY)
+    after = await site.get("ControlPlaneStatus", fleet.name)
+    assert before is not None and after is not None
+    assert after.metadata.resource_version == before.metadata.resource_version
+    assert conditions(await site.status("ControlPlaneStatus", fleet.name)) == pending
+    site.clock.advance(API_GRACE)
+    found = conditions(await measured(site, fleet, probe))
+    assert found["APIReachable"][:2] == ("False", "Unreachable")

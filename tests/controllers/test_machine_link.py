@@ -156,3 +156,35 @@ async def test_a_machine_its_provider_powered_off_is_powered_off_as_soon_as_it_s
         assert (await site.status("Machine", "on"))["stage"] == "Running"
     finally:
         await controller.shutdown()
+
+
+async def test_a_reconnect_of_herders_own_keeps_when_the_machine_was_reached(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()
+    machine = await fleet.machine("m1", connected=False, stage="Unknown")
+    site.machines.answer("version", SimpleNamespace(tag="v1.13.0"))
+    site.machines.fail("system_information", MachineAPIError("not answered here"))
+    site.machines.answer("watch_resources", _stalling_streams([MachineStage.MAINTENANCE]))
+    controller = MachineLinkController(fleet.keys, clients=ClientPool(dialer=site.machines, keep=0))
+    try:
+        await site.reconcile(controller, ObjectKey.of(machine))
+        await _stage_becomes(site, "m1", "Maintenance")
+        reached = (await site.status("Machine", "m1"))["connectedAt"]
+        written = (await site.get("Machine", "m1")).metadata.resource_version  # type: ignore[union-attr]
+        site.clock.advance(5)
+        await fleet.member("m1")  # herder's credentials for it: the link connects again
+        await site.reconcile(controller, ObjectKey.of(machine))
+        for _ in range(100):
+            if len(site.machines.made("watch_resources")) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert len(site.machines.made("watch_resources")) == 2
+        for _ in range(60):  # what the new connection reports comes a moment after it
+            if (await site.status("Machine", "m1"))["connectedAt"] != reached:
+                break
+            await asyncio.sleep(0.05)
+        # Not a boot: nothing the machine's status tells changed, and nothing is written.
+        assert (await site.status("Machine", "m1"))["connectedAt"] == reached
+        assert (await site.get("Machine", "m1")).metadata.resource_version == written  # type: ignore[union-attr]
+    finally:
+        await controller.shutdown()

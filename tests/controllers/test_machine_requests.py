@@ -158,3 +158,23 @@ async def test_a_claim_of_a_request_that_is_gone_does_not_hold_the_machine(site:
     machine = await site.get("Machine", UUID)
     assert machine is not None and machine.metadata.labels["herder.dev/machine-request"] == "r1"
     assert "conditions" not in await site.status("MachineRequest", "r1")
+
+
+async def test_provisioned_is_told_only_after_failed_attempts(site: Site) -> None:
+    await site.create(provider())
+    controller = MachineRequestController()
+    (plain, flaky) = await site.create(request("r1"), request("r2"))
+    fault = {"message": "the cloud is out of capacity", "time": "2026-01-01T00:00:00Z"}
+    for made, error in ((plain, None), (flaky, fault)):
+        await site.reconcile(controller, ObjectKey.of(made))  # seen as it starts
+        status = {"stage": "Provisioning", "attempts": 1 if error else 0, "lastError": error}
+        made = await site.set_status(made, **{k: v for k, v in status.items() if v is not None})
+        await site.reconcile(controller, ObjectKey.of(made))
+        await reported(site, made, f"m-{made.name}", "127.0.0.5", attempts=0, lastError=None)
+        await site.reconcile(controller, ObjectKey.of(made))
+    # Its status and its Machine tell it: no Event of its own.
+    assert await site.told(plain) == []
+    assert [e[:2] for e in await site.told(flaky)] == [
+        ("Warning", "ProvisioningFailed"),
+        ("Normal", "Provisioned"),
+    ]

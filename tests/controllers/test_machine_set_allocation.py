@@ -3,11 +3,13 @@ release gated on etcd's health and on the control planes that stay."""
 
 from __future__ import annotations
 
+import asyncio
+
 from herder.controllers.clusters.machine_set_allocation import MachineSetAllocationController
 from herder.resources import Resource
 from herder.runtime.controller import ObjectKey
 from herder.state.store import WatchEvent
-from tests.controllers.site import Site, names, obj
+from tests.controllers.site import Site, eventually, names, obj
 
 CLUSTER = {"herder.dev/cluster": "alpha"}
 
@@ -228,9 +230,14 @@ async def test_a_set_of_a_request_set_names_it_while_it_provisions_and_tells_its
     allocation = MachineSetAllocationController()
     provisioning = "2 more machine(s) wanted from machine request set pool: being provisioned "
     provisioning += "(machine request set pool says how far)"
-    for told in ("0/2 provisioned; pool-a: Pending", "1/2 provisioned; pool-b: Provisioning: booting"):
+    for ok, reason, told in (
+        (False, "Provisioning", "0/2 provisioned; pool-a: Pending"),
+        (False, "Provisioning", "1/2 provisioned; pool-b: Provisioning: booting"),
+        # Provisioned, not connected yet: still on their way.
+        (True, "Provisioned", "2 machine(s) provisioned"),
+    ):
         # Its progress is the request set's to tell: the machine set is not written at each step.
-        pool = await site.set_status(pool, conditions=[ready_condition(False, "Provisioning", told)])
+        pool = await site.set_status(pool, conditions=[ready_condition(ok, reason, told)])
         await site.reconcile(allocation, ObjectKey.of(workers))
         assert (await site.status("MachineSet", "workers"))["allocation"]["reason"] == provisioning
     # What can keep the set waiting for good is told as the request set tells it.
@@ -247,3 +254,55 @@ async def test_a_set_of_a_request_set_names_it_while_it_provisions_and_tells_its
 
 def ready_condition(ok: bool, reason: str, message: str) -> dict[str, str]:
     return {"type": "Ready", "status": str(ok), "reason": reason, "message": message}
+
+
+async def test_a_machine_bound_already_but_not_labelled_yet_is_no_new_bind(site: Site) -> None:
+    await site.create(cluster())
+    await free(site, "m1", "m2", pool="a")
+    await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
+    (workers,) = await site.create(
+        obj(
+            "MachineSet",
+            "alpha-workers",
+            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 1}},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    allocation = MachineSetAllocationController()
+    await site.reconcile(allocation, ObjectKey.of(workers))
+    # m1 is bound; membership has not labelled it with its cluster yet, so it still looks free.
+    await resize(site, workers, {"machineClass": {"name": "pool-a", "size": 2}})
+    await site.reconcile(allocation, ObjectKey.of(workers))
+    assert await staying(site) == ["m1", "m2"]
+    assert "allocation" not in await site.status("MachineSet", "alpha-workers")
+    told = [message for _, reason, message in await site.told(workers) if reason == "Allocated"]
+    assert told == ["machine m1 allocated", "machine m2 allocated"]
+
+
+async def test_machines_that_come_together_are_bound_in_one_write_of_the_set(site: Site) -> None:
+    await site.create(cluster())
+    await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
+
+    def allocation(machine_set: Resource) -> object:
+        return (machine_set.status or {}).get("allocation")
+
+    async with (
+        site.writes("MachineSet", allocation) as written,
+        site.running(MachineSetAllocationController()),
+    ):
+        await site.create(
+            obj(
+                "MachineSet",
+                "alpha-workers",
+                spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 2}},
+                metadata={"labels": CLUSTER},
+            )
+        )
+        await eventually(lambda: len(written) == 2)  # created, then short of both
+        for uuid in ("m1", "m2"):  # a provider's machines connect within a moment of each other
+            await free(site, uuid, pool="a")
+            await asyncio.sleep(0.1)
+        await eventually(lambda: written[-1] is None)
+        await asyncio.sleep(1.5)
+    assert await staying(site) == ["m1", "m2"]
+    assert [a if a is None else a["reason"][:20] for a in written] == [None, "2 more machine(s) wa", None]

@@ -1,16 +1,19 @@
 """MachineSetStatus's verdicts: machines total, ready and wanted (its list, its class's size, its request
 set's count), its phase, and a Ready condition naming what it waits for — machines it cannot get, more
-to allocate, machines leaving, the first machine that is not ready and why."""
+to allocate, machines leaving, the first machine that is not ready (and why, when it is a fault)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from herder.controllers.clusters.machine_set_allocation import MachineSetAllocationController
 from herder.controllers.clusters.machine_set_status import MachineSetStatusController
+from herder.resources import Resource
 from herder.runtime.controller import ObjectKey
 from herder.state.store import WatchEvent
 from tests.controllers.fleet import Fleet, ready
-from tests.controllers.site import Site, obj
+from tests.controllers.site import Site, eventually, obj
 
 KEY = ObjectKey("MachineSet", "default", "workers")
 
@@ -56,6 +59,21 @@ async def test_the_first_machine_not_ready_is_named_with_its_reason(site: Site) 
         {"total": 2, "ready": 1, "wanted": 2},
         (False, "MachinesNotReady", "1/2 ready; w2: machine is unreachable"),
     )
+
+
+async def test_a_fault_is_named_before_a_machine_on_its_way_and_steps_are_no_writes(site: Site) -> None:
+    fleet = await listed(site, "w1", "w2", "w3")
+    await fleet.member("w1", ready=True)
+    w2 = await fleet.member("w2", conditions=[ready("Ready", False, "NotRunning", "machine is maintenance")])
+    w3 = await fleet.member("w3")  # no verdict yet: its config is being made
+    on_its_way = "1/3 ready; w2: on its way (its ClusterMachine's Ready condition says how far)"
+    assert (await verdict(site))[2] == (False, "MachinesNotReady", on_its_way)
+    written = (await site.get("MachineSet", "workers")).metadata.resource_version  # type: ignore[union-attr]
+    await site.set_status(w2, conditions=[ready("Ready", False, "NotRunning", "machine is booting")])
+    assert (await verdict(site))[2] == (False, "MachinesNotReady", on_its_way)
+    assert (await site.get("MachineSet", "workers")).metadata.resource_version == written  # type: ignore[union-attr]
+    await site.set_status(w3, conditions=[ready("Ready", False, "ApplyFailed", "connection refused")])
+    assert (await verdict(site))[2] == (False, "MachinesNotReady", "1/3 ready; w3: connection refused")
 
 
 async def test_machines_the_set_cannot_get_come_first(site: Site) -> None:
@@ -119,3 +137,21 @@ async def test_a_set_being_deleted_says_how_many_machines_leave(site: Site) -> N
     await site.store.delete("MachineSet", "workers", "default")
     phase, _, condition = await verdict(site)
     assert (phase, condition) == ("Destroying", (False, "Destroying", "1 machine(s) leaving"))
+
+
+async def test_a_new_set_short_of_machines_says_why_in_its_first_verdict(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()
+    await site.create(obj("MachineClass", "pool", spec={"selector": {"matchLabels": {"pool": "a"}}}))
+
+    def told(machine_set: Resource) -> str | None:
+        found = [c for c in (machine_set.status or {}).get("conditions", []) if c["type"] == "Ready"]
+        return found[0]["reason"] if found else None
+
+    controllers = (MachineSetAllocationController(), MachineSetStatusController())
+    async with site.writes("MachineSet", told) as written, site.running(*controllers):
+        await fleet.machine_set("workers", machineClass={"name": "pool", "size": 2})
+        await eventually(lambda: "MachinesMissing" in written)
+        await asyncio.sleep(1.5)
+    # Its summary waits for the allocation's verdict: not "ScalingUp" first, then why, a write each.
+    assert [reason for reason in written if reason] == ["MachinesMissing"]

@@ -4,12 +4,13 @@ rollout, visibly; the config rollout shows how far the newest configs are applie
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from herder.controllers.clusters.version_rollout import VersionRolloutController
 from herder.resources import Resource
 from tests.controllers.fleet import KUBERNETES, TALOS, Fleet, ready
-from tests.controllers.site import Site
+from tests.controllers.site import Site, eventually
 
 TARGET = "v1.13.2"
 
@@ -230,3 +231,39 @@ async def test_the_config_rollout_shows_machines_behind_and_the_first_failure(si
     await site.set_status(w2, apply={"attempts": 2, "lastError": "connection refused"})
     config = (await roll(site, fleet))["Config"]
     assert (config["state"], config["message"]) == ("Stopped", "machine w2: connection refused")
+
+
+async def test_a_forming_cluster_shows_its_rollouts_once_its_members_run_its_versions(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster()  # bootstrapped; its members still come up
+    member = await fleet.member("cp1", "controlplane", configHash="c1")
+    await fleet.config(member, "c1")
+    assert await roll(site, fleet) == {}  # nothing moves: what there is to tell is its members' to tell
+    await site.set_status(member, ready=True, talosVersion=TALOS)
+    rollouts = await roll(site, fleet)
+    assert [(r["kind"], r["state"], r["done"]) for r in rollouts.values()] == [
+        ("Talos", "Done", 1),
+        ("Kubernetes", "Done", 1),
+    ]
+
+
+async def test_members_coming_up_together_are_one_write_of_the_rollouts(site: Site) -> None:
+    fleet = await formed(site, workers=0)
+    await roll(site, fleet)  # its rollouts are shown
+    members = [await fleet.member(uuid, configHash="c1") for uuid in ("w1", "w2", "w3")]
+    for member in members:
+        await fleet.config(member, "c1")
+
+    def talos(cluster: Resource) -> list[tuple[int, str]]:
+        rollouts = (cluster.status or {}).get("rollouts", [])
+        return [(r["done"], r["state"]) for r in rollouts if r["kind"] == "Talos"]
+
+    async with site.writes("Cluster", talos) as written, site.running(VersionRolloutController()):
+        await eventually(lambda: written == [[(2, "Rolling")]])
+        # New members come up within a moment of each other (as a new set's do).
+        for member in members:
+            await site.set_status(member, ready=True, talosVersion=TALOS)
+            await asyncio.sleep(0.1)
+        await eventually(lambda: written[-1:] == [[(5, "Done")]])
+        await asyncio.sleep(1.5)
+    assert written == [[(2, "Rolling")], [(5, "Done")]]

@@ -130,7 +130,10 @@ class MachineStatus(WithConditions):
     power: PowerStatus | None = None
     last_error: str = Field(default="", alias="lastError")
     connected_at: str = Field(
-        default="", alias="connectedAt", description="when the current connection began"
+        default="",
+        alias="connectedAt",
+        description="when the machine was last reached anew, after a boot or a loss (herder's own "
+        "reconnects, for new credentials, keep it)",
     )
     conditions: list[dict[str, Any]] = []
 

@@ -150,12 +150,15 @@ class EtcdBackupController(Controller):
         BACKUPS_TAKEN.labels(key.namespace or "", key.name).inc()
         spec = ETCD_BACKUP.spec_of(backup, EtcdBackupSpec)
         NEWEST_BACKUP_AGE.taken(key.namespace or "", key.name, _seconds(spec.taken_at))
-        await ctx.event(
-            cluster,
-            "Normal",
-            "BackupTaken",
-            f"{backup.name}: {spec.size} bytes in store {spec.store}, from machine {spec.machine}",
-        )
+        if status.failures:
+            # Told after the Warnings of the attempts that failed. A routine backup is no Event: the backup
+            # itself and the BackupsHealthy condition tell it, and an Event each would be a write more.
+            await ctx.event(
+                cluster,
+                "Normal",
+                "BackupTaken",
+                f"{backup.name}: {spec.size} bytes in store {spec.store}, from machine {spec.machine}",
+            )
         return Result(requeue_after=schedule.interval_seconds) if schedule is not None else None
 
     async def _record(

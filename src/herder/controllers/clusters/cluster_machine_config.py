@@ -3,8 +3,9 @@ cluster's secrets and version contract, with ConfigPatches layered system → cl
 cluster machine → machine, validated against the contract, and kept as its ClusterMachineConfig.
 
 A patch that makes an invalid config, or touches what herder owns, stops at this machine: the reason is
-on the ClusterMachine's ``ConfigValid`` condition and in a Warning event, and the last good config
-stays in place. The generated base config of a (cluster, role, version, disk) is reused across machines.
+on the ClusterMachine's ``ConfigValid`` condition and in a Warning event (the condition turns True once
+a config is made again; a member that never had a fault has none), and the last good config stays in
+place. The generated base config of a (cluster, role, version, disk) is reused across machines.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from herder.resources.clusters import (
     MACHINE_SET_NODE,
     ClusterMachineConfigSpec,
     ClusterMachineSpec,
+    ClusterMachineStatus,
     ClusterSpec,
     ClusterStatus,
     MachineSetNodeSpec,
@@ -200,7 +202,10 @@ class ClusterMachineConfigController(Controller):
                     }
                 ),
             )
-        await ctx.condition(member, "ConfigValid", True, "Generated")
+        if status_of(member, ClusterMachineStatus).condition("ConfigValid") is not None:
+            # A fault mended. A config made without one says nothing the ClusterMachineConfig does not:
+            # no condition, rather than a write of every new member for it.
+            await ctx.condition(member, "ConfigValid", True, "Generated")
         return None
 
     async def _config(

@@ -4,8 +4,8 @@ and whether it is ready, with a ``Ready`` condition whose reason and message say
 A member is ready once its machine is registered and reachable, runs the config herder applied to it
 (an older one counts: it is in service while its new config rolls out), and, for a control plane, is an
 etcd member. Only the config that cannot be made (``ConfigValid``) or applied (``status.apply``) is a
-fault; the rest is progress. A new member's config is usually made and applied within a moment: it says
-that it waits for one only when that takes longer (``PENDING_GRACE``).
+fault; the rest is progress. A new member usually gets its config and comes up within seconds: it tells
+its progress only when that takes longer (``PENDING_GRACE``), and a fault at once.
 """
 
 from __future__ import annotations
@@ -34,10 +34,15 @@ from herder.runtime.controller import (
 )
 from herder.runtime.outputs import Writes
 
-PENDING_GRACE = 15.0
-"""Seconds a new member's config may take to be made and applied before its readiness says it waits for
-it (its Ready condition is Unknown meanwhile): usually it is there by then, even with a hundred machines
-applying at once, and the first word a member gets is then one write, not two."""
+# The progress a new member's first verdict waits out, within its grace: its config being made and applied,
+# its machine installing it and booting. A control plane's waiting for etcd is told at once: its machine
+# running is what its cluster's bootstrap waits for (and is woken by).
+_COMING_UP = ("ConfigPending", "NotRunning")
+
+PENDING_GRACE = 30.0
+"""Seconds a new member may take to get its config and come up before its readiness tells how far it got
+(it has no Ready condition meanwhile): usually it is up by then, even with a hundred machines forming at
+once, and the first word a member gets is then one write (Ready), not one per step."""
 
 
 class ClusterMachineReadinessController(Controller):
@@ -53,6 +58,9 @@ class ClusterMachineReadinessController(Controller):
         ),
     )
     concurrency = 8
+    # A machine's stages follow each other closely as it installs its config and reboots: the one that
+    # stands is written, not each (and each would be a write of the member and a reconcile of all above).
+    settle = 1.0
     # What a verdict reads, and none of what it writes: a write does not wake it again.
     watches = (
         Watch(
@@ -96,7 +104,7 @@ class ClusterMachineReadinessController(Controller):
         role = CLUSTER_MACHINE.spec_of(member, ClusterMachineSpec).role
         current = status_of(member, ClusterMachineStatus)
         reason, message = verdict(current, reached, wanted, role)
-        if reason == "ConfigPending" and current.condition("Ready") is None:
+        if reason in _COMING_UP and current.condition("Ready") is None:
             since = self._pending_since.setdefault(key, ctx.clock.monotonic())
             wait = PENDING_GRACE - (ctx.clock.monotonic() - since)
             if wait > 0:
@@ -112,6 +120,22 @@ class ClusterMachineReadinessController(Controller):
 
         await ctx.mutate_status(key, ClusterMachineStatus, record)
         return None
+
+
+# The reasons a member on its way to ready gives (the rest are faults): its config being made and applied,
+# its machine booting, installing or upgrading, a control plane joining etcd.
+PROGRESS = frozenset({"ConfigPending", "NotRunning", "EtcdNotJoined"})
+
+
+def waiting_for(unready: list[tuple[Resource, ClusterMachineStatus]]) -> str:
+    """What a summary (a set's, a cluster's) tells of its members not ready: the first fault with its
+    message, else the first member on its way, by name only. Its steps are its own Ready condition's to
+    tell: repeated, each would be a write of every summary above it too."""
+    for member, status in unready:
+        why = status.condition("Ready")
+        if why is not None and why.status == "False" and why.reason not in PROGRESS:
+            return f"{member.name}: {why.message or why.reason}"
+    return f"{unready[0][0].name}: on its way (its ClusterMachine's Ready condition says how far)"
 
 
 def verdict(

@@ -94,9 +94,12 @@ class ClusterMachineController(Controller):
                     }
                 ),
             )
-            await ctx.event(
-                node, "Normal", "Joined", f"machine {node.name} joins cluster {cluster.name} as {role}"
-            )
+            if node.metadata.controller_ref() is None:
+                # Made by hand: nothing else tells that the machine joins. The allocation tells of the
+                # nodes it makes (Allocated, on the set), and a second Event of each would be a write.
+                await ctx.event(
+                    node, "Normal", "Joined", f"machine {node.name} joins cluster {cluster.name} as {role}"
+                )
         else:
 
             def belong(m: Resource) -> None:

@@ -2,11 +2,13 @@
 ``ControlPlaneReady``, ``EtcdHealthy``, ``KubernetesAPIReady`` and ``Ready``, each with a reason and message.
 
 It is recomputed whenever a member, a machine set or the cluster's ControlPlaneStatus (where etcd and the
-Kubernetes API are measured) changes. A condition that flips is told in an Event.
+Kubernetes API are measured) changes. A condition lost is told as a Warning; the cluster's steps to
+ready (forming, or coming back) are its conditions' to tell, and only Ready is told once it holds.
 """
 
 from __future__ import annotations
 
+from herder.controllers.clusters.cluster_machine_readiness import waiting_for
 from herder.controllers.members import (
     cluster_changes,
     cluster_machines,
@@ -58,8 +60,9 @@ class ClusterStatusController(Controller):
         ),
     )
     concurrency = 8
-    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write.
-    settle = 0.5
+    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write. Longer
+    # than its sets' summary's, so that it reads their verdicts on the same burst, not a write before them.
+    settle = 1.5
 
     def __init__(self) -> None:
         self.watches = (
@@ -147,13 +150,11 @@ class ClusterStatusController(Controller):
                 "the cluster has no control plane machine",
             )
         elif len(cp_ready) < len(control_planes):
-            first, first_status = next((m, s) for m, s in control_planes if not s.ready)
-            why = first_status.condition("Ready")
+            unready = [(m, s) for m, s in control_planes if not s.ready]
             verdicts["ControlPlaneReady"] = (
                 False,
                 "ControlPlanesNotReady",
-                f"{len(cp_ready)}/{len(control_planes)} ready; "
-                f"{first.name}: {(why.message if why else '') or 'not ready'}",
+                f"{len(cp_ready)}/{len(control_planes)} ready; {waiting_for(unready)}",
             )
         else:
             verdicts["ControlPlaneReady"] = (True, "Ready", f"{len(control_planes)} control plane(s) ready")
@@ -220,6 +221,10 @@ async def _tell_flips(ctx: Context, cluster: Resource, before: ClusterStatus) ->
         good = now.status == "True"
         if not good and was is None:
             continue  # a new cluster is not ready yet: nothing went wrong
+        if good and kind != "Ready":
+            # A step of a cluster forming (or coming back), which its condition tells: the Ready Event at
+            # the end tells the whole, one Event rather than one per step.
+            continue
         await ctx.event(
             cluster,
             "Normal" if good else "Warning",

@@ -295,7 +295,11 @@ class ConfigApplyController(Controller):
             ctx, member, config.config, config.hash, config.talos_version, mode
         )
         await ctx.mutate_status(key, ClusterMachineStatus, succeeded)
-        await ctx.event(member, "Normal", "ConfigApplied", f"config {config.hash[:12]} applied {how}")
+        if status.config_hash or status.apply.attempts or not reached.maintenance:
+            # A new member's first config, applied at the first attempt, is part of its joining (which
+            # the allocation tells): its history records it, and an Event each was a write per machine.
+            # A change, and a success after failed attempts (after their Warnings), are told.
+            await ctx.event(member, "Normal", "ConfigApplied", f"config {config.hash[:12]} applied {how}")
         return None
 
 

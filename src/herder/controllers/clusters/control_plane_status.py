@@ -56,6 +56,12 @@ QUIET_EVERY = 60.0
 """The longest wait between probes of a healthy control plane: each probe that finds it healthy and
 unchanged doubles the wait from ``healthy_every`` up to this; a change or a failure makes it short again at
 once (and a control plane that changes stage is probed then, whatever the wait)."""
+API_GRACE = 30.0
+"""Seconds a new cluster's Kubernetes API may take to answer after its bootstrap before its status says it
+is unreachable: it usually answers within seconds, and saying so first was two writes (this status and the
+Cluster's) for nothing. Until then the status stays as it was (etcd not bootstrapped yet), and the probe
+is made again every ``API_GRACE_RETRY`` seconds."""
+API_GRACE_RETRY = 2.0
 REFRESH_FIGURES_AFTER = 600.0
 """Seconds after which etcd's figures that move on their own (raft index, database size) are written
 though nothing else changed: a live etcd's raft index moves with every write, and rewriting the status
@@ -107,6 +113,7 @@ class ControlPlaneStatusController(Controller):
         *,
         healthy_every: float = HEALTHY_EVERY,
         dialer: MachineDialer = dial,
+        kubernetes: KubernetesClients | None = None,
     ) -> None:
         self._keys = keys
         self._balancers = balancers
@@ -116,7 +123,7 @@ class ControlPlaneStatusController(Controller):
         # Healthy probes in a row that found nothing new, per cluster (absent: the last was not healthy).
         self._quiet: dict[tuple[str, str], int] = {}
         self._machines = machine_clients(dialer)
-        self._kubernetes = KubernetesClients()
+        self._kubernetes = kubernetes or KubernetesClients()
         self.watches = (
             Watch(CLUSTER.kind, cluster_changes("bootstrap", "endpoint")),
             Watch(
@@ -157,6 +164,8 @@ class ControlPlaneStatusController(Controller):
         kubernetes = await probe_kubernetes(self._kubernetes, endpoint, view.kubernetes) if endpoint else None
         balancer = self._balancers(*where)
         self._measure(where, etcd, kubernetes)
+        if kubernetes is not None and not kubernetes.reachable and await _api_starting(ctx, cluster, status):
+            return Result(requeue_after=API_GRACE_RETRY)
         healthy, changed = await self._write(ctx, cluster, etcd, kubernetes, balancer, "", "")
         if not healthy:
             self._quiet.pop(where, None)
@@ -212,17 +221,6 @@ class ControlPlaneStatusController(Controller):
         """Write the cluster's ControlPlaneStatus; whether every condition is good, and whether anything
         but etcd's moving figures changed."""
         key = ObjectKey(CONTROL_PLANE_STATUS.kind, cluster.namespace, cluster.name)
-        if await ctx.get(key) is None:
-            await ctx.apply_output(
-                cluster,
-                Resource.model_validate(
-                    {
-                        "apiVersion": CONTROL_PLANE_STATUS.api_version,
-                        "kind": CONTROL_PLANE_STATUS.kind,
-                        "metadata": {"name": cluster.name, "namespace": cluster.namespace},
-                    }
-                ),
-            )
         verdicts = _verdicts(etcd, kubernetes, balancer, pending_reason, pending_message)
         elections = self._elections.get((cluster.namespace or "default", cluster.name), 0)
         measured = _etcd_health(etcd, elections) if etcd is not None else None
@@ -260,8 +258,36 @@ class ControlPlaneStatusController(Controller):
                 else:
                     status.etcd = figures
 
-        await ctx.mutate_status(key, ControlPlaneStatusStatus, record)
+        if await ctx.get(key) is None:
+            # Made with its first verdicts: one write, not two.
+            first = ControlPlaneStatusStatus()
+            record(cluster, first)
+            made = {"name": cluster.name, "namespace": cluster.namespace}
+            await ctx.apply_output(
+                cluster,
+                Resource.model_validate(
+                    {
+                        "apiVersion": CONTROL_PLANE_STATUS.api_version,
+                        "kind": CONTROL_PLANE_STATUS.kind,
+                        "metadata": made,
+                        "status": dump_status(first),
+                    }
+                ),
+            )
+        else:
+            await ctx.mutate_status(key, ControlPlaneStatusStatus, record)
         return all(ok for ok, _, _ in verdicts.values()), changed
+
+
+async def _api_starting(ctx: Context, cluster: Resource, status: ClusterStatus) -> bool:
+    """Whether the cluster's API is still within its grace after the bootstrap (``API_GRACE``): never
+    measured since (its status still says etcd is not bootstrapped) and bootstrapped a moment ago."""
+    current = await ctx.get(ObjectKey(CONTROL_PLANE_STATUS.kind, cluster.namespace, cluster.name))
+    found = status_of(current, ControlPlaneStatusStatus).condition("APIReachable") if current else None
+    if found is None or found.reason != "NotBootstrapped":
+        return False
+    age = ctx.clock.age(status.bootstrap.completed_at) if status.bootstrap is not None else None
+    return age is not None and age < API_GRACE
 
 
 def _seen(status: dict[str, Any]) -> dict[str, Any]:

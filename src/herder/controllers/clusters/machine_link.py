@@ -284,6 +284,9 @@ class MachineLinkController(Controller):
     async def _follow(self, link: _Link) -> None:
         failures = 0
         lost_at: float | None = None
+        # Whether the last connection ended cleanly (herder's own doing: new credentials, a resync): the
+        # machine did not reboot nor drop, and the next connection keeps connectedAt.
+        resumed = False
         while True:
             link.changed.clear()
             if link.tunnel_down:
@@ -295,7 +298,7 @@ class MachineLinkController(Controller):
             error = ""
             for credentials in self._order(link):
                 try:
-                    await self._stream(link, credentials)
+                    await self._stream(link, credentials, resumed=resumed)
                     error = ""
                     break
                 except Unauthenticated as exc:
@@ -303,6 +306,7 @@ class MachineLinkController(Controller):
                 except (MachineAPIError, OSError) as exc:
                     error = str(exc) or type(exc).__name__
                     break
+            resumed = not error
             if not error:
                 failures, lost_at = 0, None
                 continue  # the stream ended cleanly (credentials changed): connect again at once
@@ -322,8 +326,9 @@ class MachineLinkController(Controller):
             return [None]
         return [link.secure, None] if link.prefer_secure else [None, link.secure]
 
-    async def _stream(self, link: _Link, credentials: Credentials | None) -> None:
-        """Connect once and report the machine's state until the stream ends or the link must reconnect."""
+    async def _stream(self, link: _Link, credentials: Credentials | None, *, resumed: bool = False) -> None:
+        """Connect once and report the machine's state until the stream ends or the link must reconnect
+        (``resumed``: after a connection herder ended itself, which the machine's connectedAt outlives)."""
         client = self._clients.dial(link.endpoint, credentials, timeout=10, connect_timeout=5, retries=0)
         async with client:
             latest: list[str] = []
@@ -389,11 +394,13 @@ class MachineLinkController(Controller):
                     first.cancel()
                 stage: dict[str, Any] = {"stage": standing()} if latest else {}
                 # A new connection is a new boot as often as not: when it began tells rollouts the machine
-                # came back from a reboot.
+                # came back from a reboot. One that resumes what herder ended itself is none (and telling
+                # it was a write of every machine that joins a cluster, and that gets its config).
+                since: dict[str, Any] = {} if resumed else {"connectedAt": self._clock.micro()}
                 await self._report(
                     link,
                     connected=True,
-                    connectedAt=self._clock.micro(),
+                    **since,
                     talosVersion=version.tag,
                     maintenance=credentials is None,
                     lastError="",

@@ -1,9 +1,10 @@
 """A machine set's status: its machines (total, ready, wanted), its phase, and a ``Ready`` condition
 whose message says what it waits for: machines it cannot get (from ``status.allocation``), or the first
-of its machines that is not ready, and why."""
+of its machines that is not ready: why, when it is a fault; only its name while it is on its way."""
 
 from __future__ import annotations
 
+from herder.controllers.clusters.cluster_machine_readiness import waiting_for
 from herder.controllers.members import labelled, request_set_count, request_set_sources, set_nodes
 from herder.resources import Resource
 from herder.resources.clusters import (
@@ -36,8 +37,9 @@ class MachineSetStatusController(Controller):
         ),
     )
     concurrency = 4
-    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write.
-    settle = 0.5
+    # A summary: its members change in bursts (a machine boots, installs, runs), each once a write. Longer
+    # than the allocation's, so that it shows the allocation's verdict on the same burst, not a write before.
+    settle = 1.0
 
     def __init__(self) -> None:
         self._sources = request_set_sources()
@@ -91,12 +93,9 @@ class MachineSetStatusController(Controller):
             phase, ok, reason = "ScalingUp", False, "ScalingUp"
             message = f"{len(staying)}/{wanted} machines allocated"
         elif len(ready) < len(staying):
-            first, status = next((m, status) for m, status in staying if not status.ready)
-            why = status.condition("Ready")
             phase, ok, reason = "Running", False, "MachinesNotReady"
-            message = (
-                f"{len(ready)}/{wanted} ready; {first.name}: {(why.message if why else '') or 'not ready'}"
-            )
+            unready = [(m, status) for m, status in staying if not status.ready]
+            message = f"{len(ready)}/{wanted} ready; {waiting_for(unready)}"
         else:
             phase, ok, reason, message = "Running", True, "Ready", f"{len(ready)}/{wanted} machines ready"
         counts = MachineCounts(total=len(staying), ready=len(ready), wanted=wanted)

@@ -92,6 +92,9 @@ class VersionRolloutController(Controller):
         Writes(CLUSTER_MACHINE.kind, "spec.talosVersion", "spec.kubernetesVersion"),
     )
     concurrency = 4
+    # Its counts change in bursts (a new cluster's machines come up within a moment of each other), each
+    # once a write; a rollout waits as long for its next machine.
+    settle = 1.0
     watches = (
         Watch(CLUSTER.kind, cluster_changes("bootstrap", "conditions")),
         Watch(
@@ -127,6 +130,19 @@ class VersionRolloutController(Controller):
             for m in await cluster_machines(ctx, cluster)
             if not m.metadata.deletion_timestamp
         ]
+        created_with = all(
+            m.wants("Talos") == spec.talos_version and m.wants("Kubernetes") == spec.kubernetes_version
+            for m in members
+        )
+        running = all(
+            m.runs("Talos", spec.talos_version) and m.runs("Kubernetes", spec.kubernetes_version)
+            for m in members
+        )
+        if not status.rollouts and created_with and not running:
+            # Bootstrapped, still forming: nothing is rolling, its members come up with the versions they
+            # were made with (their Ready conditions say how far). Shown once they run them, in one write
+            # rather than one per member ready.
+            return None
         strategies = {
             s.name: MACHINE_SET.spec_of(s, MachineSetSpec).upgrade_strategy
             for s in await machine_sets(ctx, cluster)

@@ -39,6 +39,7 @@ from herder.resources.managed import (
 from herder.resources.provisioning import INFRA_PROVIDER, MACHINE_REQUEST_SET, ManagedControlPlanes
 from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, controller_owner
+from herder.runtime.event_recorder import EventType
 from herder.runtime.index import FieldIndex
 from herder.runtime.outputs import Owns, Writes
 from herder.talos.contracts import VersionContract
@@ -48,10 +49,9 @@ CONDITION = "ManagedControlPlane"
 # Its reasons, which its Events carry too.
 READY = "ControlPlanesReady"
 PROVISIONING = "ProvisioningControlPlanes"
-# The reason of a machine set's Ready condition while its machines are allocated but not all ready.
-_MACHINES_NOT_READY = "MachinesNotReady"
-# Its reasons while it gets them: of the platform's set, all the platform provisioning them.
-_GETTING_MACHINES = ("ScalingUp", "MachinesMissing")
+# The reasons of a machine set's Ready condition while it gets its machines (of the platform's set, all
+# the platform provisioning them) and while they come up.
+_COMING_UP = ("ScalingUp", "MachinesMissing", "MachinesNotReady")
 # The system patches, by what they are about (``herder-<cluster>-<what>``).
 KUBESPAN = "kubespan"
 CONTROL_PLANES = "control-planes"
@@ -135,13 +135,12 @@ class ManagedControlPlaneController(Controller):
         if ready is not None and ready.status == "True":
             await _condition(ctx, cluster, True, READY, f"{size.machines} managed control plane(s) ready")
         else:
-            why = (
-                ready.message if ready is not None and ready.reason not in _GETTING_MACHINES else ""
-            ) or "control plane machines are being provisioned"
-            if shown is not None and ready is not None and ready.reason == _MACHINES_NOT_READY:
-                # Each machine's progress is the Cluster's ControlPlaneReady condition's to tell: repeated
-                # here, it cost another write of the Cluster for every step of every control plane.
-                why = f"{shown.machines.ready}/{size.machines} ready; ControlPlaneReady says what each one waits for"
+            # Getting the machines and their coming up are one message: each machine's progress is the
+            # Cluster's ControlPlaneReady condition's to tell, and repeated here (even as a count) it cost
+            # another write of the Cluster for every step of every control plane.
+            why = "control plane machines are being provisioned; ControlPlaneReady says how far"
+            if ready is not None and ready.reason not in _COMING_UP and ready.message:
+                why = ready.message
             await _condition(ctx, cluster, False, PROVISIONING, f"size {managed.size}: {why}")
         return None
 
@@ -220,9 +219,11 @@ def _offering_of(cluster: Resource) -> str | None:
 
 
 async def _condition(ctx: Context, cluster: Resource, ok: bool, reason: str, message: str) -> None:
-    # Getting its machines is no fault: only a control plane no longer offered is a Warning.
+    # Getting its machines is no fault: only a control plane no longer offered is a Warning. Its control
+    # planes ready is no Event of its own: the cluster's ControlPlaneReady tells it at the same moment.
     warn = not ok and reason != PROVISIONING
-    await ctx.condition(cluster, CONDITION, ok, reason, message, event="Warning" if warn else "Normal")
+    event: EventType | None = None if ok else "Warning" if warn else "Normal"
+    await ctx.condition(cluster, CONDITION, ok, reason, message, event=event)
 
 
 async def _apply(ctx: Context, cluster: Resource, desired: Resource) -> None:

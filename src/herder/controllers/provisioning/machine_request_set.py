@@ -94,6 +94,9 @@ class MachineRequestSetController(Controller):
         Owns(MACHINE_REQUEST.kind, releasable=True),
     )
     concurrency = 4
+    # A summary too: a provider's requests move in bursts (its machines come within a moment of each
+    # other), and each step of each request was a write of the set.
+    settle = 0.5
 
     def __init__(self) -> None:
         # Each set's requests as the watch last showed them: a set whose count is right takes its
@@ -215,8 +218,10 @@ class MachineRequestSetController(Controller):
                 break
         else:
             why = ""
-        if made:
-            # One event for the lot, not one per request: a set of thousands stays readable.
+        # A new set's first requests are its making, which its status counts (its first write): an Event
+        # of every new set was a write more. Growing later is told, one event for the lot, not one per
+        # request: a set of thousands stays readable.
+        if made and status_of(request_set, MachineRequestSetStatus).observed_generation:
             shown = ", ".join(r.name for r in made[:3]) + (", …" if len(made) > 3 else "")
             await ctx.event(
                 request_set, "Normal", "Requested", f"{len(made)} machine request(s) created: {shown}"

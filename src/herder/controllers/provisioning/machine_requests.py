@@ -86,6 +86,8 @@ class MachineRequestController(Controller):
         self._by_uuid = FieldIndex(MACHINE_REQUEST.kind, _reported)
         # What was last told of each request (stage, error time), so that each change is told once.
         self._told: dict[ObjectKey, tuple[str, str]] = {}
+        # Requests whose failed attempts were told (their provisioning, when it comes, is told after them).
+        self._failed: set[ObjectKey] = set()
         self.watches = (
             Watch(MACHINE_REQUEST.kind, self._request_changed),
             Watch(MACHINE.kind, self._machine_changed),
@@ -95,6 +97,7 @@ class MachineRequestController(Controller):
     def _request_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
         if event.type == "DELETED":
             self._told.pop(ObjectKey.of(event.object), None)
+            self._failed.discard(ObjectKey.of(event.object))
         return self._by_uuid.track(event)
 
     def _machine_changed(self, event: WatchEvent) -> Iterable[ObjectKey]:
@@ -136,6 +139,7 @@ class MachineRequestController(Controller):
         if before is None or before == told:
             return
         if error is not None and before[1] != told[1]:
+            self._failed.add(key)
             step = f"step {status.step!r}" if status.step else "provisioning"
             await ctx.event(
                 request,
@@ -146,9 +150,13 @@ class MachineRequestController(Controller):
         if before[0] == status.stage:
             return
         if status.stage == "Provisioned":
-            address = status.machine.address if status.machine is not None else ""
-            where = f" at {address}" if address else ""
-            await ctx.event(request, "Normal", "Provisioned", f"machine {status.uuid}{where}")
+            # Its status (the machine and its address) tells it, and the Machine is made: an Event of
+            # every request was a write more. After failed attempts, it is told after their Warnings.
+            if key in self._failed:
+                self._failed.discard(key)
+                address = status.machine.address if status.machine is not None else ""
+                where = f" at {address}" if address else ""
+                await ctx.event(request, "Normal", "Provisioned", f"machine {status.uuid}{where}")
         elif status.stage == "Failed":
             await ctx.event(
                 request, "Warning", status.reason or "Failed", status.message or "provisioning failed"
