@@ -249,7 +249,7 @@ def _run(
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from herder.state import open_files
 
-    log.info("open files: up to %d", open_files.raise_limit())
+    files = open_files.raise_limit()
     try:
         logs = MachineLogs(options.data_dir / MACHINE_LOGS, machine_log_bytes or DEFAULT_BUDGET)
         work = [
@@ -262,6 +262,7 @@ def _run(
         )
 
         async def started(store: Store) -> None:
+            log.info("open files: up to %d (each machine followed takes four, each cluster two)", files)
             endpoints = controller_options.cluster_endpoints
             if endpoints is not None:
                 host = f"[{endpoints.host}]" if ":" in endpoints.host else endpoints.host
