@@ -16,13 +16,15 @@ def test_steady_benchmark_small(capsys: pytest.CaptureFixture[str]) -> None:
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [line["name"] for line in lines] == [
         "spare_keys_ready_after_start",
+        "steady.spare_keys_made_again_after",
         "steady.cpu_percent",
         "steady.rss_mib",
         "steady.writes_per_minute",
         "steady.talos_calls_per_minute",
         "steady.emulator_rss_mib",
     ]
-    measured = {line["name"]: line for line in lines[1:]}
+    assert lines[1]["keys"] == 2 and lines[1]["unit"] == "s"
+    measured = {line["name"]: line for line in lines[2:]}
     assert all(line["clusters"] == 2 and line["value"] >= 0 for line in measured.values())
     assert [measured[n]["unit"] for n in measured] == ["%", "MiB", "writes/min", "calls/min", "MiB"]
     assert isinstance(measured["steady.cpu_percent"]["reconciles_per_minute"], dict)
