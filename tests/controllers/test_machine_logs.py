@@ -11,10 +11,15 @@ from typing import Any
 
 import pytest
 
+from herder.controllers.catalog import ControllerOptions, controllers, replica_controllers
 from herder.controllers.cluster_keys import ClusterKeys
+from herder.controllers.clusters.machine_link import MachineLinkController
 from herder.controllers.observability.machine_logs import MachineLogController, after_known
+from herder.resources.catalog import herder_registry
 from herder.runtime.controller import ObjectKey
 from herder.state.machine_logs import KERNEL, LogScope, MachineLogs
+from herder.state.memory import MemoryBackend
+from herder.state.store import Store
 from herder.talos.machine.pool import ClientPool
 from herder.talos.machine.types import ServiceStatus
 from herder.talos.secrets import load_secrets
@@ -209,3 +214,17 @@ def test_a_backlog_is_kept_from_after_its_last_run_of_known_lines() -> None:
     assert after_known(["a", "b", "a", "b", "e"], ["a", "b"]) == ["e"]  # its last run
     assert after_known(["x", "y"], ["b", "c"]) == ["x", "y"]  # a new boot: all of it
     assert after_known(["a"], []) == ["a"]
+
+
+async def test_a_replicas_log_follower_uses_the_keys_of_the_leaders_controllers(tmp_path: Path) -> None:
+    """One client certificate per cluster in the process: the machine link's status stream and the log
+    follower of a machine share its one connection (keyed by endpoint and certificate)."""
+    store = await Store(MemoryBackend(), herder_registry()).start()
+    try:
+        options = ControllerOptions()
+        link = next(c for c in controllers(store, options) if isinstance(c, MachineLinkController))
+        (follower,) = replica_controllers(store, options, MachineLogs(tmp_path))
+        assert isinstance(follower, MachineLogController)
+        assert link._keys is follower._keys is ClusterKeys.shared(store)
+    finally:
+        await store.close()

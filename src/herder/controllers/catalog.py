@@ -107,7 +107,7 @@ def register_admission(store: Store, options: ControllerOptions | None = None) -
 def cluster_credentials(store: Store, talos: TalosGateway | None = None) -> ClusterCredentials:
     """What makes the credentials users download for a cluster: its kubeconfig, and with herder's Talos API
     gateway its talosconfig."""
-    return ClusterCredentials(ClusterKeys(store), talos)
+    return ClusterCredentials(ClusterKeys.shared(store), talos)
 
 
 def backup_requests(store: Store) -> BackupRequests:
@@ -122,7 +122,7 @@ def import_secrets(store: Store) -> ImportSecrets:
 
 def support_bundles(store: Store, logs: MachineLogs | None) -> SupportBundles:
     """What makes a cluster's support bundle (the Cluster's ``support`` action)."""
-    return SupportBundles(store, ClusterKeys(store), logs)
+    return SupportBundles(store, ClusterKeys.shared(store), logs)
 
 
 def machine_request_release(store: Store) -> ForceRelease:
@@ -139,7 +139,7 @@ def _rejoin(store: Store, options: ControllerOptions) -> Rejoin | None:
 
 
 def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
-    keys = ClusterKeys(store)
+    keys = ClusterKeys.shared(store)
     stores = BackupStores(store, options.backups_dir)
     balancer = LoadBalancerController(options.cluster_endpoints)
 
@@ -198,7 +198,11 @@ def controllers(store: Store, options: ControllerOptions) -> list[Controller]:
 def replica_controllers(store: Store, options: ControllerOptions, logs: MachineLogs) -> list[Controller]:
     """The controllers every replica runs, leader or not (``herder.runtime.replica``): they write nothing
     to the store, only to the replica's own data directory — the machine logs it follows."""
-    return [MachineLogController(logs, ClusterKeys(store), clients=ClientPool(dialer=options.dialer, keep=0))]
+    return [
+        MachineLogController(
+            logs, ClusterKeys.shared(store), clients=ClientPool(dialer=options.dialer, keep=0)
+        )
+    ]
 
 
 def listed_controllers(store: Store, options: ControllerOptions) -> list[Controller]:

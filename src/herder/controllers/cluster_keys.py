@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -61,6 +62,17 @@ class ClusterKeys:
         self._views: dict[tuple[str, str], ClusterSecretsView] = {}
         self._loading: dict[tuple[str, str], asyncio.Lock] = {}
 
+    @classmethod
+    def shared(cls, store: Store) -> ClusterKeys:
+        """The keys every controller of ``store`` in this process uses: one client certificate per
+        cluster, so that every client of a machine is one identity and shares one connection to it
+        (``herder.talos.machine.connections``); the leader's controllers, each replica's log followers
+        and the API's actions alike."""
+        keys = _SHARED.get(store)
+        if keys is None:
+            keys = _SHARED[store] = cls(store)
+        return keys
+
     async def of(self, cluster: Resource) -> ClusterSecretsView | None:
         """The secrets of ``cluster``; None until its ClusterSecrets exist."""
         namespace = cluster.namespace or "default"
@@ -83,6 +95,9 @@ class ClusterKeys:
             view = await asyncio.to_thread(_view, stored.decode())
             self._views[key] = view
             return view
+
+
+_SHARED: weakref.WeakKeyDictionary[Store, ClusterKeys] = weakref.WeakKeyDictionary()
 
 
 def _view(stored: Resource) -> ClusterSecretsView:
