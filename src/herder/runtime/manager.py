@@ -136,7 +136,7 @@ class ControllerRunner:
                     key,
                 )
                 continue
-            if self.shards is not None and key == ObjectKey.of(event.object):
+            if self.shards is not None and self.shards.count > 1 and key == ObjectKey.of(event.object):
                 self.shards.note(key, event)
             self.queue.add_settled(key, self.controller.settle)
         self._depth.set(len(self.queue))

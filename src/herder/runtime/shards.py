@@ -75,8 +75,9 @@ class ShardMap:
         self._known: OrderedDict[ObjectKey, str] = OrderedDict()
 
     def note(self, key: ObjectKey, event: WatchEvent) -> None:
-        """Learn ``key``'s shard from an event about its own object."""
-        if self.count > 1 and key.kind != "Cluster":
+        """Learn ``key``'s shard from an event about its own object (with several shards: the runtime asks
+        only then)."""
+        if key.kind != "Cluster":
             self._keep(key, shard_of_cluster(event.object.metadata.labels.get(CLUSTER_LABEL), self.count))
 
     def _keep(self, key: ObjectKey, shard: str) -> None:
