@@ -1,11 +1,11 @@
 """Bootstrap's decisions: etcd is bootstrapped exactly once, on the control plane recorded before the call;
 a failed call is retried on that machine only, even when another one runs; a call that got through before
-a crash counts."""
+a crash counts, and is not sent again when the machine says its etcd runs."""
 
 from __future__ import annotations
 
 from herder.controllers.clusters.bootstrap import BootstrapController
-from herder.talos.machine import AlreadyExists, Unavailable
+from herder.talos.machine import AlreadyExists, EtcdMemberStatus, FailedPrecondition, Unavailable
 from herder.talos.machine.pool import ClientPool
 from tests.controllers.fleet import Fleet
 from tests.controllers.site import Site
@@ -56,6 +56,7 @@ async def test_a_failed_bootstrap_is_retried_on_the_recorded_machine_only(site: 
     await control_planes(fleet, "cp1", "cp2")
     bootstrap = controller(site, fleet)
     site.machines.fail("bootstrap", Unavailable("connection reset"), fleet.endpoint("cp1"))
+    site.machines.fail("etcd_status", FailedPrecondition("etcd is not running on this node"))
     result = await site.reconcile(bootstrap, fleet.key)
     assert result is not None and result.requeue_after == 5.0
     assert (await site.status("Cluster", "alpha"))["bootstrap"]["completedAt"] == ""
@@ -70,8 +71,22 @@ async def test_a_failed_bootstrap_is_retried_on_the_recorded_machine_only(site: 
 
     # cp1 is back, and had bootstrapped after all (the answer was lost): that is success.
     await site.set_status(cp1, connected=True, stage="Running")
-    site.machines.failures.clear()
+    del site.machines.failures[(fleet.endpoint("cp1"), "bootstrap")]
     site.machines.fail("bootstrap", AlreadyExists("etcd is bootstrapped"))
     assert await site.reconcile(bootstrap, fleet.key) is None
     assert [c.endpoint for c in site.machines.made("bootstrap")] == [fleet.endpoint("cp1")] * 2
+    assert (await site.status("Cluster", "alpha"))["bootstrap"]["completedAt"] == "2026-01-01T00:00:00Z"
+
+
+async def test_a_choice_recorded_before_a_crash_asks_whether_etcd_runs_before_calling(site: Site) -> None:
+    fleet = Fleet(site)
+    await fleet.cluster(bootstrapped=False)
+    await control_planes(fleet, "cp1")
+    cluster = await site.get("Cluster", "alpha")
+    assert cluster is not None
+    # What a replica killed after its call got through leaves: the choice, no completion.
+    await site.set_status(cluster, bootstrap={"machine": "cp1", "requestedAt": "2026-01-01T00:00:00Z"})
+    site.machines.answer("etcd_status", EtcdMemberStatus(0xABC, 0xABC, 4096, 2048, 10, 2, False))
+    assert await site.reconcile(controller(site, fleet), fleet.key) is None
+    assert site.machines.made("bootstrap") == []
     assert (await site.status("Cluster", "alpha"))["bootstrap"]["completedAt"] == "2026-01-01T00:00:00Z"

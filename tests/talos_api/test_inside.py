@@ -11,8 +11,8 @@ import pytest
 
 from herder.emu.control.emulator import Emulator
 from herder.emu.machine.lifecycle import Machine
-from herder.talos.machine import FailedPrecondition, MachineAPIError, MachineClient, NotFound
-from tests.emu.support import ClusterConfigs, admin, bring_up
+from herder.talos.machine import FailedPrecondition, MachineAPIError, MachineClient, MachineStage, NotFound
+from tests.emu.support import ClusterConfigs, admin, bring_up, wait_stage
 
 
 async def _cluster(emulator: Emulator, configs: ClusterConfigs) -> tuple[Machine, Machine]:
@@ -192,7 +192,7 @@ async def test_files_read_list_and_usage(emulator: Emulator, cluster_a: ClusterC
 
 async def test_maintenance_mode_answers_reads_but_has_no_etcd(emulator: Emulator) -> None:
     machine = next(iter(emulator.machines.values()))
-    await emulator.wait_for(lambda: machine.in_maintenance and machine.api_secure is False, 10)
+    await wait_stage(emulator, machine, MachineStage.MAINTENANCE)
     async with MachineClient.insecure(machine.record.endpoint) as client:
         assert (await client.memory()).memtotal > 0
         assert {p.command for p in await client.processes()} >= {"machined", "udevd"}

@@ -4,7 +4,9 @@ The chosen machine is recorded on the Cluster's ``status.bootstrap`` before the 
 and from then on only that machine is ever asked (asking it again is safe: a bootstrapped etcd refuses a
 second bootstrap), so neither a restart of herder, a kill -9 between the record and the call, nor the
 replacement of a control plane can bootstrap a second etcd. Once the call succeeded, it is never sent
-again. The other control planes then join etcd by themselves, as Talos's do.
+again; a choice recorded before (by a replica or process that died before recording the call's success)
+first asks the machine whether its etcd runs, so a call that got through is not sent a second time. The
+other control planes then join etcd by themselves, as Talos's do.
 
 A cluster whose control plane set has ``spec.bootstrapSpec`` is restored from that etcd backup instead:
 the same machine, once, gets EtcdRecover with the snapshot and a recovering Bootstrap
@@ -36,7 +38,7 @@ from herder.resources.machines import CLUSTER_LABEL, MACHINE, MachineSpec, Machi
 from herder.resources.status import status_of
 from herder.runtime.controller import Context, Controller, ObjectKey, Result, Watch, labelled_owner, on_change
 from herder.runtime.outputs import Writes
-from herder.talos.machine import AlreadyExists, MachineAPIError
+from herder.talos.machine import AlreadyExists, Credentials, MachineAPIError
 from herder.talos.machine.pool import ClientPool
 
 _RETRY = 5.0
@@ -74,6 +76,7 @@ class BootstrapController(Controller):
         if view is None:
             return None
         ready = await _bootstrappable(ctx, cluster)
+        resumed = recorded is not None
         if recorded is None:
             if not ready:
                 return None
@@ -92,18 +95,19 @@ class BootstrapController(Controller):
         if machine is None:
             return None  # the recorded machine is not up yet: its events bring us back
         endpoint = MACHINE.spec_of(machine, MachineSpec).endpoint
-        try:
-            restore = await self._recovery.prepare(ctx, cluster) if self._recovery is not None else None
-        except RestoreRefused:
-            return Result(requeue_after=_RESTORE_RETRY)  # the cluster's EtcdRestored condition says why
-        try:
-            async with self._clients.client(endpoint, view.talos) as client:
-                await client.bootstrap() if restore is None else await restore.bootstrap(client)
-        except AlreadyExists:
-            pass  # a call before a crash got through: this machine is bootstrapped
-        except MachineAPIError as exc:
-            await ctx.event(cluster, "Warning", "BootstrapFailed", f"on machine {target}: {exc}")
-            return Result(requeue_after=_RETRY)
+        if not (resumed and await self._etcd_runs(endpoint, view.talos)):
+            try:
+                restore = await self._recovery.prepare(ctx, cluster) if self._recovery is not None else None
+            except RestoreRefused:
+                return Result(requeue_after=_RESTORE_RETRY)  # the cluster's EtcdRestored condition says why
+            try:
+                async with self._clients.client(endpoint, view.talos) as client:
+                    await client.bootstrap() if restore is None else await restore.bootstrap(client)
+            except AlreadyExists:
+                pass  # a call before a crash got through: this machine is bootstrapped
+            except MachineAPIError as exc:
+                await ctx.event(cluster, "Warning", "BootstrapFailed", f"on machine {target}: {exc}")
+                return Result(requeue_after=_RETRY)
 
         when = ctx.clock.rfc3339()
 
@@ -114,6 +118,14 @@ class BootstrapController(Controller):
         await ctx.mutate_status(key, ClusterStatus, completed)
         await ctx.event(cluster, "Normal", "Bootstrapped", f"etcd bootstrapped on machine {target}")
         return None
+
+    async def _etcd_runs(self, endpoint: str, credentials: Credentials) -> bool:
+        """Whether the machine's etcd runs (a member of a bootstrapped etcd), as far as it can say now."""
+        try:
+            async with self._clients.client(endpoint, credentials) as client:
+                return (await client.etcd_status()).member_id != 0
+        except MachineAPIError:
+            return False  # not bootstrapped, or not reachable: the call itself says which
 
 
 async def _bootstrappable(ctx: Context, cluster: Resource) -> list[Resource]:
