@@ -109,7 +109,11 @@ class Joiner:
         hub = ipaddress.IPv6Network(
             f"fd{secrets.token_hex(1)}:{secrets.token_hex(2)}:{secrets.token_hex(2)}::/64"
         )
-        await self._sh("ip", "link", "add", self.bridge, "type", "bridge")
+        # An address of its own: a bridge without one takes the lowest of its ports', so each machine that
+        # joined later could change it under the others, whose neighbour entries then name an address the
+        # bridge no longer answers to, and their packets are dropped until those entries expire (~30 s).
+        mac = "02:" + ":".join(secrets.token_hex(1) for _ in range(5))
+        await self._sh("ip", "link", "add", self.bridge, "address", mac, "type", "bridge")
         await self._sh("ip", "address", "add", f"{hub.network_address + 1}/64", "dev", self.bridge, "nodad")
         await self._sh("ip", "link", "set", self.bridge, "up")
         await self._sh("sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1")
@@ -180,8 +184,7 @@ class Joiner:
     @staticmethod
     async def _handshake(wireguard: WireGuard) -> None:
         """Wait for the tunnel's first handshake: a tunnel that makes none is given up, and the machine joins
-        again (a new key, a new port: a new flow through its NAT, which once let a first flow out
-        untranslated, so that herder's answers went nowhere)."""
+        again (a new key, a new port: a new flow through its NAT), as a Talos machine retries its join."""
         deadline = time.monotonic() + HANDSHAKE_TIMEOUT
         while time.monotonic() < deadline:
             if any(peer.last_handshake for peer in await wireguard.peers()):
