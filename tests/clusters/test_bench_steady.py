@@ -12,7 +12,7 @@ from herder.bench import steady
 
 @pytest.mark.slow
 def test_steady_benchmark_small(capsys: pytest.CaptureFixture[str]) -> None:
-    assert steady.main(["--clusters", "2", "--timeout", "240", "--settle", "5", "--window", "20"]) == 0
+    assert steady.main(["--clusters", "2", "--timeout", "240", "--settle", "5", "--window", "10"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [line["name"] for line in lines] == [
         "spare_keys_ready_after_start",
