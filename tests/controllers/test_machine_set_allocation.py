@@ -252,6 +252,44 @@ async def test_a_set_of_a_request_set_names_it_while_it_provisions_and_tells_its
         )
 
 
+async def test_machines_made_for_the_set_are_bound_without_an_event_each(site: Site) -> None:
+    await site.create(cluster())
+    await site.create(obj("InfraProvider", "emu", namespaced=False, spec={}))
+    await site.create(
+        obj(
+            "MachineRequestSet",
+            "pool",
+            spec={"providerID": "emu", "talosVersion": "v1.13.0", "machineCount": 2},
+        )
+    )
+    await free(site, "m1", "m2", **{"herder.dev/machine-request-set": "pool"})
+    await free(site, "m3", pool="a")
+    await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
+    (made,) = await site.create(
+        obj(
+            "MachineSet",
+            "workers",
+            spec={"role": "worker", "machineRequestSet": "pool"},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    (chosen,) = await site.create(
+        obj(
+            "MachineSet",
+            "others",
+            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 1}},
+            metadata={"labels": CLUSTER},
+        )
+    )
+    allocation = MachineSetAllocationController()
+    await site.reconcile(allocation, ObjectKey.of(made))
+    await site.reconcile(allocation, ObjectKey.of(chosen))
+    assert await staying(site) == ["m1", "m2", "m3"]
+    # The provider made m1 and m2 for the set: their nodes say it. A machine picked by a selector is told.
+    assert [r for _, r, _ in await site.told(made)] == []
+    assert ("Normal", "Allocated", "machine m3 allocated") in await site.told(chosen)
+
+
 def ready_condition(ok: bool, reason: str, message: str) -> dict[str, str]:
     return {"type": "Ready", "status": str(ok), "reason": reason, "message": message}
 

@@ -234,7 +234,8 @@ class MachineSetAllocationController(Controller):
             # A provider's machines are for their own request set: a selector takes them only by name.
             matching = [m for m in matching if MACHINE_REQUEST_SET_LABEL not in m.metadata.labels]
         free = [m for m in matching if free_for_allocation(m)]
-        short = await self._bind_free(ctx, machine_set, spec, free, wanted)
+        made_for_it = class_spec.selector is None
+        short = await self._bind_free(ctx, machine_set, spec, free, wanted, tell=not made_for_it)
         if not short:
             return ""
         if class_spec.auto_provision is not None:
@@ -262,7 +263,7 @@ class MachineSetAllocationController(Controller):
             MACHINE.kind, machine_set.namespace, label_selector=f"{MACHINE_REQUEST_SET_LABEL}={request_set}"
         )
         free = [m for m in listed if free_for_allocation(m, read_only=True)]
-        short = await self._bind_free(ctx, machine_set, spec, free, wanted)
+        short = await self._bind_free(ctx, machine_set, spec, free, wanted, tell=False)
         if not short:
             return ""
         return await _requests_progress(
@@ -276,8 +277,12 @@ class MachineSetAllocationController(Controller):
         spec: MachineSetSpec,
         free: list[Resource],
         wanted: int | None,
+        *,
+        tell: bool,
     ) -> int:
-        """Bind ``free`` machines (by UUID order) until ``wanted`` are bound; how many are still wanted."""
+        """Bind ``free`` machines (by UUID order) until ``wanted`` are bound; how many are still wanted.
+        ``tell``: an Allocated Event for each, but for machines a provider made for this set (their
+        MachineSetNode and the set's count tell it; the Event was a write per machine saying the same)."""
         bound = 0
         for machine in sorted(free, key=lambda m: m.name):
             if wanted is not None and bound >= wanted:
@@ -286,12 +291,12 @@ class MachineSetAllocationController(Controller):
             # taken, by this set (which counts it already) or another, and binding it is no new bind.
             if await ctx.get(ObjectKey(MACHINE_SET_NODE.kind, machine_set.namespace, machine.name)):
                 continue
-            if await self._create_node(ctx, machine_set, spec, machine.name):
+            if await self._create_node(ctx, machine_set, spec, machine.name, tell=tell):
                 bound += 1
         return 0 if wanted is None else max(wanted - bound, 0)
 
     async def _create_node(
-        self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, uuid: str
+        self, ctx: Context, machine_set: Resource, spec: MachineSetSpec, uuid: str, *, tell: bool = True
     ) -> bool:
         node = Resource.model_validate(
             {
@@ -316,7 +321,8 @@ class MachineSetAllocationController(Controller):
             await ctx.apply_output(machine_set, node)
         except AlreadyExists:
             return False
-        await ctx.event(machine_set, "Normal", "Allocated", f"machine {uuid} allocated")
+        if tell:
+            await ctx.event(machine_set, "Normal", "Allocated", f"machine {uuid} allocated")
         return True
 
     async def _release(
