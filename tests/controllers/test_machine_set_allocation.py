@@ -14,12 +14,17 @@ from tests.controllers.site import Site, eventually, names, obj
 CLUSTER = {"herder.dev/cluster": "alpha"}
 
 
-def cluster() -> object:
+def cluster() -> Resource:
     return obj("Cluster", "alpha", spec={"talosVersion": "v1.13.0", "kubernetesVersion": "1.33.0"})
 
 
-def machine(uuid: str, **labels: str) -> object:
+def machine(uuid: str, **labels: str) -> Resource:
     return obj("Machine", uuid, spec={"endpoint": f"127.0.0.{len(uuid)}:50000"}, metadata={"labels": labels})
+
+
+def worker_set(name: str, spec: dict[str, object]) -> Resource:
+    """A worker MachineSet of cluster alpha."""
+    return obj("MachineSet", name, spec={"role": "worker", **spec}, metadata={"labels": CLUSTER})
 
 
 async def free(site: Site, *uuids: str, **labels: str) -> None:
@@ -38,14 +43,7 @@ async def test_a_static_set_binds_the_machines_it_lists_and_says_which_are_missi
     await site.create(cluster())
     await free(site, "m1")
     await free(site, "m2", **{"herder.dev/cluster": "beta"})  # still leaving another cluster
-    (workers,) = await site.create(
-        obj(
-            "MachineSet",
-            "alpha-workers",
-            spec={"role": "worker", "machines": ["m1", "m2"]},
-            metadata={"labels": CLUSTER},
-        )
-    )
+    (workers,) = await site.create(worker_set("alpha-workers", {"machines": ["m1", "m2"]}))
     await site.reconcile(MachineSetAllocationController(), ObjectKey.of(workers))
     nodes = (await site.store.list("MachineSetNode", "default")).items
     assert names(nodes) == ["m1"]
@@ -65,12 +63,7 @@ async def test_a_class_set_takes_free_matching_machines_up_to_its_size(site: Sit
     await free(site, "m4", pool="b")
     await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
     (workers,) = await site.create(
-        obj(
-            "MachineSet",
-            "alpha-workers",
-            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 2}},
-            metadata={"labels": CLUSTER},
-        )
+        worker_set("alpha-workers", {"machineClass": {"name": "pool-a", "size": 2}})
     )
     await site.reconcile(MachineSetAllocationController(), ObjectKey.of(workers))
     assert await staying(site) == ["m1", "m2"]
@@ -84,12 +77,7 @@ async def test_an_unlimited_class_set_takes_every_free_matching_machine(site: Si
     await site.set_status(busy, connected=True, stage="Running")  # runs a config: not free
     await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
     (workers,) = await site.create(
-        obj(
-            "MachineSet",
-            "alpha-workers",
-            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": "unlimited"}},
-            metadata={"labels": CLUSTER},
-        )
+        worker_set("alpha-workers", {"machineClass": {"name": "pool-a", "size": "unlimited"}})
     )
     await site.reconcile(MachineSetAllocationController(), ObjectKey.of(workers))
     assert await staying(site) == ["m1", "m2", "m3"]
@@ -103,12 +91,7 @@ async def test_a_set_short_of_machines_says_how_many_and_why(site: Site) -> None
     await site.set_status(away, connected=False, stage="Unreachable")
     await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
     (workers,) = await site.create(
-        obj(
-            "MachineSet",
-            "alpha-workers",
-            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 3}},
-            metadata={"labels": CLUSTER},
-        )
+        worker_set("alpha-workers", {"machineClass": {"name": "pool-a", "size": 3}})
     )
     allocation = MachineSetAllocationController()
     await site.reconcile(allocation, ObjectKey.of(workers))
@@ -131,12 +114,7 @@ async def test_a_shrunk_class_set_releases_its_newest_machines(site: Site) -> No
     await free(site, "m1", "m2", "m3", pool="a")
     await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
     (workers,) = await site.create(
-        obj(
-            "MachineSet",
-            "alpha-workers",
-            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 3}},
-            metadata={"labels": CLUSTER},
-        )
+        worker_set("alpha-workers", {"machineClass": {"name": "pool-a", "size": 3}})
     )
     allocation = MachineSetAllocationController()
     await site.reconcile(allocation, ObjectKey.of(workers))
@@ -219,14 +197,7 @@ async def test_a_set_of_a_request_set_names_it_while_it_provisions_and_tells_its
             spec={"providerID": "emu", "talosVersion": "v1.13.0", "machineCount": 2},
         )
     )
-    (workers,) = await site.create(
-        obj(
-            "MachineSet",
-            "workers",
-            spec={"role": "worker", "machineRequestSet": "pool"},
-            metadata={"labels": CLUSTER},
-        )
-    )
+    (workers,) = await site.create(worker_set("workers", {"machineRequestSet": "pool"}))
     allocation = MachineSetAllocationController()
     provisioning = "2 more machine(s) wanted from machine request set pool: being provisioned "
     provisioning += "(machine request set pool says how far)"
@@ -265,22 +236,8 @@ async def test_machines_made_for_the_set_are_bound_without_an_event_each(site: S
     await free(site, "m1", "m2", **{"herder.dev/machine-request-set": "pool"})
     await free(site, "m3", pool="a")
     await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
-    (made,) = await site.create(
-        obj(
-            "MachineSet",
-            "workers",
-            spec={"role": "worker", "machineRequestSet": "pool"},
-            metadata={"labels": CLUSTER},
-        )
-    )
-    (chosen,) = await site.create(
-        obj(
-            "MachineSet",
-            "others",
-            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 1}},
-            metadata={"labels": CLUSTER},
-        )
-    )
+    (made,) = await site.create(worker_set("workers", {"machineRequestSet": "pool"}))
+    (chosen,) = await site.create(worker_set("others", {"machineClass": {"name": "pool-a", "size": 1}}))
     allocation = MachineSetAllocationController()
     await site.reconcile(allocation, ObjectKey.of(made))
     await site.reconcile(allocation, ObjectKey.of(chosen))
@@ -299,12 +256,7 @@ async def test_a_machine_bound_already_but_not_labelled_yet_is_no_new_bind(site:
     await free(site, "m1", "m2", pool="a")
     await site.create(obj("MachineClass", "pool-a", spec={"selector": {"matchLabels": {"pool": "a"}}}))
     (workers,) = await site.create(
-        obj(
-            "MachineSet",
-            "alpha-workers",
-            spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 1}},
-            metadata={"labels": CLUSTER},
-        )
+        worker_set("alpha-workers", {"machineClass": {"name": "pool-a", "size": 1}})
     )
     allocation = MachineSetAllocationController()
     await site.reconcile(allocation, ObjectKey.of(workers))
@@ -328,14 +280,7 @@ async def test_machines_that_come_together_are_bound_in_one_write_of_the_set(sit
         site.writes("MachineSet", allocation) as written,
         site.running(MachineSetAllocationController()),
     ):
-        await site.create(
-            obj(
-                "MachineSet",
-                "alpha-workers",
-                spec={"role": "worker", "machineClass": {"name": "pool-a", "size": 2}},
-                metadata={"labels": CLUSTER},
-            )
-        )
+        await site.create(worker_set("alpha-workers", {"machineClass": {"name": "pool-a", "size": 2}}))
         await eventually(lambda: len(written) == 2)  # created, then short of both
         for uuid in ("m1", "m2"):  # a provider's machines connect within a moment of each other
             await free(site, uuid, pool="a")
