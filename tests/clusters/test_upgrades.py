@@ -87,8 +87,20 @@ def test_talos_upgrade_rolls_control_planes_one_at_a_time_then_workers(site: Sit
     assert [roles[name] for name in order] == ["controlplane"] * 3 + ["worker"] * 2, order
     assert most_control_planes_away == 1
     site.wait("cluster", "echo", timeout=60)
-    rollouts = {r["kind"]: r for r in site.get("cluster", "echo")["status"]["rollouts"]}
-    assert rollouts["Talos"] == {**rollouts["Talos"], "target": TO, "done": 5, "total": 5, "state": "Done"}
+    # The rollout's summary follows the members' readiness after its settle (a second).
+    talos = site.until(
+        lambda: next(
+            (
+                r
+                for r in site.get("cluster", "echo")["status"]["rollouts"]
+                if r["kind"] == "Talos" and r["state"] == "Done"
+            ),
+            None,
+        ),
+        timeout=10,
+        what="the Talos rollout Done",
+    )
+    assert talos == {**talos, "target": TO, "done": 5, "total": 5, "state": "Done"}
     moves = site.get("events", None, "--field-selector", "reason=TalosRollout")["items"]
     assert len(moves) == 5
 

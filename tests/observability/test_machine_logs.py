@@ -285,7 +285,9 @@ def test_a_support_bundle_holds_what_it_says_and_no_secret(site: Site, kubeconfi
         yaml.safe_load(files["objects/ClusterSecrets/alpha.yaml"])["spec"] == "(left out: a sensitive kind)"
     )
     assert "Cluster/alpha\tReady\tTrue" in files["conditions.txt"]
-    assert any(e["object"].startswith("MachineSet/") for e in yaml.safe_load(files["events.yaml"]))
+    # The Events of the cluster and of its objects.
+    told = {e["object"].split("/")[0] for e in yaml.safe_load(files["events.yaml"])}
+    assert {"Cluster", "ClusterMachine"} <= told, told
     assert any(e["kind"] == "Cluster" and e["name"] == "alpha" for e in yaml.safe_load(files["audit.yaml"]))
     assert "rollouts" in yaml.safe_load(files["rollouts.yaml"])
     (member,) = yaml.safe_load(files["etcd/members.yaml"])
