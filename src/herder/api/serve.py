@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import logging
 import signal
 import socket
@@ -171,7 +172,12 @@ def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{option} {listen!r}: expected HOST:PORT, as in {DEFAULT_LISTEN}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    host = host.strip("[]") or "127.0.0.1"
+    # An address is kept in its canonical form: it goes into the URLs herder hands out (kubeconfigs,
+    # siderolink.api), and gRPC's hostname check compares that text with the certificate's address.
+    with contextlib.suppress(ValueError):
+        host = str(ipaddress.ip_address(host))
+    return host, int(port)
 
 
 def host_port(host: str, port: int) -> str:
